@@ -1,0 +1,55 @@
+"""The device catalog: the one place that knows the hardware behind each SPEC.md ``deviceType``.
+
+Figures are AWS's published instance specifications (vCPU, memory in GiB, GPU count and model,
+memory per GPU in GB). The operator sizes pods from it, the local control plane builds its fake GPU
+node pools from it, and the resource types take their ``deviceType`` enum from it.
+
+Pure data: imports nothing from the project, kopf or FastAPI.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GPU_RESOURCE = "nvidia.com/gpu"
+"""The extended resource the NVIDIA device plugin advertises and pods request."""
+
+GPU_TAINT_KEY = "nvidia.com/gpu"
+GPU_TAINT_VALUE = "present"
+GPU_TAINT_EFFECT = "NoSchedule"
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+
+
+@dataclass(frozen=True)
+class Device:
+    """One AWS GPU instance type."""
+
+    name: str
+    vcpu: int
+    memory_gib: int
+    gpus: int
+    gpu_model: str
+    gpu_memory_gb: int
+
+    @property
+    def gpu_product_label(self) -> str:
+        """The value NVIDIA's GPU feature discovery puts in ``nvidia.com/gpu.product``."""
+        return f"NVIDIA-{self.gpu_model}"
+
+
+DEVICES: dict[str, Device] = {
+    d.name: d
+    for d in (
+        Device("g4dn.xlarge", vcpu=4, memory_gib=16, gpus=1, gpu_model="T4", gpu_memory_gb=16),
+        Device("g5.xlarge", vcpu=4, memory_gib=16, gpus=1, gpu_model="A10G", gpu_memory_gb=24),
+        Device("g5.2xlarge", vcpu=8, memory_gib=32, gpus=1, gpu_model="A10G", gpu_memory_gb=24),
+        Device("g6e.xlarge", vcpu=4, memory_gib=32, gpus=1, gpu_model="L40S", gpu_memory_gb=48),
+        Device("g4dn.12xlarge", vcpu=48, memory_gib=192, gpus=4, gpu_model="T4", gpu_memory_gb=16),
+        Device("g5.12xlarge", vcpu=48, memory_gib=192, gpus=4, gpu_model="A10G", gpu_memory_gb=24),
+        Device("g5.48xlarge", vcpu=192, memory_gib=768, gpus=8, gpu_model="A10G", gpu_memory_gb=24),
+        Device("g4dn.metal", vcpu=96, memory_gib=384, gpus=8, gpu_model="T4", gpu_memory_gb=16),
+    )
+}
+"""All eight device types of SPEC.md §4, in the order SPEC.md lists them."""
+
+DEVICE_TYPES: tuple[str, ...] = tuple(DEVICES)

@@ -1,0 +1,99 @@
+"""Pure builders for the fake GPU node pools of the local control plane.
+
+Every node is labelled like an EKS GPU node (``node.kubernetes.io/instance-type``, NVIDIA's GPU
+feature-discovery labels), carries the device catalog's vCPU, memory and ``nvidia.com/gpu``
+capacity, and the usual ``nvidia.com/gpu=present:NoSchedule`` taint. kwok manages them (annotation
+``kwok.x-k8s.io/node=fake``), so the real kube-scheduler places pods on them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from dockyard_api.devices import (
+    DEVICE_TYPES,
+    DEVICES,
+    GPU_RESOURCE,
+    GPU_TAINT_EFFECT,
+    GPU_TAINT_KEY,
+    GPU_TAINT_VALUE,
+    INSTANCE_TYPE_LABEL,
+)
+
+POOL_LABEL = "dockyard.dev/node-pool"
+"""Marks the nodes this package created, so that re-sizing a pool can find and remove extras."""
+
+PODS_PER_NODE = 110
+
+
+def node_name(device_type: str, index: int) -> str:
+    """``gpu-g5-12xlarge-0``: a DNS-1123 name derived from the device type."""
+    return f"gpu-{device_type.replace('.', '-')}-{index}"
+
+
+def gpu_node(device_type: str, index: int) -> dict[str, Any]:
+    """One fake GPU node of ``device_type`` (a key of the device catalog)."""
+    device = DEVICES[device_type]
+    name = node_name(device_type, index)
+    resources = {
+        "cpu": str(device.vcpu),
+        "memory": f"{device.memory_gib}Gi",
+        "pods": str(PODS_PER_NODE),
+        GPU_RESOURCE: str(device.gpus),
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            "labels": {
+                "type": "kwok",
+                POOL_LABEL: device_type,
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                INSTANCE_TYPE_LABEL: device_type,
+                "nvidia.com/gpu.present": "true",
+                "nvidia.com/gpu.product": device.gpu_product_label,
+                "nvidia.com/gpu.count": str(device.gpus),
+                "nvidia.com/gpu.memory": str(device.gpu_memory_gb * 1024),
+            },
+        },
+        "spec": {
+            "taints": [{"key": GPU_TAINT_KEY, "value": GPU_TAINT_VALUE, "effect": GPU_TAINT_EFFECT}],
+        },
+        "status": {"allocatable": dict(resources), "capacity": dict(resources)},
+    }
+
+
+def parse_pools(text: str, default_size: int) -> dict[str, int]:
+    """Pool sizes from ``"g5.xlarge=4,g5.48xlarge=1"``; unnamed device types get ``default_size``.
+
+    Raises ``ValueError`` naming the bad entry (unknown device type, non-integer or negative size).
+    """
+    if default_size < 0:
+        raise ValueError(f"default pool size must be >= 0, got {default_size}")
+    pools = dict.fromkeys(DEVICE_TYPES, default_size)
+    for raw in filter(None, (part.strip() for part in text.split(","))):
+        device_type, sep, size_text = raw.partition("=")
+        device_type = device_type.strip()
+        if not sep or device_type not in DEVICES:
+            raise ValueError(
+                f"bad pool entry {raw!r}: expected <deviceType>=<count> with deviceType one of "
+                f"{', '.join(DEVICE_TYPES)}"
+            )
+        try:
+            size = int(size_text)
+        except ValueError:
+            raise ValueError(f"bad pool entry {raw!r}: count must be an integer") from None
+        if size < 0:
+            raise ValueError(f"bad pool entry {raw!r}: count must be >= 0")
+        pools[device_type] = size
+    return pools
+
+
+def pool_nodes(pools: Mapping[str, int]) -> list[dict[str, Any]]:
+    """All nodes of all pools, in catalog order."""
+    return [gpu_node(t, i) for t in DEVICE_TYPES for i in range(pools.get(t, 0))]

@@ -1,0 +1,1 @@
+"""The Dockyard operator: kopf handlers that reconcile Dockyard's custom resources."""

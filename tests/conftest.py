@@ -1,0 +1,1 @@
+"""Shared fixtures. e2e fixtures (cluster, namespaces) live in ``tests/e2e/conftest.py``."""

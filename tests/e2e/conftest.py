@@ -1,0 +1,54 @@
+"""Fixtures for tests against a real Kubernetes API server (marker ``k8s``)."""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from kubernetes import client, config
+
+from tests.support.cluster import E2ECluster, e2e_cluster
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/e2e/" in item.nodeid:
+            item.add_marker(pytest.mark.k8s)
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[E2ECluster]:
+    """The cluster of DOCKYARD_E2E_CLUSTER (default: the local control plane, started on demand)."""
+    with e2e_cluster() as target:
+        previous = os.environ.get("KUBECONFIG")
+        os.environ["KUBECONFIG"] = str(target.kubeconfig)  # for kopf and kubectl in this process
+        try:
+            yield target
+        finally:
+            if previous is None:
+                os.environ.pop("KUBECONFIG", None)
+            else:
+                os.environ["KUBECONFIG"] = previous
+
+
+@pytest.fixture(scope="session")
+def api(cluster: E2ECluster) -> Iterator[client.ApiClient]:
+    api_client = config.new_client_from_config(config_file=str(cluster.kubeconfig))
+    yield api_client
+    api_client.close()
+
+
+@pytest.fixture
+def namespace(api: client.ApiClient, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace per test, deleted afterwards (owner-referenced children go with it)."""
+    base = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
+    name = f"t-{base}-{uuid.uuid4().hex[:6]}"
+    core = client.CoreV1Api(api)
+    core.create_namespace(
+        client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels={"dockyard.dev/e2e": "true"}))
+    )
+    yield name
+    core.delete_namespace(name, propagation_policy="Background")

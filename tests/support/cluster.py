@@ -1,0 +1,84 @@
+"""Which Kubernetes cluster the e2e suite runs against.
+
+``DOCKYARD_E2E_CLUSTER``:
+  ``local`` (default)  the local control plane (kwokctl, binary runtime), started if not running and
+                       deleted again at the end of the session if this session started it;
+  ``kind``             a kind cluster ``dockyard-e2e`` with in-cluster kwok (needs Docker and kind;
+                       not exercised in Dockyard's CI);
+  ``existing``         the cluster ``KUBECONFIG`` names, used as it is (it must run kwok with
+                       Dockyard's stages and GPU node pools, or have real GPU nodes).
+
+An explicit choice is required to use ``KUBECONFIG``: a shell that happens to point at a
+production cluster never receives test objects by accident.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from dockyard_localcluster.cluster import LocalCluster, Provisioner
+from dockyard_localcluster.nodes import parse_pools
+
+KIND_NAME = "dockyard-e2e"
+KWOK_RELEASE = "https://github.com/kubernetes-sigs/kwok/releases/download/v0.8.0"
+
+
+@dataclass(frozen=True)
+class E2ECluster:
+    kubeconfig: Path
+    kind: str
+    kubectl: str
+
+
+@contextmanager
+def e2e_cluster() -> Iterator[E2ECluster]:
+    mode = os.environ.get("DOCKYARD_E2E_CLUSTER", "local")
+    if mode == "existing":
+        path = os.environ.get("KUBECONFIG")
+        if not path:
+            raise RuntimeError("DOCKYARD_E2E_CLUSTER=existing needs KUBECONFIG")
+        yield E2ECluster(Path(path), mode, shutil.which("kubectl") or "kubectl")
+    elif mode == "kind":
+        yield from _kind()
+    elif mode == "local":
+        cluster = LocalCluster()
+        started_here = not cluster.is_ready()
+        cluster.up()
+        try:
+            yield E2ECluster(cluster.settings.kubeconfig, mode, str(cluster.bin_dir / "kubectl"))
+        finally:
+            if started_here and not os.environ.get("DOCKYARD_KEEP_CLUSTER"):
+                cluster.down()
+    else:
+        raise RuntimeError(f"DOCKYARD_E2E_CLUSTER must be local, kind or existing, not {mode!r}")
+
+
+def _kind() -> Iterator[E2ECluster]:
+    """kind + in-cluster kwok + Dockyard's stages and GPU node pools (needs Docker; not in our CI)."""
+    tools = LocalCluster()  # the pinned kubectl and kwok's stock stage files
+    settings = tools.settings
+    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    kubeconfig = settings.state_dir / "kind-kubeconfig"
+    clusters = subprocess.run(["kind", "get", "clusters"], capture_output=True, text=True, check=True).stdout
+    if KIND_NAME not in clusters.split():
+        subprocess.run(
+            ["kind", "create", "cluster", "--name", KIND_NAME, "--kubeconfig", str(kubeconfig), "--wait", "120s"],
+            check=True,
+        )
+    else:
+        subprocess.run(
+            ["kind", "export", "kubeconfig", "--name", KIND_NAME, "--kubeconfig", str(kubeconfig)], check=True
+        )
+    provisioner = Provisioner(tools, kubeconfig)
+    # kwok's release manifest: the Stage CRDs and the kwok controller, which manages only the nodes
+    # annotated kwok.x-k8s.io/node=fake (ours), so kind's own node keeps running real pods.
+    provisioner.kubectl("apply", "-f", f"{KWOK_RELEASE}/kwok.yaml")
+    provisioner.apply_stages(tools.stage_dir)
+    provisioner.ensure_nodes(parse_pools(settings.node_pools, settings.nodes_per_type), settings.wait_seconds)
+    yield E2ECluster(kubeconfig, "kind", str(tools.bin_dir / "kubectl"))

@@ -1,0 +1,85 @@
+"""Run Dockyard's two processes inside the test process: the operator and the facade."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import httpx
+import uvicorn
+from kopf.testing import KopfRunner
+
+from dockyard_api.app import create_app
+from dockyard_api.settings import ApiSettings
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def wait_http_ok(url: str, timeout: float = 30.0) -> httpx.Response:
+    deadline = time.monotonic() + timeout
+    last: Exception | httpx.Response | None = None
+    while time.monotonic() < deadline:
+        try:
+            resp = httpx.get(url, timeout=2.0)
+            if resp.status_code == 200:
+                return resp
+            last = resp
+        except httpx.HTTPError as exc:
+            last = exc
+        time.sleep(0.2)
+    raise AssertionError(f"{url} did not answer 200 within {timeout}s (last: {last!r})")
+
+
+@dataclass
+class RunningOperator:
+    runner: KopfRunner
+    health_url: str
+
+
+@contextmanager
+def run_operator(namespaces: Sequence[str] = ()) -> Iterator[RunningOperator]:
+    """The operator in-process with ``kopf.testing.KopfRunner`` (standalone, no peering)."""
+    port = free_port()
+    os.environ["DOCKYARD_OPERATOR_HEALTH_PORT"] = str(port)
+    args = ["run", "--standalone", "--verbose"]
+    args += [f"--namespace={ns}" for ns in namespaces] or ["--all-namespaces"]
+    args += ["-m", "dockyard_operator.handlers"]
+    with KopfRunner(args, timeout=60) as runner:
+        wait_http_ok(f"http://127.0.0.1:{port}/readyz")
+        yield RunningOperator(runner, f"http://127.0.0.1:{port}")
+    assert runner.exception is None, runner.exception
+    assert runner.exit_code == 0, runner.output
+
+
+@dataclass
+class RunningFacade:
+    url: str
+    client: httpx.Client
+
+
+@contextmanager
+def run_facade(settings: ApiSettings | None = None) -> Iterator[RunningFacade]:
+    """The facade in a uvicorn server on a free loopback port, in a thread."""
+    port = free_port()
+    settings = (settings or ApiSettings()).model_copy(update={"host": "127.0.0.1", "port": port})
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, name="facade", daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_http_ok(f"{url}/healthz")
+        with httpx.Client(base_url=url, timeout=30.0) as client:
+            yield RunningFacade(url, client)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=15)
