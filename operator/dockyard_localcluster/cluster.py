@@ -254,4 +254,17 @@ class Provisioner:
         if missing:
             log(f"created {len(missing)} fake GPU nodes; {len(wanted)} in {sum(1 for v in pools.values() if v)} pools")
         if wanted:
-            self.kubectl("wait", "--for=condition=Ready", "node", "-l", POOL_LABEL, f"--timeout={wait_seconds}s")
+            self.wait_nodes_ready(len(wanted), wait_seconds)
+
+    def wait_nodes_ready(self, count: int, wait_seconds: int) -> None:
+        """One list per poll (``kubectl wait`` watches 1,000 nodes one after another)."""
+        deadline = time.monotonic() + wait_seconds
+        template = '{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\\n"}{end}'
+        while True:
+            out = self.kubectl("get", "nodes", "-l", POOL_LABEL, "-o", f"jsonpath={template}")
+            ready = out.split().count("True")
+            if ready >= count:
+                return
+            if time.monotonic() > deadline:
+                raise ClusterError(f"only {ready} of {count} GPU nodes became Ready within {wait_seconds}s")
+            time.sleep(0.5)
