@@ -207,7 +207,7 @@ class LocalCluster:
 
     def ensure_nodes(self) -> None:
         pools = parse_pools(self.settings.node_pools, self.settings.nodes_per_type)
-        self.provisioner().ensure_nodes(pools, self.settings.wait_seconds)
+        self.provisioner().ensure_nodes(pools, self.settings.cpu_nodes, self.settings.wait_seconds)
 
 
 class Provisioner:
@@ -238,8 +238,8 @@ class Provisioner:
         self.kubectl("wait", "--for=condition=Established", "crd/stages.kwok.x-k8s.io", "--timeout=60s")
         self.apply(all_stages(stage_dir))
 
-    def ensure_nodes(self, pools: Mapping[str, int], wait_seconds: int) -> None:
-        wanted = pool_nodes(pools)
+    def ensure_nodes(self, pools: Mapping[str, int], cpu_nodes: int, wait_seconds: int) -> None:
+        wanted = pool_nodes(pools, cpu_nodes)
         names = {n["metadata"]["name"] for n in wanted}
         existing = json.loads(self.kubectl("get", "nodes", "-l", POOL_LABEL, "-o", "json"))["items"]
         have = {n["metadata"]["name"] for n in existing}
@@ -252,7 +252,8 @@ class Provisioner:
             # Node creation accepts status (capacity/allocatable); kwok's node-initialize keeps it.
             self.kubectl("create", "-f", "-", input=yaml.safe_dump_all(missing[start : start + 250]))
         if missing:
-            log(f"created {len(missing)} fake GPU nodes; {len(wanted)} in {sum(1 for v in pools.values() if v)} pools")
+            gpu_pools = sum(1 for v in pools.values() if v)
+            log(f"created {len(missing)} fake nodes; {len(wanted)} in {gpu_pools} GPU pools + {cpu_nodes} CPU nodes")
         if wanted:
             self.wait_nodes_ready(len(wanted), wait_seconds)
 
@@ -266,5 +267,5 @@ class Provisioner:
             if ready >= count:
                 return
             if time.monotonic() > deadline:
-                raise ClusterError(f"only {ready} of {count} GPU nodes became Ready within {wait_seconds}s")
+                raise ClusterError(f"only {ready} of {count} nodes became Ready within {wait_seconds}s")
             time.sleep(0.5)

@@ -68,6 +68,34 @@ def gpu_node(device_type: str, index: int) -> dict[str, Any]:
     }
 
 
+CPU_INSTANCE_TYPE = "m6i.2xlarge"
+"""The general-purpose pool (8 vCPU, 32 GiB, no GPU, no taint) for Dockyard itself and tools."""
+
+
+def cpu_node(index: int) -> dict[str, Any]:
+    """One fake general-purpose node: where the operator, the facade and tools run."""
+    name = f"cpu-{CPU_INSTANCE_TYPE.replace('.', '-')}-{index}"
+    resources = {"cpu": "8", "memory": "32Gi", "pods": str(PODS_PER_NODE)}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            "labels": {
+                "type": "kwok",
+                POOL_LABEL: "cpu",
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                INSTANCE_TYPE_LABEL: CPU_INSTANCE_TYPE,
+            },
+        },
+        "spec": {},
+        "status": {"allocatable": dict(resources), "capacity": dict(resources)},
+    }
+
+
 def parse_pools(text: str, default_size: int) -> dict[str, int]:
     """Pool sizes from ``"g5.xlarge=4,g5.48xlarge=1"``; unnamed device types get ``default_size``.
 
@@ -94,6 +122,7 @@ def parse_pools(text: str, default_size: int) -> dict[str, int]:
     return pools
 
 
-def pool_nodes(pools: Mapping[str, int]) -> list[dict[str, Any]]:
-    """All nodes of all pools, in catalog order."""
-    return [gpu_node(t, i) for t in DEVICE_TYPES for i in range(pools.get(t, 0))]
+def pool_nodes(pools: Mapping[str, int], cpu_nodes: int = 0) -> list[dict[str, Any]]:
+    """All nodes of all GPU pools, in catalog order, then the general-purpose pool."""
+    gpu = [gpu_node(t, i) for t in DEVICE_TYPES for i in range(pools.get(t, 0))]
+    return gpu + [cpu_node(i) for i in range(cpu_nodes)]

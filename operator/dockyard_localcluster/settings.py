@@ -26,6 +26,7 @@ class LocalClusterSettings(BaseSettings):
     )
     apiserver_port: int = Field(default=0, ge=0, le=65535, description="0 lets kwokctl pick a free port")
     nodes_per_type: int = Field(default=2, ge=0, description="default size of each GPU node pool")
+    cpu_nodes: int = Field(default=2, ge=0, description="general-purpose (untainted, GPU-less) nodes")
     node_pools: str = Field(default="", description='per-type sizes, e.g. "g5.xlarge=4,g5.48xlarge=1"')
     wait_seconds: int = Field(default=180, ge=1, description="how long to wait for the cluster")
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from kubernetes import client, config
@@ -52,3 +54,18 @@ def namespace(api: client.ApiClient, request: pytest.FixtureRequest) -> Iterator
     )
     yield name
     core.delete_namespace(name, propagation_policy="Background")
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def crds(cluster: E2ECluster) -> None:
+    """Dockyard's generated CRDs, installed (server-side apply) and Established."""
+    kubectl = [cluster.kubectl, "--kubeconfig", str(cluster.kubeconfig)]
+    subprocess.run([*kubectl, "apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds")], check=True)
+    subprocess.run(
+        [*kubectl, "wait", "--for=condition=Established", "--timeout=60s", "-f", str(ROOT / "crds")],
+        check=True,
+        capture_output=True,
+    )

@@ -76,7 +76,7 @@ def test_binaries_report_their_real_version(cluster: E2ECluster) -> None:
 
 
 def test_node_pools_match_the_device_catalog(api: client.ApiClient) -> None:
-    nodes = client.CoreV1Api(api).list_node(label_selector=POOL_LABEL).items
+    nodes = client.CoreV1Api(api).list_node(label_selector=f"{POOL_LABEL},nvidia.com/gpu.present=true").items
     seen = {n.metadata.labels[INSTANCE_TYPE_LABEL] for n in nodes}
     assert seen == set(DEVICE_TYPES)
     for node in nodes:
@@ -85,6 +85,15 @@ def test_node_pools_match_the_device_catalog(api: client.ApiClient) -> None:
         assert node.status.allocatable["cpu"] == str(device.vcpu)
         assert node.status.allocatable["memory"] == f"{device.memory_gib}Gi"
         assert [(t.key, t.value, t.effect) for t in node.spec.taints] == [("nvidia.com/gpu", "present", "NoSchedule")]
+        assert condition(node, "Ready") == "True"
+
+
+def test_general_purpose_pool_has_no_gpus_and_no_taint(api: client.ApiClient) -> None:
+    nodes = client.CoreV1Api(api).list_node(label_selector=f"{POOL_LABEL}=cpu").items
+    assert nodes
+    for node in nodes:
+        assert GPU_RESOURCE not in node.status.capacity
+        assert not node.spec.taints
         assert condition(node, "Ready") == "True"
 
 

@@ -80,5 +80,6 @@ def _kind() -> Iterator[E2ECluster]:
     # annotated kwok.x-k8s.io/node=fake (ours), so kind's own node keeps running real pods.
     provisioner.kubectl("apply", "-f", f"{KWOK_RELEASE}/kwok.yaml")
     provisioner.apply_stages(tools.stage_dir)
-    provisioner.ensure_nodes(parse_pools(settings.node_pools, settings.nodes_per_type), settings.wait_seconds)
+    pools = parse_pools(settings.node_pools, settings.nodes_per_type)
+    provisioner.ensure_nodes(pools, settings.cpu_nodes, settings.wait_seconds)
     yield E2ECluster(kubeconfig, "kind", str(tools.bin_dir / "kubectl"))

@@ -1,0 +1,175 @@
+"""App (an application's mutable draft) and AppVersion (an immutable, deployable snapshot of it)."""
+
+from __future__ import annotations
+
+from typing import Annotated, ClassVar, Literal
+
+from pydantic import Field
+
+from dockyard_api.resources.base import DockyardModel, ListMap, ListSet, name_check
+from dockyard_api.resources.cel import Rule
+from dockyard_api.resources.crdinfo import AGE, CrdInfo, PrinterColumn
+from dockyard_api.resources.v1alpha1.common import (
+    Description,
+    DisplayName,
+    DnsLabel,
+    HttpUrl,
+    ObjectName,
+    Resource,
+    SemVer,
+    StatusBase,
+)
+from dockyard_api.resources.v1alpha1.tool import McpTransport
+
+
+class Agent(DockyardModel):
+    """One AI agent of the app."""
+
+    name: DnsLabel
+    """The agent's name, unique in the app."""
+    version: Annotated[str, Field(min_length=1, max_length=64)]
+    """The agent version included (SPEC: precise agent versions are selected per app version)."""
+    instructions: Annotated[str, Field(max_length=32768)] = ""
+    """System instructions of the agent."""
+    model: ObjectName | None = None
+    """Name of the ModelDeployment (in this namespace) the agent calls."""
+    tools: Annotated[list[DnsLabel], Field(max_length=32), ListSet()] = Field(default_factory=list)
+    """Names of the tools the agent may call; toolVersions pins the version of each."""
+
+
+class ToolVersionRef(DockyardModel):
+    """One tool and the version of it the app uses: the Tool named <name>-<version>."""
+
+    name: DnsLabel
+    """The tool's name (Tool spec.name)."""
+    version: SemVer
+    """The tool version (Tool spec.version)."""
+
+
+class McpServer(DockyardModel):
+    """An MCP server the app's agents connect to."""
+
+    name: DnsLabel
+    """The server's name, unique in the app."""
+    url: HttpUrl
+    """URL of the server's MCP endpoint."""
+    transport: McpTransport = "streamable-http"
+    """MCP transport the server speaks."""
+    headers: Annotated[dict[str, Annotated[str, Field(max_length=4096)]], Field(max_length=32)] = Field(
+        default_factory=dict
+    )
+    """Extra HTTP headers sent to the server. Not for credentials: use headersSecretRef."""
+    headers_secret_ref: ObjectName | None = None
+    """Name of a Secret (in this namespace) whose keys and values are sent as extra HTTP headers."""
+
+
+class AppContent(DockyardModel):
+    """What an app is made of: agents, pinned tool versions and MCP servers."""
+
+    description: Description = ""
+    """What the app does."""
+    agents: Annotated[list[Agent], Field(max_length=32), ListMap("name")] = Field(default_factory=list)
+    """The app's agents."""
+    tool_versions: Annotated[list[ToolVersionRef], Field(max_length=64), ListMap("name")] = Field(default_factory=list)
+    """The version of each tool the agents use (one version per tool)."""
+    mcp_servers: Annotated[list[McpServer], Field(max_length=32), ListMap("name")] = Field(default_factory=list)
+    """MCP server configurations."""
+
+
+class AppSpec(AppContent):
+    """The app's draft: freely editable; restoring a version overwrites it whole (SPEC "Restore")."""
+
+    display_name: DisplayName | None = None
+    """Human-readable name of the app."""
+
+
+def _tools_pinned(spec: AppVersionSpec) -> bool:
+    pinned = {t.name for t in spec.tool_versions}
+    return all(tool in pinned for agent in spec.agents for tool in agent.tools)
+
+
+class AppVersionSpec(AppContent):
+    """A versioned, immutable snapshot of an App: what is deployed to environments.
+
+    Creating one validates it (every tool an agent uses has a pinned version). Rules that need other
+    objects are admission webhooks, not schema rules: the pinned Tools and the agents' models must
+    exist; a version deployed to an environment can be neither changed nor deleted.
+    """
+
+    cel_rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            "!has(self.agents) || self.agents.all(a, !has(a.tools) || a.tools.all(t,"
+            " has(self.toolVersions) && self.toolVersions.exists(v, v.name == t)))",
+            "every tool an agent uses must have a version in toolVersions",
+            check=_tools_pinned,
+            field_path=".toolVersions",
+        ),
+        Rule("self == oldSelf", "an AppVersion is immutable: create a new version instead"),
+    )
+
+    app_ref: ObjectName
+    """Name of the App (in this namespace) this is a version of."""
+    version: SemVer
+    """Version number, MAJOR.MINOR.PATCH."""
+    display_name: DisplayName
+    """Name entered at creation (SPEC's "name")."""
+
+
+class AppVersionStatus(StatusBase):
+    """Observed state of an AppVersion."""
+
+    deployed_in: Annotated[list[str], ListSet()] = Field(default_factory=list)
+    """Environments where this version is Active (a deployed version cannot be deleted)."""
+
+
+class App(Resource):
+    """An application: its mutable draft of agents, tool versions and MCP servers.
+
+    The draft environment serves the draft; AppVersions are immutable snapshots of it.
+    """
+
+    crd: ClassVar[CrdInfo] = CrdInfo(
+        plural="apps",
+        short_names=("app",),
+        printer_columns=(PrinterColumn("Display Name", ".spec.displayName", description="Name of the app"), AGE),
+    )
+
+    kind: Literal["App"] = "App"
+    spec: AppSpec = Field(default_factory=AppSpec)
+    status: StatusBase = Field(default_factory=StatusBase)
+
+
+class AppVersion(Resource):
+    """An immutable snapshot of an App (version MAJOR.MINOR.PATCH) that can be deployed to environments.
+
+    The object's name must be <spec.appRef>-<spec.version> (e.g. support-bot-1.2.0), so the API server
+    itself keeps version numbers unique per app.
+    """
+
+    crd: ClassVar[CrdInfo] = CrdInfo(
+        plural="appversions",
+        short_names=("appv",),
+        printer_columns=(
+            PrinterColumn("App", ".spec.appRef", description="The App"),
+            PrinterColumn("Version", ".spec.version", description="Version number"),
+            PrinterColumn("Display Name", ".spec.displayName", description="Name entered at creation"),
+            AGE,
+        ),
+        selectable_fields=(".spec.appRef", ".spec.version"),
+    )
+    cel_rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            "self.metadata.name == self.spec.appRef + '-' + self.spec.version",
+            "metadata.name must be <spec.appRef>-<spec.version>, e.g. support-bot-1.2.0",
+            check=name_check(lambda v: (v.spec.app_ref, v.spec.version)),
+        ),
+    )
+
+    kind: Literal["AppVersion"] = "AppVersion"
+    spec: AppVersionSpec
+    status: AppVersionStatus = Field(default_factory=AppVersionStatus)
+
+    @staticmethod
+    def object_name(app: str, version: str) -> str:
+        """The object name of version ``version`` of App ``app``."""
+        return f"{app}-{version}"
