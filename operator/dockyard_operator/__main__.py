@@ -8,10 +8,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 
 import kopf
 
 import dockyard_operator.handlers  # noqa: F401  (registers the handlers)
+
+
+def _quiet_timers(record: logging.LogRecord) -> bool:
+    message = record.getMessage()
+    return not (message.startswith("Timer ") and message.endswith(" succeeded."))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -19,11 +25,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("-n", "--namespace", action="append", default=[], help="watch only these")
     parser.add_argument("--standalone", action="store_true", help="no peering (one local instance)")
     parser.add_argument("--peering", default="dockyard", help="kopf peering name (default: dockyard)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log every handler run")
+    parser.add_argument("--log-format", choices=[f.name.lower() for f in kopf.LogFormat], default="plain")
     args = parser.parse_args(argv)
+    kopf.configure(verbose=args.verbose, log_format=kopf.LogFormat[args.log_format.upper()])
+    if not args.verbose:  # the observation timers tick every second per object: keep the log readable
+        logging.getLogger("kopf.objects").addFilter(_quiet_timers)
     asyncio.run(
         kopf.operator(
             standalone=args.standalone,
-            peering_name=args.peering,
+            # naming a peering makes it mandatory: the chart installs kopf's peering CRD
+            peering_name=None if args.standalone else args.peering,
             clusterwide=not args.namespace,
             namespaces=args.namespace,
         )

@@ -1,25 +1,46 @@
-"""kopf handlers of the Dockyard operator. Handlers stay thin: they call pure builders."""
+"""kopf handlers of the Dockyard operator. Handlers stay thin: reconcile.py and the pure builders do
+the work. Indexes keep in-memory views of what the reconcilers read (rebuilt from the API by kopf
+on every start), so observing 1,000 rollouts costs no API reads."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import kopf
 
+from dockyard_api.devices import GPU_RESOURCE, INSTANCE_TYPE_LABEL
 from dockyard_api.kube import api_client
+from dockyard_api.resources import GROUP
+from dockyard_api.resources.v1alpha1 import VERSION
 from dockyard_operator import health
+from dockyard_operator.assess import parse_quantity
+from dockyard_operator.builders import COMPONENT_LABEL, MANAGED_BY
+from dockyard_operator.kube import Conflict
+from dockyard_operator.reconcile import Context, Views, reconcile_model_deployment, reconcile_tool_deployment
+from dockyard_operator.runtimes import load_catalog
 from dockyard_operator.settings import OperatorSettings
+
+SETTINGS = OperatorSettings()  # intervals are fixed when the handlers are registered
+MANAGED: dict[str, Any] = {
+    "app.kubernetes.io/managed-by": MANAGED_BY,
+    COMPONENT_LABEL: kopf.PRESENT,
+}
 
 
 @kopf.on.startup()
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     config = OperatorSettings()
-    settings.posting.level = 20  # INFO and above become Kubernetes Events on the objects
+    settings.posting.level = logging.INFO  # INFO and above also become Kubernetes Events
     settings.persistence.finalizer = "dockyard.dev/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="dockyard.dev")
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix="dockyard.dev")
-    memo.config = config
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix="dockyard.dev", key="last-handled-configuration"
+    )
+    settings.watching.server_timeout = 300
+    settings.batching.worker_limit = 64
     memo.api = api_client(config.kubeconfig)
+    memo.ctx = Context(settings=config, api=memo.api, catalog=load_catalog(config.runtime_catalog))
     memo.health = health.HealthState(api=memo.api)
     await health.start(memo.health, config.health_host, config.health_port)
     memo.health.started.set()
@@ -31,3 +52,122 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
         await health.stop(memo.health)
     if "api" in memo:
         memo.api.close()
+
+
+# --- indexes ----------------------------------------------------------------------------------------
+
+
+def _slim(body: kopf.Body, status_keys: tuple[str, ...]) -> dict[str, Any]:
+    meta = body["metadata"]
+    return {
+        "metadata": {k: meta.get(k) for k in ("name", "generation", "annotations", "deletionTimestamp")},
+        "spec": {k: body["spec"].get(k) for k in ("nodeName", "replicas") if k in body["spec"]},
+        "status": {k: body.get("status", {}).get(k) for k in status_keys if k in body.get("status", {})},
+    }
+
+
+DEPLOYMENT_STATUS = ("observedGeneration", "replicas", "updatedReplicas", "readyReplicas", "availableReplicas",
+                     "conditions")  # fmt: skip
+POD_STATUS = ("phase", "conditions", "containerStatuses", "podIP")
+
+
+def _key(namespace: str | None, labels: kopf.Labels) -> tuple[str, str, str]:
+    return (namespace or "", labels[COMPONENT_LABEL], labels.get("app.kubernetes.io/instance", ""))
+
+
+@kopf.index("apps", "v1", "deployments", labels=MANAGED)
+def workload_deployments(namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any) -> Any:
+    return {_key(namespace, labels): _slim(body, DEPLOYMENT_STATUS)}
+
+
+@kopf.index("", "v1", "pods", labels=MANAGED)
+def workload_pods(namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any) -> Any:
+    return {_key(namespace, labels): _slim(body, POD_STATUS)}
+
+
+@kopf.index("", "v1", "nodes", labels={INSTANCE_TYPE_LABEL: kopf.PRESENT})
+def node_capacity(labels: kopf.Labels, status: kopf.Status, **_: Any) -> Any:
+    """Per instance type: each node's allocatable resources, in base units."""
+    allocatable = status.get("allocatable") or {}
+    wanted = ("cpu", "memory", GPU_RESOURCE)
+    return {labels[INSTANCE_TYPE_LABEL]: {r: parse_quantity(allocatable[r]) for r in wanted if r in allocatable}}
+
+
+def _custom_object(namespace: str | None, name: str, body: kopf.Body) -> dict[str, Any]:
+    return {
+        "apiVersion": body["apiVersion"],
+        "kind": body["kind"],
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": dict(body["spec"]),
+        "status": dict(body.get("status") or {}),
+    }
+
+
+@kopf.index(GROUP, VERSION, "models")
+def models(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> Any:
+    return {(namespace or "", name): _custom_object(namespace, name, body)}
+
+
+@kopf.index(GROUP, VERSION, "tools")
+def tools(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> Any:
+    return {(namespace or "", name): _custom_object(namespace, name, body)}
+
+
+def _views(kw: dict[str, Any]) -> Views:
+    return Views(
+        deployments=kw["workload_deployments"],
+        pods=kw["workload_pods"],
+        nodes=kw["node_capacity"],
+        models=kw["models"],
+        tools=kw["tools"],
+    )
+
+
+# --- Models: a hub model is ReadyToDeploy at once -----------------------------------------------------
+
+
+@kopf.on.resume(GROUP, VERSION, "models")
+@kopf.on.create(GROUP, VERSION, "models")
+def model_source(spec: kopf.Spec, status: kopf.Status, patch: kopf.Patch, **_: Any) -> None:
+    """A public hub model needs no import: the serving pods download it. Uploads are finished by the
+    import job (the facade)."""
+    if spec.get("source", {}).get("hub") and status.get("phase") != "ReadyToDeploy":
+        patch.status["phase"] = "ReadyToDeploy"
+
+
+# --- ModelDeployments and ToolDeployments ------------------------------------------------------------
+
+
+async def _run(kind_reconcile: Any, memo: kopf.Memo, body: kopf.Body, kw: dict[str, Any], react: bool) -> None:
+    ctx: Context = memo.ctx
+    async with ctx.lock(body["metadata"]["uid"]):
+        try:
+            await kind_reconcile(ctx, body, _views(kw))
+        except Conflict as exc:
+            if react:
+                raise kopf.TemporaryError(str(exc), delay=1) from exc
+            # a timer tick: the next one reads the newer object
+
+
+@kopf.on.resume(GROUP, VERSION, "modeldeployments")
+@kopf.on.create(GROUP, VERSION, "modeldeployments")
+@kopf.on.update(GROUP, VERSION, "modeldeployments")
+async def model_deployment_changed(memo: kopf.Memo, body: kopf.Body, **kw: Any) -> None:
+    await _run(reconcile_model_deployment, memo, body, kw, react=True)
+
+
+@kopf.timer(GROUP, VERSION, "modeldeployments", interval=SETTINGS.observe_interval_seconds, idle=0)
+async def model_deployment_observed(memo: kopf.Memo, body: kopf.Body, **kw: Any) -> None:
+    await _run(reconcile_model_deployment, memo, body, kw, react=False)
+
+
+@kopf.on.resume(GROUP, VERSION, "tooldeployments")
+@kopf.on.create(GROUP, VERSION, "tooldeployments")
+@kopf.on.update(GROUP, VERSION, "tooldeployments")
+async def tool_deployment_changed(memo: kopf.Memo, body: kopf.Body, **kw: Any) -> None:
+    await _run(reconcile_tool_deployment, memo, body, kw, react=True)
+
+
+@kopf.timer(GROUP, VERSION, "tooldeployments", interval=SETTINGS.observe_interval_seconds, idle=0)
+async def tool_deployment_observed(memo: kopf.Memo, body: kopf.Body, **kw: Any) -> None:
+    await _run(reconcile_tool_deployment, memo, body, kw, react=False)

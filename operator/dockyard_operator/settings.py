@@ -12,3 +12,13 @@ class OperatorSettings(BaseSettings):
     health_host: str = Field(default="127.0.0.1", description="address of /healthz and /readyz")
     health_port: int = Field(default=8081, ge=0, le=65535, description="port of /healthz and /readyz")
     kubeconfig: str | None = Field(default=None, description="unset: KUBECONFIG, then in-cluster")
+    runtime_catalog: str | None = Field(default=None, description="YAML file of the runtime catalog")
+    model_store_claim: str = Field(default="dockyard-model-store", description="PVC of the model store")
+    progress_deadline_seconds: int = Field(default=900, ge=10, description="Deployment progressDeadlineSeconds")
+    unschedulable_deadline_seconds: float = Field(
+        default=300, gt=0, description="how long a replica may stay unschedulable before the job FAILS"
+    )
+    observe_interval_seconds: float = Field(default=1.0, gt=0, description="how often a workload is assessed")
+    autoscale_interval_seconds: float = Field(default=0.25, gt=0, description="autoscaler tick")
+    metrics_timeout_seconds: float = Field(default=0.5, gt=0, description="engine /metrics scrape timeout")
+    endpoint_timeout_seconds: float = Field(default=3.0, gt=0, description="external tool reachability check")

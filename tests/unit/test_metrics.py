@@ -157,7 +157,10 @@ def test_reads_every_valid_sample_form(line: str, value: float) -> None:
 
 
 def test_accepts_crlf_line_endings_and_openmetrics_eof() -> None:
-    text = "# TYPE vllm:num_requests_running gauge\r\nvllm:num_requests_running 2\r\nvllm:num_requests_waiting 1\r\n# EOF\r\n"
+    text = (
+        "# TYPE vllm:num_requests_running gauge\r\n"
+        "vllm:num_requests_running 2\r\nvllm:num_requests_waiting 1\r\n# EOF\r\n"
+    )
     assert parse_load(text) == LoadSample(running=2.0, waiting=1.0)
 
 
@@ -184,7 +187,7 @@ def test_default_names_are_the_vllm_gauges() -> None:
     ],
 )
 def test_invalid_metric_names_are_refused(running: tuple[str, ...], waiting: tuple[str, ...]) -> None:
-    with pytest.raises(ValueError, match="running|waiting"):
+    with pytest.raises(ValueError, match=r"running|waiting"):
         LoadMetricNames(running=running, waiting=waiting)
 
 

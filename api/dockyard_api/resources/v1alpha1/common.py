@@ -116,6 +116,9 @@ class DockJob(DockyardModel):
     """When the job reached SUCCESS or FAILED."""
     generation: Annotated[int, Field(ge=0)] | None = None
     """The metadata.generation of the object the job acts on."""
+    template_hash: Annotated[str, Field(max_length=64)] | None = None
+    """Hash of the workload (pod template and configuration) this job rolls out: a spec change that
+    alters it starts a new job, a change that does not (replicas, informational fields) does not."""
 
 
 class StatusBase(DockyardModel):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, StrictBool, StrictFloat, StrictInt
 
@@ -128,6 +128,9 @@ class ModelDeploymentStatus(WorkloadStatus):
 
     runtime: str | None = None
     """The serving runtime actually used (from optimizationType and the runtime catalog)."""
+    autoscaler: dict[str, Any] | None = None
+    """Dockyard's autoscaler state (the load change it is waiting on, and since when), kept here so an
+    operator restart loses nothing."""
 
 
 class ModelDeployment(Resource):

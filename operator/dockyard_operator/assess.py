@@ -1,0 +1,204 @@
+"""Pure assessment of a deployment job: IN_PROGRESS, SUCCESS or FAILED, with a reason and a message.
+
+Inputs are plain dicts as the API server returns them (Deployment, Pods) plus what the handler knows
+about the nodes of the requested device type. SUCCESS means the workload really serves: the
+Deployment has rolled out its current template and at least ``min_ready`` pods are Ready and
+available. FAILED is terminal for the job and always explained.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from dockyard_api.resources.v1alpha1 import FAILED, PROGRESSING, READY, Condition, DockJob
+
+IMAGE_PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
+CRASH_REASONS = frozenset({"CrashLoopBackOff", "RunContainerError", "CreateContainerError"})
+
+
+@dataclass(frozen=True)
+class Verdict:
+    status: str  # IN_PROGRESS | SUCCESS | FAILED
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class NodeFit:
+    """What the nodes of the requested device type can hold, from the node index."""
+
+    device_type: str
+    nodes: int
+    """Nodes of that type in the cluster (any state)."""
+    largest: Mapping[str, float]
+    """Per resource, the largest allocatable amount of any one such node."""
+
+
+def parse_quantity(value: str | int | float) -> float:
+    """A Kubernetes quantity (``500m``, ``16Gi``, ``4``) as a float in base units."""
+    text = str(value).strip()
+    suffixes = {
+        "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+        "n": 1e-9, "u": 1e-6, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
+    }  # fmt: skip
+    for suffix in sorted(suffixes, key=len, reverse=True):
+        if text.endswith(suffix):
+            return float(text[: -len(suffix)]) * suffixes[suffix]
+    return float(text)
+
+
+def never_fits(requests: Mapping[str, str], fit: NodeFit) -> str | None:
+    """Why no node of the device type can ever hold one pod (even empty), or None when one can.
+
+    With no node of the type at all the answer is None: a cluster autoscaler may still add one, so
+    the unschedulable deadline decides.
+    """
+    if fit.nodes == 0:
+        return None
+    short = [
+        f"{name} {value} (largest allocatable {fit.largest.get(name, 0):g})"
+        for name, value in requests.items()
+        if parse_quantity(value) > fit.largest.get(name, 0)
+    ]
+    if not short:
+        return None
+    return f"no {fit.device_type} node can ever hold a replica: it requests " + ", ".join(short)
+
+
+def _waiting(pods: Sequence[Mapping[str, Any]], reasons: frozenset[str]) -> tuple[str, str] | None:
+    for pod in pods:
+        for status in pod.get("status", {}).get("containerStatuses") or []:
+            waiting = (status.get("state") or {}).get("waiting") or {}
+            if waiting.get("reason") in reasons:
+                return waiting[
+                    "reason"
+                ], f"container {status.get('name')}: {waiting.get('message') or waiting['reason']}"
+    return None
+
+
+def _crash(pods: Sequence[Mapping[str, Any]]) -> str | None:
+    found = _waiting(pods, CRASH_REASONS)
+    if found is None:
+        return None
+    for pod in pods:
+        for status in pod.get("status", {}).get("containerStatuses") or []:
+            last = (status.get("lastState") or {}).get("terminated") or {}
+            if status.get("restartCount", 0) and last:
+                return (
+                    f"container {status.get('name')} keeps crashing: restarted {status['restartCount']} times, "
+                    f"last exit code {last.get('exitCode')} ({last.get('reason') or 'Error'})"
+                    + (f": {last['message']}" if last.get("message") else "")
+                )
+    return found[1]
+
+
+def _unschedulable(pods: Sequence[Mapping[str, Any]]) -> tuple[datetime | None, str] | None:
+    for pod in pods:
+        if pod.get("spec", {}).get("nodeName"):
+            continue
+        for cond in pod.get("status", {}).get("conditions") or []:
+            if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+                if cond.get("reason") != "Unschedulable":
+                    continue
+                since = cond.get("lastTransitionTime")
+                when = datetime.fromisoformat(since.replace("Z", "+00:00")) if since else None
+                return when, cond.get("message") or "the scheduler found no node for the pod"
+    return None
+
+
+def _deployment_condition(deployment: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
+    for cond in deployment.get("status", {}).get("conditions") or []:
+        if cond.get("type") == kind:
+            return dict(cond)
+    return {}
+
+
+def rolled_out(deployment: Mapping[str, Any] | None, min_ready: int) -> bool:
+    """The Deployment's current template is rolled out with at least ``min_ready`` ready, available pods."""
+    if deployment is None:
+        return False
+    status = deployment.get("status", {})
+    if status.get("observedGeneration", 0) < deployment.get("metadata", {}).get("generation", 0):
+        return False
+    counts = (status.get(k, 0) or 0 for k in ("updatedReplicas", "readyReplicas", "availableReplicas"))
+    available = _deployment_condition(deployment, "Available").get("status") == "True"
+    return available and all(c >= min_ready for c in counts)
+
+
+def assess(
+    job: DockJob,
+    deployment: Mapping[str, Any] | None,
+    pods: Sequence[Mapping[str, Any]],
+    *,
+    min_ready: int,
+    requests: Mapping[str, str],
+    fit: NodeFit,
+    now: datetime,
+    unschedulable_deadline_seconds: float,
+) -> Verdict:
+    """The job's status now. A terminal job keeps its verdict."""
+    if job.status != "IN_PROGRESS":
+        return Verdict(job.status, job.reason, job.message)
+    live = [p for p in pods if not p.get("metadata", {}).get("deletionTimestamp")]
+    if reason := never_fits(requests, fit):
+        return Verdict("FAILED", "NoFittingNode", reason)
+    if pulled := _waiting(live, IMAGE_PULL_REASONS):
+        return Verdict("FAILED", "ImagePullError", f"the image cannot be pulled ({pulled[0]}): {pulled[1]}")
+    if crash := _crash(live):
+        return Verdict("FAILED", "CrashLoop", crash)
+    progressing = _deployment_condition(deployment or {}, "Progressing")
+    if progressing.get("reason") == "ProgressDeadlineExceeded":
+        return Verdict("FAILED", "ProgressDeadlineExceeded", progressing.get("message") or "rollout stalled")
+    if rolled_out(deployment, min_ready):
+        ready = (deployment or {}).get("status", {}).get("readyReplicas", 0)
+        return Verdict("SUCCESS", "Available", f"{ready} replica(s) ready and serving")
+    if stuck := _unschedulable(live):
+        since, scheduler = stuck
+        start = max(filter(None, (since, job.start_time)), default=now)
+        waited = (now - start).total_seconds()
+        gpus = requests.get("nvidia.com/gpu", "0")
+        what = f"no {fit.device_type} node with {gpus} free GPUs" if fit.nodes else f"no {fit.device_type} node"
+        if waited >= unschedulable_deadline_seconds:
+            return Verdict("FAILED", "Unschedulable", f"{what} for {waited:.0f}s: {scheduler}")
+        return Verdict("IN_PROGRESS", "Unschedulable", f"waiting for {what} ({waited:.0f}s): {scheduler}")
+    status = (deployment or {}).get("status", {})
+    return Verdict(
+        "IN_PROGRESS",
+        "RollingOut",
+        f"{status.get('readyReplicas', 0) or 0} of {min_ready} required replica(s) ready",
+    )
+
+
+def conditions_for(
+    verdict: Verdict,
+    ready: bool,
+    ready_message: str,
+    generation: int,
+    now: datetime,
+    previous: Sequence[Condition],
+) -> list[Condition]:
+    """Ready, Progressing and Failed, keeping lastTransitionTime when a status did not change."""
+    before = {c.type: c for c in previous}
+
+    def cond(kind: str, status: bool, reason: str, message: str) -> Condition:
+        text = "True" if status else "False"
+        old = before.get(kind)
+        since = old.last_transition_time if old and old.status == text else now
+        return Condition(
+            type=kind,
+            status=text,
+            reason=reason,
+            message=message,
+            observed_generation=generation,
+            last_transition_time=since,
+        )
+
+    return [
+        cond(READY, ready, "Available" if ready else "NotReady", ready_message),
+        cond(PROGRESSING, verdict.status == "IN_PROGRESS", verdict.reason, verdict.message),
+        cond(FAILED, verdict.status == "FAILED", verdict.reason if verdict.status == "FAILED" else "NoFailure",
+             verdict.message if verdict.status == "FAILED" else ""),
+    ]  # fmt: skip

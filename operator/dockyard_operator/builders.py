@@ -1,0 +1,335 @@
+"""Pure builders: the Kubernetes objects that serve a ModelDeployment or a ToolDeployment.
+
+Nothing here talks to the API server; handlers resolve the inputs (the Model, the catalogs) and
+apply what these functions return with server-side apply. Every object carries the same labels, and
+the operator adopts them (controller owner reference), so deletion cleans up through the garbage
+collector.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from dockyard_api.devices import (
+    DEVICES,
+    GPU_RESOURCE,
+    GPU_TAINT_EFFECT,
+    GPU_TAINT_KEY,
+    INSTANCE_TYPE_LABEL,
+    Device,
+)
+from dockyard_api.resources.v1alpha1 import DOCK_STATUS_ID_LABEL, Model, ModelDeployment, Tool, ToolDeployment
+from dockyard_operator.runtimes import Runtime, engine_args, sampling_defaults
+
+MANAGED_BY = "dockyard"
+MODEL_DEPLOYMENT_LABEL = "dockyard.dev/model-deployment"
+TOOL_DEPLOYMENT_LABEL = "dockyard.dev/tool-deployment"
+COMPONENT_LABEL = "app.kubernetes.io/component"
+RESERVED_LABEL_PREFIXES = ("app.kubernetes.io/", "dockyard.dev/model-deployment", "dockyard.dev/tool-deployment")
+MODEL_STORE_MOUNT = "/models"
+TEMPLATE_HASH_ANNOTATION = "dockyard.dev/template-hash"
+"""On the Deployment and its pods: the hash of the pod template a job rolls out."""
+APPLIED_HASH_ANNOTATION = "dockyard.dev/applied-hash"
+"""On every child: the hash of all children as last applied (skip the apply when unchanged)."""
+
+
+class ModelNotDeployable(Exception):
+    """The referenced Model cannot be served (yet); ``reason`` is CamelCase, the message explains."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+def child_name(prefix: str, name: str) -> str:
+    """``<prefix>-<name>``, shortened with a hash so that it stays a DNS-1123 label (Service names)."""
+    full = f"{prefix}-{name}"
+    if len(full) <= 63:
+        return full
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return f"{full[:54].rstrip('-.')}-{digest}"
+
+
+def pod_resources(device: Device) -> dict[str, dict[str, str]]:
+    """All GPUs of the device, and CPU/memory that fit its node with headroom for the system reserve
+    (kubelet, daemonsets): 10% of the vCPUs (at least 500m) and 15% of the memory (at least 2 GiB)."""
+    cpu_m = device.vcpu * 1000 - max(500, device.vcpu * 100)
+    mem_mi = device.memory_gib * 1024 - max(2048, math.ceil(device.memory_gib * 1024 * 0.15))
+    requests = {"cpu": f"{cpu_m}m", "memory": f"{mem_mi}Mi", GPU_RESOURCE: str(device.gpus)}
+    limits = {"memory": f"{mem_mi}Mi", GPU_RESOURCE: str(device.gpus)}
+    return {"requests": requests, "limits": limits}
+
+
+def user_labels(labels: dict[str, str] | None) -> dict[str, str]:
+    """The resource's own labels that its pods inherit (cost allocation, policies, simulations)."""
+    return {
+        k: v
+        for k, v in (labels or {}).items()
+        if k != DOCK_STATUS_ID_LABEL and not k.startswith(RESERVED_LABEL_PREFIXES)
+    }
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """How the engine finds the weights: its ``--model`` argument, volumes, and an optional adapter."""
+
+    model_arg: str
+    extra_args: tuple[str, ...] = ()
+    volumes: tuple[dict[str, Any], ...] = ()
+    mounts: tuple[dict[str, Any], ...] = ()
+    adapter: tuple[str, str] | None = None
+
+
+def _weights(model: Model, mount_at: str) -> tuple[str, list[str], list[dict[str, Any]]]:
+    name = model.metadata.name or ""
+    source = model.spec.source
+    if source.hub is not None:
+        extra = [f"--revision={source.hub.revision}"] if source.hub.revision else []
+        return source.hub.id, extra, []
+    storage = model.status.storage
+    if storage is None:
+        raise ModelNotDeployable("ModelNotReady", f"Model {name} has no stored weights")
+    path = f"{mount_at}/{storage.path.strip('/')}"
+    mount = {"name": "model-store", "mountPath": path, "subPath": storage.path.strip("/"), "readOnly": True}
+    return path, [], [mount]
+
+
+def _ensure_ready(model: Model | None, name: str, role: str) -> Model:
+    if model is None:
+        raise ModelNotDeployable("ModelNotFound", f"{role} {name} does not exist in this namespace")
+    if model.status.phase != "ReadyToDeploy":
+        phase = model.status.phase or "not imported yet"
+        raise ModelNotDeployable(
+            "ModelNotReady", f"{role} {name} is {phase}; only a ReadyToDeploy model can be deployed"
+        )
+    return model
+
+
+def resolve_served_model(ref: str, model: Model | None, base: Model | None, claim: str) -> ServedModel:
+    """What to serve for Model ``ref``: its own weights, or for an adapter its base model with LoRA."""
+    model = _ensure_ready(model, ref, "Model")
+    volume = {"name": "model-store", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}
+    if not model.spec.is_adapter:
+        arg, extra, mounts = _weights(model, MODEL_STORE_MOUNT)
+        return ServedModel(arg, tuple(extra), (volume,) if mounts else (), tuple(mounts))
+    base_name = model.spec.base_model
+    if not base_name:
+        raise ModelNotDeployable("AdapterWithoutBase", f"adapter Model {ref} names no baseModel to serve it on")
+    base = _ensure_ready(base, base_name, "base Model")
+    if base.spec.is_adapter:
+        raise ModelNotDeployable("AdapterWithoutBase", f"base Model {base_name} is itself an adapter")
+    base_arg, extra, base_mounts = _weights(base, MODEL_STORE_MOUNT)
+    adapter_arg, _, adapter_mounts = _weights(model, "/adapters")
+    both = (*base_mounts, *adapter_mounts)
+    return ServedModel(base_arg, tuple(extra), (volume,) if both else (), both, adapter=(ref, adapter_arg))
+
+
+@dataclass(frozen=True)
+class ModelWorkload:
+    """Everything that serves one ModelDeployment."""
+
+    config_map: dict[str, Any]
+    deployment: dict[str, Any]
+    service: dict[str, Any]
+    template_hash: str
+
+    def objects(self) -> list[dict[str, Any]]:
+        return [self.config_map, self.deployment, self.service]
+
+
+def selector_labels(mdep_name: str) -> dict[str, str]:
+    return {MODEL_DEPLOYMENT_LABEL: mdep_name}
+
+
+def _common_labels(name: str, component: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": "dockyard-model" if component == "model-server" else "dockyard-tool",
+        "app.kubernetes.io/instance": name,
+        "app.kubernetes.io/managed-by": MANAGED_BY,
+        "app.kubernetes.io/part-of": "dockyard",
+        COMPONENT_LABEL: component,
+    }
+
+
+def hash_of(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
+
+
+def model_workload(
+    mdep: ModelDeployment,
+    served: ServedModel,
+    runtime_name: str,
+    runtime: Runtime,
+    *,
+    progress_deadline_seconds: int,
+) -> ModelWorkload:
+    name = mdep.metadata.name or ""
+    namespace = mdep.metadata.namespace
+    spec = mdep.spec
+    device = DEVICES[spec.device_type]
+    resource_name = child_name("model", name)
+    labels = {**_common_labels(name, "model-server"), **selector_labels(name)}
+    pod_labels = {**user_labels(mdep.metadata.labels), **labels, "dockyard.dev/runtime": runtime_name}
+    sampling = sampling_defaults(spec.hyper_parameters)
+    config_map = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": resource_name, "namespace": namespace, "labels": labels},
+        "data": {
+            "sampling.json": json.dumps(sampling, sort_keys=True, indent=2),
+            "served-model-name": spec.name,
+        },
+    }
+    args = [*engine_args(spec, runtime, device, served.model_arg, served.adapter), *served.extra_args]
+    container = {
+        "name": "engine",
+        "image": runtime.image,
+        "args": args,
+        "ports": [{"name": "http", "containerPort": runtime.port, "protocol": "TCP"}],
+        "env": [{"name": "HF_HOME", "value": "/cache/huggingface"}],
+        "resources": pod_resources(device),
+        "readinessProbe": {
+            "httpGet": {"path": runtime.health_path, "port": "http"},
+            "periodSeconds": 5,
+            "failureThreshold": 3,
+        },
+        "startupProbe": {
+            "httpGet": {"path": runtime.health_path, "port": "http"},
+            "periodSeconds": 10,
+            "failureThreshold": 90,  # large models take minutes to load
+        },
+        "livenessProbe": {"httpGet": {"path": runtime.health_path, "port": "http"}, "periodSeconds": 15},
+        "volumeMounts": [
+            {"name": "config", "mountPath": "/etc/dockyard", "readOnly": True},
+            {"name": "shm", "mountPath": "/dev/shm"},
+            {"name": "cache", "mountPath": "/cache"},
+            *served.mounts,
+        ],
+    }
+    template: dict[str, Any] = {
+        "metadata": {"labels": pod_labels, "annotations": {"dockyard.dev/config-hash": hash_of(config_map["data"])}},
+        "spec": {
+            "nodeSelector": {INSTANCE_TYPE_LABEL: spec.device_type},
+            "tolerations": [{"key": GPU_TAINT_KEY, "operator": "Exists", "effect": GPU_TAINT_EFFECT}],
+            "containers": [container],
+            "volumes": [
+                {"name": "config", "configMap": {"name": resource_name}},
+                {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}},
+                {"name": "cache", "emptyDir": {}},
+                *served.volumes,
+            ],
+            "terminationGracePeriodSeconds": 60,
+        },
+    }
+    template_hash = hash_of(template)
+    template["metadata"]["annotations"][TEMPLATE_HASH_ANNOTATION] = template_hash
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": resource_name,
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": {TEMPLATE_HASH_ANNOTATION: template_hash},
+        },
+        "spec": {
+            "replicas": spec.desired_replicas(),
+            "selector": {"matchLabels": selector_labels(name)},
+            "progressDeadlineSeconds": progress_deadline_seconds,
+            # No surge: a GPU node rarely has room for an extra replica; one replica at a time is replaced.
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
+            "template": template,
+        },
+    }
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": resource_name, "namespace": namespace, "labels": labels},
+        "spec": {
+            "selector": selector_labels(name),
+            "ports": [{"name": "http", "port": runtime.port, "targetPort": "http", "protocol": "TCP"}],
+        },
+    }
+    return ModelWorkload(config_map, deployment, service, template_hash=template_hash)
+
+
+def endpoint_of(service: dict[str, Any]) -> str:
+    meta = service["metadata"]
+    port = service["spec"]["ports"][0]["port"]
+    return f"http://{meta['name']}.{meta['namespace']}.svc:{port}"
+
+
+# --- tools ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ToolWorkload:
+    deployment: dict[str, Any]
+    service: dict[str, Any]
+    template_hash: str
+
+    def objects(self) -> list[dict[str, Any]]:
+        return [self.deployment, self.service]
+
+
+def tool_selector_labels(tdep_name: str) -> dict[str, str]:
+    return {TOOL_DEPLOYMENT_LABEL: tdep_name}
+
+
+def tool_workload(tdep: ToolDeployment, tool: Tool, *, progress_deadline_seconds: int) -> ToolWorkload:
+    """Deployment and Service of a container-image tool."""
+    container_spec = tool.spec.container
+    assert container_spec is not None, "only image tools have a workload"
+    name = tdep.metadata.name or ""
+    namespace = tdep.metadata.namespace
+    resource_name = child_name("tool", name)
+    labels = {**_common_labels(name, "tool"), **tool_selector_labels(name)}
+    pod_labels = {**user_labels(tdep.metadata.labels), **labels, "dockyard.dev/tool": tool.spec.name}
+    template: dict[str, Any] = {
+        "metadata": {"labels": pod_labels, "annotations": {}},
+        "spec": {
+            "containers": [
+                {
+                    "name": "tool",
+                    "image": container_spec.image,
+                    "ports": [{"name": "http", "containerPort": container_spec.port, "protocol": "TCP"}],
+                    "readinessProbe": {"tcpSocket": {"port": "http"}, "periodSeconds": 5},
+                    "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+                    "securityContext": {"allowPrivilegeEscalation": False},
+                }
+            ],
+        },
+    }
+    template_hash = hash_of(template)
+    template["metadata"]["annotations"][TEMPLATE_HASH_ANNOTATION] = template_hash
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": resource_name,
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": {TEMPLATE_HASH_ANNOTATION: template_hash},
+        },
+        "spec": {
+            "replicas": tdep.spec.replicas,
+            "selector": {"matchLabels": tool_selector_labels(name)},
+            "progressDeadlineSeconds": progress_deadline_seconds,
+            "template": template,
+        },
+    }
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": resource_name, "namespace": namespace, "labels": labels},
+        "spec": {
+            "selector": tool_selector_labels(name),
+            "ports": [{"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"}],
+        },
+    }
+    return ToolWorkload(deployment, service, template_hash)

@@ -1,0 +1,404 @@
+"""Level-based reconciliation of ModelDeployments and ToolDeployments.
+
+One function per kind, called by kopf's create/update/resume handlers (react at once) and by a timer
+(observe the rollout; repair drift). Each call reads the current state (the object, and kopf's
+in-memory indexes of Models, Tools, Deployments, Pods and Nodes, which kopf rebuilds from the API
+after a restart), computes what should exist with the pure builders, applies it only where it
+differs, assesses the dock job with :func:`assess.assess`, and patches the status only when it
+changed, guarded by the object's resourceVersion.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+import kopf
+from kubernetes import client
+
+from dockyard_api.devices import DEVICES
+from dockyard_api.resources.v1alpha1 import (
+    DOCK_STATUS_ID_LABEL,
+    DockJob,
+    JobType,
+    Model,
+    ModelDeployment,
+    Tool,
+    ToolDeployment,
+)
+from dockyard_operator import kube
+from dockyard_operator.assess import NodeFit, Verdict, assess, conditions_for, rolled_out
+from dockyard_operator.builders import (
+    APPLIED_HASH_ANNOTATION,
+    TEMPLATE_HASH_ANNOTATION,
+    ModelNotDeployable,
+    child_name,
+    endpoint_of,
+    hash_of,
+    model_workload,
+    pod_resources,
+    resolve_served_model,
+    selector_labels,
+    tool_selector_labels,
+    tool_workload,
+)
+from dockyard_operator.runtimes import InvalidRuntimeChoice, RuntimeCatalog, select_runtime
+from dockyard_operator.settings import OperatorSettings
+
+Key = tuple[str, str, str]
+"""(namespace, component, owner name) — how workload Deployments and Pods are indexed."""
+
+
+@dataclass
+class Context:
+    """What every reconcile needs: settings, the API client, the catalog, the indexes, the locks."""
+
+    settings: OperatorSettings
+    api: client.ApiClient
+    catalog: RuntimeCatalog
+    locks: dict[str, asyncio.Lock] = field(default_factory=dict)
+
+    def lock(self, uid: str) -> asyncio.Lock:
+        return self.locks.setdefault(uid, asyncio.Lock())
+
+
+@dataclass(frozen=True)
+class Views:
+    """Read-only snapshots of kopf's indexes for one reconcile."""
+
+    deployments: Mapping[Key, Any]
+    pods: Mapping[Key, Any]
+    nodes: Mapping[str, Any]
+    models: Mapping[tuple[str, str], Any]
+    tools: Mapping[tuple[str, str], Any]
+
+    def one(self, index: Mapping[Any, Any], key: Any) -> dict[str, Any] | None:
+        store = index.get(key)
+        return next(iter(store), None) if store else None
+
+    def many(self, index: Mapping[Any, Any], key: Any) -> list[dict[str, Any]]:
+        store = index.get(key)
+        return list(store) if store else []
+
+    def node_fit(self, device_type: str) -> NodeFit:
+        nodes = self.many(self.nodes, device_type)
+        largest: dict[str, float] = {}
+        for node in nodes:
+            for resource, amount in node.items():
+                largest[resource] = max(largest.get(resource, 0.0), amount)
+        return NodeFit(device_type, len(nodes), largest)
+
+
+def now() -> datetime:
+    return datetime.now(UTC).replace(microsecond=0)
+
+
+def _dump(model: Any) -> Any:
+    return model.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def _owned(objects: Sequence[dict[str, Any]], owner_kind: str, meta: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Children with the controller owner reference and the hash of the whole set."""
+    applied = hash_of(objects)
+    out = []
+    for obj in objects:
+        obj = {**obj, "metadata": {**obj["metadata"]}}
+        obj["metadata"]["ownerReferences"] = [kube.owner_reference(owner_kind, dict(meta))]
+        obj["metadata"]["annotations"] = {**obj["metadata"].get("annotations", {}), APPLIED_HASH_ANNOTATION: applied}
+        out.append(obj)
+    return out
+
+
+async def _apply_if_changed(ctx: Context, objects: list[dict[str, Any]], current: dict[str, Any] | None) -> bool:
+    """Server-side apply unless the live Deployment says the same set was applied already."""
+    applied = objects[0]["metadata"]["annotations"][APPLIED_HASH_ANNOTATION]
+    if current is not None and current["metadata"].get("annotations", {}).get(APPLIED_HASH_ANNOTATION) == applied:
+        return False
+    for obj in objects:
+        await asyncio.to_thread(kube.apply, ctx.api, obj)
+    return True
+
+
+def _job_for(
+    current: DockJob | None, requested: str | None, template_hash: str, generation: int, job_type: JobType
+) -> tuple[DockJob, bool]:
+    """The job this reconcile works on, and whether it is new.
+
+    A new job starts when the facade asked for one (a new dock-status-id label), or when the
+    workload changed (template hash) — e.g. a kubectl edit of the spec.
+    """
+    same_request = current is not None and (not requested or requested == current.dock_status_id)
+    if current is not None and same_request and current.template_hash == template_hash:
+        return current, False
+    job_id = requested if requested and (current is None or requested != current.dock_status_id) else None
+    job = DockJob(
+        dock_status_id=job_id or str(uuid.uuid4()),
+        job_type=job_type,
+        action="DEPLOY",
+        status="IN_PROGRESS",
+        reason="Deploying",
+        message="deployment started",
+        start_time=now(),
+        generation=generation,
+        template_hash=template_hash,
+    )
+    return job, True
+
+
+def _finish(job: DockJob, verdict: Verdict) -> DockJob:
+    if (job.status, job.reason, job.message) == (verdict.status, verdict.reason, verdict.message):
+        return job
+    done = verdict.status != "IN_PROGRESS"
+    return job.model_copy(
+        update={
+            "status": verdict.status,
+            "reason": verdict.reason,
+            "message": verdict.message,
+            "completion_time": now() if done else None,
+        }
+    )
+
+
+def _post_events(body: kopf.Body, before: DockJob | None, after: DockJob, new: bool) -> None:
+    if new:
+        kopf.info(body, reason="DeployStarted", message=f"dock job {after.dock_status_id} started")
+    if after.status == "IN_PROGRESS" or (before is not None and not new and before.status == after.status):
+        return
+    if after.status == "SUCCESS":
+        kopf.info(body, reason="Deployed", message=f"dock job {after.dock_status_id}: {after.message}")
+    else:
+        kopf.warn(body, reason=after.reason, message=f"dock job {after.dock_status_id} FAILED: {after.message}")
+
+
+def _changed(current: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
+    return any(current.get(k) != v for k, v in desired.items())
+
+
+async def _write(
+    ctx: Context,
+    body: kopf.Body,
+    plural: str,
+    status: dict[str, Any],
+    job: DockJob,
+    before: DockJob | None,
+    new_job: bool,
+    requested: str | None,
+) -> None:
+    meta = body["metadata"]
+    if new_job and requested != job.dock_status_id:
+        # The lookup of a dockStatusId is one labelled list: keep the label in step with the job.
+        labels = {DOCK_STATUS_ID_LABEL: job.dock_status_id}
+        await asyncio.to_thread(
+            kube.patch_metadata, ctx.api, plural, meta["namespace"], meta["name"], {"labels": labels}
+        )
+        return  # the label change is a new resourceVersion: the next reconcile writes the status
+    if not _changed(body.get("status") or {}, status):
+        return
+    await asyncio.to_thread(
+        kube.patch_status, ctx.api, plural, meta["namespace"], meta["name"], meta["resourceVersion"], status
+    )
+    _post_events(body, before, job, new_job)
+
+
+def _object(body: kopf.Body) -> dict[str, Any]:
+    meta = body["metadata"]
+    keep = ("name", "namespace", "uid", "generation", "labels", "annotations", "resourceVersion")
+    return {
+        "apiVersion": body["apiVersion"],
+        "kind": body["kind"],
+        "metadata": {k: meta[k] for k in keep if k in meta},
+        "spec": dict(body.get("spec") or {}),
+        "status": dict(body.get("status") or {}),
+    }
+
+
+def _counts(deployment: dict[str, Any] | None) -> tuple[int, int]:
+    status = (deployment or {}).get("status", {})
+    return int(status.get("replicas", 0) or 0), int(status.get("readyReplicas", 0) or 0)
+
+
+async def reconcile_model_deployment(ctx: Context, body: kopf.Body, views: Views) -> None:
+    mdep = ModelDeployment.model_validate(_object(body))
+    meta = body["metadata"]
+    name, namespace = meta["name"], meta["namespace"]
+    spec = mdep.spec
+    model_body = views.one(views.models, (namespace, spec.model_ref))
+    model = Model.model_validate(model_body) if model_body else None
+    base = None
+    if model is not None and model.spec.base_model:
+        base_body = views.one(views.models, (namespace, model.spec.base_model))
+        base = Model.model_validate(base_body) if base_body else None
+
+    workload = None
+    runtime_name = None
+    problem: Verdict | None = None
+    try:
+        runtime_name, runtime = select_runtime(spec, ctx.catalog)
+        served = resolve_served_model(spec.model_ref, model, base, ctx.settings.model_store_claim)
+        workload = model_workload(
+            mdep, served, runtime_name, runtime, progress_deadline_seconds=ctx.settings.progress_deadline_seconds
+        )
+    except ModelNotDeployable as exc:
+        problem = Verdict("FAILED", exc.reason, exc.message)
+    except InvalidRuntimeChoice as exc:
+        problem = Verdict("FAILED", "InvalidOptimization", str(exc))
+
+    template_hash = (
+        workload.template_hash if workload else hash_of([problem.reason, problem.message] if problem else "")
+    )
+    requested = (meta.get("labels") or {}).get(DOCK_STATUS_ID_LABEL)
+    before = mdep.status.job
+    job, new_job = _job_for(before, requested, template_hash, meta.get("generation", 0), "MODELS")
+
+    key: Key = (namespace, "model-server", name)
+    deployment = views.one(views.deployments, key)
+    min_ready = spec.scaling_parameters.min_replicas
+    if workload is not None:
+        children = _owned(workload.objects(), "ModelDeployment", meta)
+        if await _apply_if_changed(ctx, children, deployment):
+            deployment = None  # what the index holds is older than what was just applied
+        current = deployment if _is_template(deployment, job) else None
+        pods = [p for p in views.many(views.pods, key) if _is_template(p, job)]
+        device = DEVICES[spec.device_type]
+        verdict = problem or assess(
+            job,
+            current,
+            pods,
+            min_ready=min_ready,
+            requests=pod_resources(device)["requests"],
+            fit=views.node_fit(spec.device_type),
+            now=now(),
+            unschedulable_deadline_seconds=ctx.settings.unschedulable_deadline_seconds,
+        )
+    else:
+        assert problem is not None
+        verdict = problem if job.status == "IN_PROGRESS" else Verdict(job.status, job.reason, job.message)
+    job = _finish(job, verdict)
+
+    replicas, ready = _counts(deployment)
+    is_ready = rolled_out(deployment, min_ready)
+    resource_name = child_name("model", name)
+    status: dict[str, Any] = {
+        "observedGeneration": meta.get("generation"),
+        "job": _dump(job),
+        "replicas": replicas,
+        "readyReplicas": ready,
+        "selector": ",".join(f"{k}={v}" for k, v in selector_labels(name).items()),
+        "runtime": runtime_name,
+        "conditions": [
+            _dump(c)
+            for c in conditions_for(
+                verdict,
+                is_ready,
+                f"{ready} of {min_ready} required replica(s) ready",
+                meta.get("generation", 0),
+                now(),
+                mdep.status.conditions,
+            )
+        ],
+    }
+    if workload is not None:
+        status["serviceName"] = resource_name
+        status["endpoint"] = endpoint_of(workload.service)
+    await _write(ctx, body, "modeldeployments", status, job, before, new_job, requested)
+
+
+def _is_template(obj: dict[str, Any] | None, job: DockJob) -> bool:
+    if obj is None:
+        return False
+    return bool(obj.get("metadata", {}).get("annotations", {}).get(TEMPLATE_HASH_ANNOTATION) == job.template_hash)
+
+
+ReachabilityCheck = Callable[[str, float], str | None]
+
+
+def check_endpoint(url: str, timeout: float) -> str | None:
+    """None when the endpoint answers HTTP at all (any status: it is reachable), else why not."""
+    try:
+        httpx.get(url, timeout=timeout, follow_redirects=False)
+    except httpx.HTTPError as exc:
+        return f"{url} is not reachable: {exc.__class__.__name__}: {exc}"
+    return None
+
+
+async def reconcile_tool_deployment(
+    ctx: Context, body: kopf.Body, views: Views, reach: ReachabilityCheck = check_endpoint
+) -> None:
+    tdep = ToolDeployment.model_validate(_object(body))
+    meta = body["metadata"]
+    name, namespace = meta["name"], meta["namespace"]
+    tool_body = views.one(views.tools, (namespace, tdep.spec.tool_ref))
+    tool = Tool.model_validate(tool_body) if tool_body else None
+    requested = (meta.get("labels") or {}).get(DOCK_STATUS_ID_LABEL)
+    before = tdep.status.job
+    key: Key = (namespace, "tool", name)
+    deployment = views.one(views.deployments, key)
+    status: dict[str, Any] = {"observedGeneration": meta.get("generation")}
+
+    if tool is None:
+        problem = Verdict("FAILED", "ToolNotFound", f"Tool {tdep.spec.tool_ref} does not exist in this namespace")
+        job, new_job = _job_for(before, requested, hash_of(problem.reason), meta.get("generation", 0), "TOOLS")
+        verdict = problem if job.status == "IN_PROGRESS" else Verdict(job.status, job.reason, job.message)
+        ready = False
+    elif tool.spec.endpoint is not None:
+        job, new_job = _job_for(
+            before, requested, hash_of(["endpoint", tool.spec.endpoint]), meta.get("generation", 0), "TOOLS"
+        )
+        verdict = Verdict(job.status, job.reason, job.message)
+        if job.status == "IN_PROGRESS":
+            failure = await asyncio.to_thread(reach, tool.spec.endpoint, ctx.settings.endpoint_timeout_seconds)
+            verdict = (
+                Verdict("FAILED", "EndpointUnreachable", failure)
+                if failure
+                else Verdict("SUCCESS", "Reachable", f"{tool.spec.endpoint} answers")
+            )
+        ready = verdict.status == "SUCCESS"
+        status["endpoint"] = tool.spec.endpoint
+    else:
+        workload = tool_workload(tdep, tool, progress_deadline_seconds=ctx.settings.progress_deadline_seconds)
+        job, new_job = _job_for(before, requested, workload.template_hash, meta.get("generation", 0), "TOOLS")
+        children = _owned(workload.objects(), "ToolDeployment", meta)
+        if await _apply_if_changed(ctx, children, deployment):
+            deployment = None
+        current = deployment if _is_template(deployment, job) else None
+        pods = [p for p in views.many(views.pods, key) if _is_template(p, job)]
+        requests = workload.deployment["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]
+        verdict = assess(
+            job,
+            current,
+            pods,
+            min_ready=tdep.spec.replicas,
+            requests=requests,
+            fit=NodeFit("general-purpose", 0, {}),
+            now=now(),
+            unschedulable_deadline_seconds=ctx.settings.unschedulable_deadline_seconds,
+        )
+        ready = rolled_out(deployment, tdep.spec.replicas)
+        status["serviceName"] = workload.service["metadata"]["name"]
+        status["endpoint"] = endpoint_of(workload.service).replace(":80", "")
+        status["selector"] = ",".join(f"{k}={v}" for k, v in tool_selector_labels(name).items())
+
+    job = _finish(job, verdict)
+    replicas, ready_count = _counts(deployment)
+    status |= {
+        "job": _dump(job),
+        "replicas": replicas,
+        "readyReplicas": ready_count,
+        "conditions": [
+            _dump(c)
+            for c in conditions_for(
+                verdict,
+                ready,
+                "the tool is reachable" if ready else "the tool is not reachable yet",
+                meta.get("generation", 0),
+                now(),
+                tdep.status.conditions,
+            )
+        ],
+    }
+    await _write(ctx, body, "tooldeployments", status, job, before, new_job, requested)
