@@ -50,6 +50,14 @@ def parse_quantity(value: str | int | float) -> float:
     return float(text)
 
 
+def _shown(resource: str, amount: float) -> str:
+    if resource == "memory":
+        return f"{amount / 2**30:g}Gi"
+    if resource == "cpu" and amount != int(amount):
+        return f"{amount * 1000:g}m"
+    return f"{amount:g}"
+
+
 def never_fits(requests: Mapping[str, str], fit: NodeFit) -> str | None:
     """Why no node of the device type can ever hold one pod (even empty), or None when one can.
 
@@ -59,7 +67,7 @@ def never_fits(requests: Mapping[str, str], fit: NodeFit) -> str | None:
     if fit.nodes == 0:
         return None
     short = [
-        f"{name} {value} (largest allocatable {fit.largest.get(name, 0):g})"
+        f"{name} {value} (largest allocatable {_shown(name, fit.largest.get(name, 0))})"
         for name, value in requests.items()
         if parse_quantity(value) > fit.largest.get(name, 0)
     ]
@@ -109,6 +117,11 @@ def _unschedulable(pods: Sequence[Mapping[str, Any]]) -> tuple[datetime | None, 
     return None
 
 
+def pod_ready(pod: Mapping[str, Any]) -> bool:
+    conditions = pod.get("status", {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
 def _deployment_condition(deployment: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
     for cond in deployment.get("status", {}).get("conditions") or []:
         if cond.get("type") == kind:
@@ -152,9 +165,9 @@ def assess(
     progressing = _deployment_condition(deployment or {}, "Progressing")
     if progressing.get("reason") == "ProgressDeadlineExceeded":
         return Verdict("FAILED", "ProgressDeadlineExceeded", progressing.get("message") or "rollout stalled")
-    if rolled_out(deployment, min_ready):
-        ready = (deployment or {}).get("status", {}).get("readyReplicas", 0)
-        return Verdict("SUCCESS", "Available", f"{ready} replica(s) ready and serving")
+    ready_now = sum(1 for p in live if pod_ready(p))
+    if rolled_out(deployment, min_ready) and ready_now >= min_ready:  # pods of this job's template
+        return Verdict("SUCCESS", "Available", f"{ready_now} replica(s) ready and serving")
     if stuck := _unschedulable(live):
         since, scheduler = stuck
         start = max(filter(None, (since, job.start_time)), default=now)

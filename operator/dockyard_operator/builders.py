@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,12 +48,14 @@ class ModelNotDeployable(Exception):
 
 
 def child_name(prefix: str, name: str) -> str:
-    """``<prefix>-<name>``, shortened with a hash so that it stays a DNS-1123 label (Service names)."""
+    """``<prefix>-<name>`` as an RFC 1035 label (what Service names must be): characters other than
+    ``[a-z0-9-]`` become ``-`` and a hash of the original keeps different names different."""
     full = f"{prefix}-{name}"
-    if len(full) <= 63:
+    safe = re.sub(r"[^a-z0-9-]", "-", full)
+    if safe == full and len(full) <= 63:
         return full
     digest = hashlib.sha256(name.encode()).hexdigest()[:8]
-    return f"{full[:54].rstrip('-.')}-{digest}"
+    return f"{safe[:54].rstrip('-')}-{digest}"
 
 
 def pod_resources(device: Device) -> dict[str, dict[str, str]]:

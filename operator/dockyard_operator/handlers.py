@@ -5,8 +5,10 @@ on every start), so observing 1,000 rollouts costs no API reads."""
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
+import httpx
 import kopf
 
 from dockyard_api.devices import GPU_RESOURCE, INSTANCE_TYPE_LABEL
@@ -19,6 +21,7 @@ from dockyard_operator.builders import COMPONENT_LABEL, MANAGED_BY
 from dockyard_operator.kube import Conflict
 from dockyard_operator.reconcile import Context, Views, reconcile_model_deployment, reconcile_tool_deployment
 from dockyard_operator.runtimes import load_catalog
+from dockyard_operator.scaling import autoscale, autoscaling_enabled
 from dockyard_operator.settings import OperatorSettings
 
 SETTINGS = OperatorSettings()  # intervals are fixed when the handlers are registered
@@ -38,18 +41,32 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         prefix="dockyard.dev", key="last-handled-configuration"
     )
     settings.watching.server_timeout = 300
-    settings.batching.worker_limit = 64
+    settings.queueing.worker_limit = 64
     memo.api = api_client(config.kubeconfig)
     memo.ctx = Context(settings=config, api=memo.api, catalog=load_catalog(config.runtime_catalog))
+    memo.http = httpx.AsyncClient(timeout=config.metrics_timeout_seconds)
     memo.health = health.HealthState(api=memo.api)
     await health.start(memo.health, config.health_host, config.health_port)
     memo.health.started.set()
+
+
+@kopf.on.login()
+def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    """In-cluster service account, else the kubeconfig of ``DOCKYARD_OPERATOR_KUBECONFIG`` / ``KUBECONFIG``
+    (read now, not when the kubernetes library was imported)."""
+    config = OperatorSettings()
+    if config.kubeconfig:
+        os.environ["KUBECONFIG"] = config.kubeconfig
+    info: kopf.ConnectionInfo | None = kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+    return info
 
 
 @kopf.on.cleanup()
 async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     if "health" in memo:
         await health.stop(memo.health)
+    if "http" in memo:
+        await memo.http.aclose()
     if "api" in memo:
         memo.api.close()
 
@@ -159,6 +176,13 @@ async def model_deployment_changed(memo: kopf.Memo, body: kopf.Body, **kw: Any) 
 @kopf.timer(GROUP, VERSION, "modeldeployments", interval=SETTINGS.observe_interval_seconds, idle=0)
 async def model_deployment_observed(memo: kopf.Memo, body: kopf.Body, **kw: Any) -> None:
     await _run(reconcile_model_deployment, memo, body, kw, react=False)
+
+
+@kopf.timer(GROUP, VERSION, "modeldeployments", interval=SETTINGS.autoscale_interval_seconds, when=autoscaling_enabled)
+async def model_deployment_autoscaled(memo: kopf.Memo, body: kopf.Body, **kw: Any) -> None:
+    ctx: Context = memo.ctx
+    async with ctx.lock(body["metadata"]["uid"]):
+        await autoscale(ctx, memo.http, body, _views(kw))
 
 
 @kopf.on.resume(GROUP, VERSION, "tooldeployments")

@@ -109,9 +109,11 @@ def sampling_defaults(hp: HyperParameters | None) -> dict[str, object]:
 def vllm_args(
     spec: ModelDeploymentSpec, runtime: Runtime, device: Device, model: str, adapter: tuple[str, str] | None
 ) -> list[str]:
+    # Clients call the model by spec.name: for an adapter that is the LoRA module, not the base model.
+    served_name = f"{spec.name}-base" if adapter is not None else spec.name
     args = [
         f"--model={model}",
-        f"--served-model-name={spec.name}",
+        f"--served-model-name={served_name}",
         f"--tensor-parallel-size={device.gpus}",
         f"--max-num-seqs={spec.scaling_parameters.max_batch_size}",
         "--host=0.0.0.0",
@@ -124,8 +126,8 @@ def vllm_args(
     if override:
         args.append(f"--override-generation-config={json.dumps(override, sort_keys=True)}")
     if adapter is not None:
-        name, path = adapter
-        args += ["--enable-lora", f"--lora-modules={name}={path}"]
+        _, path = adapter
+        args += ["--enable-lora", f"--lora-modules={spec.name}={path}"]
     return [*args, *runtime.extra_args]
 
 

@@ -6,7 +6,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -47,16 +47,28 @@ class RunningOperator:
 
 
 @contextmanager
-def run_operator(namespaces: Sequence[str] = ()) -> Iterator[RunningOperator]:
-    """The operator in-process with ``kopf.testing.KopfRunner`` (standalone, no peering)."""
+def run_operator(namespaces: Sequence[str] = (), env: Mapping[str, str] | None = None) -> Iterator[RunningOperator]:
+    """The operator in-process with ``kopf.testing.KopfRunner`` (standalone, no peering).
+
+    ``env``: ``DOCKYARD_OPERATOR_*`` settings for this run (e.g. short failure deadlines).
+    """
     port = free_port()
-    os.environ["DOCKYARD_OPERATOR_HEALTH_PORT"] = str(port)
+    settings = {"DOCKYARD_OPERATOR_HEALTH_PORT": str(port), **(env or {})}
+    saved = {key: os.environ.get(key) for key in settings}
+    os.environ.update(settings)
     args = ["run", "--standalone", "--verbose"]
     args += [f"--namespace={ns}" for ns in namespaces] or ["--all-namespaces"]
     args += ["-m", "dockyard_operator.handlers"]
-    with KopfRunner(args, timeout=60) as runner:
-        wait_http_ok(f"http://127.0.0.1:{port}/readyz")
-        yield RunningOperator(runner, f"http://127.0.0.1:{port}")
+    try:
+        with KopfRunner(args, timeout=60) as runner:
+            wait_http_ok(f"http://127.0.0.1:{port}/readyz")
+            yield RunningOperator(runner, f"http://127.0.0.1:{port}")
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
     assert runner.exception is None, runner.exception
     assert runner.exit_code == 0, runner.output
 

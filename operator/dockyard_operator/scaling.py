@@ -1,0 +1,93 @@
+"""The autoscaler loop of one ModelDeployment: scrape the engines, decide (pure), act.
+
+Every tick: scrape ``/metrics`` of each Ready replica (or the URL of the annotation
+``dockyard.dev/metrics-url``, for a deployment whose load is reported elsewhere, e.g. by a gateway),
+feed :func:`autoscaler.decide` with the state kept in ``status.autoscaler``, and when it asks for
+another replica count, write ``spec.replicas`` (what ``kubectl scale`` writes too); the reconciler then
+resizes the Deployment within [minReplicas, maxReplicas].
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import httpx
+import kopf
+from kubernetes import client
+
+from dockyard_api.resources import GROUP
+from dockyard_api.resources.v1alpha1 import VERSION, ModelDeployment
+from dockyard_operator.assess import pod_ready
+from dockyard_operator.autoscaler import AutoscalerState, Observation, decide
+from dockyard_operator.kube import MERGE
+from dockyard_operator.metrics import LoadSample, parse_load
+from dockyard_operator.reconcile import Context, Key, Views
+from dockyard_operator.runtimes import select_runtime
+
+METRICS_URL_ANNOTATION = "dockyard.dev/metrics-url"
+
+
+def autoscaling_enabled(spec: kopf.Spec, **_: Any) -> bool:
+    scaling = spec.get("scalingParameters") or {}
+    low, high = scaling.get("minReplicas", 1), scaling.get("maxReplicas")
+    return high is not None and high > low
+
+
+async def _scrape(http: httpx.AsyncClient, url: str) -> LoadSample | None:
+    try:
+        resp = await http.get(url)
+    except httpx.HTTPError:
+        return None
+    return parse_load(resp.text) if resp.status_code == 200 else None
+
+
+def scrape_targets(mdep: ModelDeployment, views: Views, ctx: Context) -> list[str]:
+    override = (mdep.metadata.annotations or {}).get(METRICS_URL_ANNOTATION)
+    if override:
+        return [override]
+    try:
+        _, runtime = select_runtime(mdep.spec, ctx.catalog)
+    except ValueError:
+        return []
+    key: Key = (mdep.metadata.namespace or "", "model-server", mdep.metadata.name or "")
+    return [
+        f"http://{pod['status']['podIP']}:{runtime.port}{runtime.metrics_path}"
+        for pod in views.many(views.pods, key)
+        if pod_ready(pod) and pod.get("status", {}).get("podIP")
+    ]
+
+
+async def autoscale(ctx: Context, http: httpx.AsyncClient, body: kopf.Body, views: Views) -> None:
+    mdep = ModelDeployment.model_validate(
+        {
+            "apiVersion": body["apiVersion"],
+            "kind": body["kind"],
+            "metadata": dict(body["metadata"]),
+            "spec": dict(body["spec"]),
+        }
+    )
+    status = body.get("status") or {}
+    try:
+        state = AutoscalerState.from_dict(status.get("autoscaler"))
+    except ValueError:
+        state = AutoscalerState()  # a malformed state only restarts a pending wait
+    samples = await asyncio.gather(*(_scrape(http, url) for url in scrape_targets(mdep, views, ctx)))
+    params = mdep.spec.scaling_parameters
+    current = mdep.spec.replicas if mdep.spec.replicas is not None else params.min_replicas
+    decision = decide(params, current, Observation.from_samples(samples, int(time.time() * 1000)), state)
+    name, namespace = body["metadata"]["name"], body["metadata"]["namespace"]
+    objects = client.CustomObjectsApi(ctx.api)
+    if decision.replicas != current:
+        await asyncio.to_thread(
+            objects.patch_namespaced_custom_object, GROUP, VERSION, namespace, "modeldeployments", name,
+            {"spec": {"replicas": decision.replicas}}, _content_type=MERGE,
+        )  # fmt: skip
+        kopf.info(body, reason=decision.reason, message=decision.message)
+    new_state = decision.new_state.to_dict()
+    if new_state != (status.get("autoscaler") or {}):
+        await asyncio.to_thread(
+            objects.patch_namespaced_custom_object_status, GROUP, VERSION, namespace, "modeldeployments", name,
+            {"status": {"autoscaler": new_state}}, _content_type=MERGE,
+        )  # fmt: skip

@@ -1,0 +1,647 @@
+"""Unit tests of the pure builders (operator/dockyard_operator/builders.py): no cluster."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+
+from dockyard_api.devices import DEVICE_TYPES, DEVICES, GPU_RESOURCE, INSTANCE_TYPE_LABEL
+from dockyard_api.resources.v1alpha1 import (
+    DOCK_STATUS_ID_LABEL,
+    HyperParameters,
+    Model,
+    ModelDeployment,
+    ObjectMeta,
+    Tool,
+    ToolDeployment,
+)
+from dockyard_operator.assess import parse_quantity
+from dockyard_operator.builders import (
+    MODEL_STORE_MOUNT,
+    TEMPLATE_HASH_ANNOTATION,
+    ModelNotDeployable,
+    ModelWorkload,
+    ServedModel,
+    ToolWorkload,
+    child_name,
+    endpoint_of,
+    model_workload,
+    pod_resources,
+    resolve_served_model,
+    tool_workload,
+    user_labels,
+)
+from dockyard_operator.runtimes import DEFAULT_CATALOG, Runtime, sampling_defaults
+from tests.unit.k8s_shapes import HYPER_PARAMETERS, NAMESPACE, model_deployment
+
+# Service names must be RFC 1035 labels (a letter first, no dots); Deployments accept DNS subdomains.
+DNS_1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+CLAIM = "dockyard-model-store"
+HUB_ID = "meta-llama/Llama-3.1-8B-Instruct"
+HUB_SERVED = ServedModel(HUB_ID)
+VLLM = DEFAULT_CATALOG.runtimes["vllm"]
+CT2 = DEFAULT_CATALOG.runtimes["ctranslate2"]
+PROGRESS_DEADLINE = 900
+
+
+# --- inputs -----------------------------------------------------------------------------------------------
+
+
+def model(
+    name: str,
+    *,
+    hub: str | None = None,
+    revision: str | None = None,
+    storage: str | None = None,
+    phase: str | None = "ReadyToDeploy",
+    adapter: bool = False,
+    base: str | None = None,
+) -> Model:
+    """A Model: from the hub when ``hub`` is given, else uploaded (stored at ``storage``, if any)."""
+    source: dict[str, Any] = (
+        {"hub": {"id": hub, **({"revision": revision} if revision else {})}}
+        if hub
+        else {
+            "upload": {
+                "fileContext": "model",
+                "fileName": name,
+                "fileExtension": "tar",
+                "fileSize": 1,
+                "totalChunks": 1,
+            }
+        }
+    )
+    spec: dict[str, Any] = {"source": source, "isAdapter": adapter, **({"baseModel": base} if base else {})}
+    status: dict[str, Any] = {"phase": phase} if phase else {}
+    if storage:
+        status["storage"] = {"path": storage}
+    return Model.model_validate({"metadata": {"name": name, "namespace": NAMESPACE}, "spec": spec, "status": status})
+
+
+def build(
+    mdep: ModelDeployment | None = None,
+    served: ServedModel = HUB_SERVED,
+    runtime: tuple[str, Runtime] = ("vllm", VLLM),
+) -> ModelWorkload:
+    return model_workload(mdep or model_deployment(), served, *runtime, progress_deadline_seconds=PROGRESS_DEADLINE)
+
+
+def pod_spec(workload: ModelWorkload | ToolWorkload) -> dict[str, Any]:
+    spec: dict[str, Any] = workload.deployment["spec"]["template"]["spec"]
+    return spec
+
+
+def container(workload: ModelWorkload | ToolWorkload) -> dict[str, Any]:
+    containers: list[dict[str, Any]] = pod_spec(workload)["containers"]
+    assert len(containers) == 1
+    return containers[0]
+
+
+def pod_labels(workload: ModelWorkload | ToolWorkload) -> dict[str, str]:
+    labels: dict[str, str] = workload.deployment["spec"]["template"]["metadata"]["labels"]
+    return labels
+
+
+def arg(workload: ModelWorkload, name: str) -> str | None:
+    values = [a.split("=", 1)[1] for a in container(workload)["args"] if a.startswith(f"--{name}=")]
+    assert len(values) <= 1
+    return values[0] if values else None
+
+
+def tool(name: str = "weather", version: str = "1.2.0", port: int | None = None, endpoint: bool = False) -> Tool:
+    spec: dict[str, Any] = {"name": name, "version": version}
+    if endpoint:
+        spec["endpoint"] = "https://crm.example.com/tools/lookup"
+    else:
+        spec["container"] = {"image": f"ghcr.io/acme/{name}-tool:{version}", **({"port": port} if port else {})}
+    return Tool.model_validate({"metadata": {"name": f"{name}-{version}", "namespace": NAMESPACE}, "spec": spec})
+
+
+def tool_deployment(name: str = "weather", replicas: int = 1, labels: dict[str, str] | None = None) -> ToolDeployment:
+    return ToolDeployment(
+        metadata=ObjectMeta(name=name, namespace=NAMESPACE, labels=labels),
+        spec={"toolRef": "weather-1.2.0", "replicas": replicas},
+    )
+
+
+def build_tool(tdep: ToolDeployment | None = None, image_tool: Tool | None = None) -> ToolWorkload:
+    return tool_workload(tdep or tool_deployment(), image_tool or tool(), progress_deadline_seconds=PROGRESS_DEADLINE)
+
+
+# --- child_name ---------------------------------------------------------------------------------------------
+
+
+def test_child_name_of_a_short_name_is_prefix_dash_name() -> None:
+    assert child_name("model", "llama") == "model-llama"
+
+
+def test_child_name_of_exactly_63_characters_is_kept() -> None:
+    name = "a" * (63 - len("model-"))
+    assert child_name("model", name) == f"model-{name}"
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "a" * 58,
+        "b" * 100,
+        "llama-3-8b-instruct-" * 12,  # 240 characters, hyphens everywhere (also at the cut)
+        "x" * 47 + "-" * 5 + "y" * 10,  # a run of hyphens where the name is cut
+        "m" * 253,
+    ],
+    ids=["58", "100", "240-hyphens", "hyphens-at-cut", "253"],
+)
+@pytest.mark.parametrize("prefix", ["model", "tool"])
+def test_child_name_of_a_long_name_is_a_short_dns_label(prefix: str, name: str) -> None:
+    short = child_name(prefix, name)
+    assert len(short) <= 63
+    assert DNS_1035_LABEL.match(short), short
+    assert short.startswith(f"{prefix}-")
+    assert child_name(prefix, name) == short  # deterministic
+
+
+def test_long_names_with_a_common_prefix_get_distinct_child_names() -> None:
+    first, second = "p" * 70 + "-one", "p" * 70 + "-two"
+    assert child_name("model", first) != child_name("model", second)
+
+
+# BUG (builders.py child_name, line ~50): object names are DNS-1123 *subdomains* and may hold dots (every
+# Tool is named <name>-<version>, e.g. weather-1.2.0, and a ToolDeployment is named after its tool as in
+# docs/examples/tooldeployment.yaml; a Model like llama-3.1-8b is just as likely). child_name keeps the
+# dots, so the Service "tool-weather-1.2.0" is rejected by the API server (Service names must be RFC 1035
+# labels). Fix: replace every character outside [a-z0-9-] (dots) by '-' and append the hash whenever the
+# name was changed, so distinct names stay distinct.
+@pytest.mark.parametrize(("prefix", "name"), [("tool", "weather-1.2.0"), ("model", "llama-3.1-8b-instruct")])
+def test_child_name_of_a_dotted_name_is_a_valid_service_name(prefix: str, name: str) -> None:
+    assert DNS_1035_LABEL.match(child_name(prefix, name)), child_name(prefix, name)
+
+
+# --- pod_resources ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("device_type", DEVICE_TYPES)
+def test_pod_resources_fit_the_devices_node(device_type: str) -> None:
+    device = DEVICES[device_type]
+    resources = pod_resources(device)
+    requests, limits = resources["requests"], resources["limits"]
+    cpu, memory = parse_quantity(requests["cpu"]), parse_quantity(requests["memory"])
+    # Strictly below the node's capacity, with headroom for the system reserve: >= 500m CPU, >= 2 GiB.
+    assert 0 < cpu <= device.vcpu - 0.5
+    assert 0 < memory <= device.memory_gib * 2**30 - 2 * 2**30
+    assert requests[GPU_RESOURCE] == limits[GPU_RESOURCE] == str(device.gpus)
+    assert limits["memory"] == requests["memory"]
+    assert "cpu" not in limits  # no CPU throttling of the engine
+
+
+@pytest.mark.parametrize(
+    ("device_type", "cpu", "memory"),
+    [("g4dn.xlarge", "3500m", "13926Mi"), ("g5.48xlarge", "172800m", "668467Mi"), ("g6e.xlarge", "3500m", "27852Mi")],
+)
+def test_pod_resources_exact_figures(device_type: str, cpu: str, memory: str) -> None:
+    requests = pod_resources(DEVICES[device_type])["requests"]
+    assert (requests["cpu"], requests["memory"]) == (cpu, memory)
+
+
+# --- user_labels --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("key", "kept"),
+    [
+        ("team", True),
+        ("cost-center", True),
+        ("dockyard.dev/simulate", True),
+        ("example.com/owner", True),
+        ("app.kubernetes.io/name", False),
+        ("app.kubernetes.io/managed-by", False),
+        ("dockyard.dev/model-deployment", False),
+        ("dockyard.dev/tool-deployment", False),
+        (DOCK_STATUS_ID_LABEL, False),
+    ],
+)
+def test_user_labels_drop_reserved_keys(key: str, kept: bool) -> None:
+    assert (key in user_labels({key: "v", "keep": "me"})) is kept
+    assert user_labels({key: "v", "keep": "me"})["keep"] == "me"
+
+
+def test_user_labels_of_none_is_empty() -> None:
+    assert user_labels(None) == {}
+
+
+# --- resolve_served_model ------------------------------------------------------------------------------------
+
+
+def test_hub_model_is_served_by_id_without_volumes() -> None:
+    served = resolve_served_model("llama", model("llama", hub=HUB_ID), None, CLAIM)
+    assert served == ServedModel(HUB_ID)
+
+
+def test_hub_model_revision_becomes_an_argument() -> None:
+    served = resolve_served_model("llama", model("llama", hub=HUB_ID, revision="v1.1"), None, CLAIM)
+    assert served.model_arg == HUB_ID
+    assert served.extra_args == ("--revision=v1.1",)
+
+
+@pytest.mark.parametrize("path", ["team-a/support-llama-ft", "/team-a/support-llama-ft/"])
+def test_upload_model_is_mounted_from_the_model_store(path: str) -> None:
+    served = resolve_served_model("support", model("support", storage=path), None, CLAIM)
+    assert served.model_arg == f"{MODEL_STORE_MOUNT}/team-a/support-llama-ft"
+    assert served.mounts == (
+        {
+            "name": "model-store",
+            "mountPath": f"{MODEL_STORE_MOUNT}/team-a/support-llama-ft",
+            "subPath": "team-a/support-llama-ft",
+            "readOnly": True,
+        },
+    )
+    assert served.volumes == ({"name": "model-store", "persistentVolumeClaim": {"claimName": CLAIM, "readOnly": True}},)
+    assert served.adapter is None
+    assert served.extra_args == ()
+
+
+def test_missing_model_is_not_found() -> None:
+    with pytest.raises(ModelNotDeployable) as caught:
+        resolve_served_model("ghost", None, None, CLAIM)
+    assert caught.value.reason == "ModelNotFound"
+    assert "ghost" in caught.value.message
+    assert str(caught.value) == caught.value.message
+
+
+@pytest.mark.parametrize(("phase", "shown"), [("Importing", "Importing"), ("Failed", "Failed"), (None, "not imported")])
+def test_model_not_ready_to_deploy_is_refused(phase: str | None, shown: str) -> None:
+    with pytest.raises(ModelNotDeployable) as caught:
+        resolve_served_model("support", model("support", storage="s", phase=phase), None, CLAIM)
+    assert caught.value.reason == "ModelNotReady"
+    assert "support" in caught.value.message
+    assert shown in caught.value.message
+    assert "ReadyToDeploy" in caught.value.message
+
+
+def test_ready_upload_model_without_stored_weights_is_not_ready() -> None:
+    with pytest.raises(ModelNotDeployable) as caught:
+        resolve_served_model("support", model("support"), None, CLAIM)
+    assert caught.value.reason == "ModelNotReady"
+    assert "support" in caught.value.message
+
+
+def test_adapter_is_served_on_its_base_with_lora() -> None:
+    adapter = model("support-lora", storage="team-a/support-lora", adapter=True, base="llama")
+    served = resolve_served_model("support-lora", adapter, model("llama", hub=HUB_ID, revision="main"), CLAIM)
+    assert served.model_arg == HUB_ID
+    assert served.extra_args == ("--revision=main",)
+    assert served.adapter == ("support-lora", "/adapters/team-a/support-lora")
+    assert served.mounts == (
+        {
+            "name": "model-store",
+            "mountPath": "/adapters/team-a/support-lora",
+            "subPath": "team-a/support-lora",
+            "readOnly": True,
+        },
+    )
+    assert [v["persistentVolumeClaim"]["claimName"] for v in served.volumes] == [CLAIM]
+
+
+def test_adapter_and_base_both_uploaded_share_one_volume() -> None:
+    adapter = model("lora", storage="a/lora", adapter=True, base="base")
+    served = resolve_served_model("lora", adapter, model("base", storage="a/base"), CLAIM)
+    assert served.model_arg == f"{MODEL_STORE_MOUNT}/a/base"
+    assert [m["mountPath"] for m in served.mounts] == [f"{MODEL_STORE_MOUNT}/a/base", "/adapters/a/lora"]
+    assert len(served.volumes) == 1
+
+
+def test_adapter_without_base_model_is_refused() -> None:
+    with pytest.raises(ModelNotDeployable) as caught:
+        resolve_served_model("lora", model("lora", storage="a/lora", adapter=True), None, CLAIM)
+    assert caught.value.reason == "AdapterWithoutBase"
+    assert "lora" in caught.value.message
+
+
+def test_adapter_whose_base_is_missing_is_refused() -> None:
+    with pytest.raises(ModelNotDeployable) as caught:
+        resolve_served_model("lora", model("lora", storage="a/lora", adapter=True, base="llama"), None, CLAIM)
+    assert caught.value.reason == "ModelNotFound"
+    assert "base Model llama" in caught.value.message
+
+
+def test_adapter_whose_base_is_not_ready_is_refused() -> None:
+    adapter = model("lora", storage="a/lora", adapter=True, base="llama")
+    with pytest.raises(ModelNotDeployable) as caught:
+        resolve_served_model("lora", adapter, model("llama", storage="a/llama", phase="Importing"), CLAIM)
+    assert caught.value.reason == "ModelNotReady"
+    assert "llama" in caught.value.message
+    assert "Importing" in caught.value.message
+
+
+def test_adapter_whose_base_is_itself_an_adapter_is_refused() -> None:
+    adapter = model("lora", storage="a/lora", adapter=True, base="other")
+    other = model("other", storage="a/other", adapter=True, base="llama")
+    with pytest.raises(ModelNotDeployable) as caught:
+        resolve_served_model("lora", adapter, other, CLAIM)
+    assert caught.value.reason == "AdapterWithoutBase"
+    assert "other" in caught.value.message
+    assert "itself an adapter" in caught.value.message
+
+
+# --- model_workload: scheduling ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("device_type", DEVICE_TYPES)
+def test_model_pods_target_the_device_type_and_request_all_its_gpus(device_type: str) -> None:
+    workload = build(model_deployment(deviceType=device_type))
+    spec = pod_spec(workload)
+    assert spec["nodeSelector"] == {INSTANCE_TYPE_LABEL: device_type}
+    assert spec["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    resources = container(workload)["resources"]
+    gpus = str(DEVICES[device_type].gpus)
+    assert resources["requests"][GPU_RESOURCE] == resources["limits"][GPU_RESOURCE] == gpus
+    assert resources == pod_resources(DEVICES[device_type])
+    assert arg(workload, "tensor-parallel-size") == gpus
+
+
+@pytest.mark.parametrize(
+    ("scaling", "replicas", "expected"),
+    [
+        ({}, None, 1),
+        ({"minReplicas": 2, "maxReplicas": 5}, None, 2),
+        ({"minReplicas": 1, "maxReplicas": 5}, 3, 3),
+        ({"minReplicas": 1, "maxReplicas": 3}, 10, 3),
+        ({"minReplicas": 3, "maxReplicas": 5}, 1, 3),
+        ({"minReplicas": 2}, 7, 2),
+    ],
+)
+def test_replicas_are_spec_replicas_clamped_to_the_scaling_bounds(
+    scaling: dict[str, int], replicas: int | None, expected: int
+) -> None:
+    fields: dict[str, Any] = {"scalingParameters": scaling, **({"replicas": replicas} if replicas else {})}
+    mdep = model_deployment(**fields)
+    assert mdep.spec.desired_replicas() == expected
+    assert build(mdep).deployment["spec"]["replicas"] == expected
+
+
+def test_deployment_rolls_out_without_surge_within_the_progress_deadline() -> None:
+    spec = build().deployment["spec"]
+    assert spec["progressDeadlineSeconds"] == PROGRESS_DEADLINE
+    assert spec["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
+
+
+# --- model_workload: names and labels ---------------------------------------------------------------------------
+
+
+def test_children_share_name_namespace_and_labels() -> None:
+    workload = build(model_deployment("llama"))
+    assert [o["kind"] for o in workload.objects()] == ["ConfigMap", "Deployment", "Service"]
+    for obj in workload.objects():
+        assert obj["metadata"]["name"] == child_name("model", "llama")
+        assert obj["metadata"]["namespace"] == NAMESPACE
+        assert obj["metadata"]["labels"] == workload.deployment["metadata"]["labels"]
+    labels = workload.deployment["metadata"]["labels"]
+    assert labels["dockyard.dev/model-deployment"] == "llama"
+    assert labels["app.kubernetes.io/instance"] == "llama"
+    assert labels["app.kubernetes.io/managed-by"] == "dockyard"
+    assert labels["app.kubernetes.io/component"] == "model-server"
+
+
+def test_selectors_select_the_pods() -> None:
+    workload = build(model_deployment("llama"))
+    selector = workload.deployment["spec"]["selector"]["matchLabels"]
+    assert selector == {"dockyard.dev/model-deployment": "llama"}
+    assert selector.items() <= pod_labels(workload).items()
+    assert workload.service["spec"]["selector"] == selector
+    assert pod_labels(workload)["dockyard.dev/runtime"] == "vllm"
+
+
+def test_user_labels_propagate_to_pods_but_not_reserved_ones() -> None:
+    labels = {
+        "dockyard.dev/simulate": "crash-loop",
+        "team": "search",
+        DOCK_STATUS_ID_LABEL: "job-123",
+        "app.kubernetes.io/name": "spoofed",
+        "dockyard.dev/model-deployment": "someone-else",
+    }
+    pods = pod_labels(build(model_deployment("llama", labels=labels)))
+    assert pods["dockyard.dev/simulate"] == "crash-loop"
+    assert pods["team"] == "search"
+    assert DOCK_STATUS_ID_LABEL not in pods
+    assert pods["app.kubernetes.io/name"] == "dockyard-model"
+    assert pods["dockyard.dev/model-deployment"] == "llama"
+
+
+# --- model_workload: template hash -------------------------------------------------------------------------------
+
+
+def test_template_hash_is_stable_and_annotated() -> None:
+    workload = build()
+    assert workload.template_hash == build().template_hash
+    assert re.fullmatch(r"[0-9a-f]{16}", workload.template_hash)
+    assert workload.deployment["metadata"]["annotations"][TEMPLATE_HASH_ANNOTATION] == workload.template_hash
+    template_annotations = workload.deployment["spec"]["template"]["metadata"]["annotations"]
+    assert template_annotations[TEMPLATE_HASH_ANNOTATION] == workload.template_hash
+
+
+@pytest.mark.parametrize(
+    ("change", "changes_hash"),
+    [
+        pytest.param({"hyperParameters": {**HYPER_PARAMETERS, "temperature": 0.2}}, True, id="temperature"),
+        pytest.param({"hyperParameters": {**HYPER_PARAMETERS, "stopSequence": ["END"]}}, True, id="stop-sequence"),
+        pytest.param({"hyperParameters": None}, True, id="hyper-parameters-removed"),
+        pytest.param({"scalingParameters": {"maxBatchSize": 32}}, True, id="max-batch-size"),
+        pytest.param({"deviceType": "g5.48xlarge"}, True, id="device-type"),
+        pytest.param({"name": "support-bot"}, True, id="served-name"),
+        pytest.param({"replicas": 3, "scalingParameters": {"maxReplicas": 5}}, False, id="replicas"),
+        pytest.param({"scalingParameters": {"minReplicas": 2, "maxReplicas": 4}}, False, id="replica-bounds"),
+        pytest.param({"scalingParameters": {"scaleUpDelay": 10, "scaleDownDelay": 100}}, False, id="delays"),
+        pytest.param({"isDeployedPreviously": True}, False, id="is-deployed-previously"),
+    ],
+)
+def test_template_hash_changes_only_with_the_pod_template(change: dict[str, Any], changes_hash: bool) -> None:
+    base = build(model_deployment(hyperParameters=HYPER_PARAMETERS))
+    changed = build(model_deployment(**{"hyperParameters": HYPER_PARAMETERS, **change}))
+    assert (changed.template_hash != base.template_hash) is changes_hash
+
+
+def test_template_hash_ignores_a_new_dock_status_id() -> None:
+    first = build(model_deployment(labels={DOCK_STATUS_ID_LABEL: "job-1"}))
+    second = build(model_deployment(labels={DOCK_STATUS_ID_LABEL: "job-2"}))
+    assert first.template_hash == second.template_hash
+
+
+def test_template_hash_changes_with_the_runtime() -> None:
+    assert build(runtime=("ctranslate2", CT2)).template_hash != build().template_hash
+
+
+def test_building_twice_gives_identical_objects() -> None:
+    mdep = model_deployment(labels={"team": "a"}, hyperParameters=HYPER_PARAMETERS, replicas=2)
+    served = resolve_served_model("s", model("s", storage="a/s"), None, CLAIM)
+    first, second = build(mdep, served), build(mdep, served)
+    assert first == second
+    assert json.dumps(first.objects(), sort_keys=True) == json.dumps(second.objects(), sort_keys=True)
+    assert first.objects() is not second.objects()
+
+
+def test_building_does_not_share_mutable_state_between_calls() -> None:
+    first = build()
+    first.deployment["spec"]["template"]["metadata"]["labels"]["mutated"] = "yes"
+    first.deployment["metadata"]["labels"]["mutated"] = "yes"
+    assert build() != first
+    assert "mutated" not in pod_labels(build())
+
+
+# --- model_workload: configuration, engine, volumes, Service --------------------------------------------------------
+
+
+def test_config_map_holds_the_sampling_defaults() -> None:
+    workload = build(model_deployment(name="support-bot", hyperParameters=HYPER_PARAMETERS))
+    data = workload.config_map["data"]
+    assert json.loads(data["sampling.json"]) == {
+        "temperature": 0.7,
+        "top_p": 0.9,
+        "top_k": 50,
+        "max_tokens": 512,
+        "stop": ["</s>", "###"],
+    }
+    assert json.loads(data["sampling.json"]) == sampling_defaults(HyperParameters.model_validate(HYPER_PARAMETERS))
+    assert data["served-model-name"] == "support-bot"
+    config_volume = next(v for v in pod_spec(workload)["volumes"] if v["name"] == "config")
+    assert config_volume == {"name": "config", "configMap": {"name": workload.config_map["metadata"]["name"]}}
+    assert {"name": "config", "mountPath": "/etc/dockyard", "readOnly": True} in container(workload)["volumeMounts"]
+
+
+def test_config_map_without_hyper_parameters_is_empty_json() -> None:
+    assert json.loads(build().config_map["data"]["sampling.json"]) == {}
+
+
+def test_config_change_changes_the_config_hash_annotation() -> None:
+    def config_hash(workload: ModelWorkload) -> str:
+        annotation: str = workload.deployment["spec"]["template"]["metadata"]["annotations"]["dockyard.dev/config-hash"]
+        return annotation
+
+    assert config_hash(build()) != config_hash(build(model_deployment(hyperParameters=HYPER_PARAMETERS)))
+
+
+def test_engine_container_runs_the_runtime() -> None:
+    workload = build(model_deployment(name="support-bot", scalingParameters={"maxBatchSize": 64}))
+    engine = container(workload)
+    assert engine["image"] == VLLM.image
+    assert arg(workload, "model") == HUB_ID
+    assert arg(workload, "served-model-name") == "support-bot"
+    assert arg(workload, "max-num-seqs") == "64"
+    assert engine["ports"] == [{"name": "http", "containerPort": VLLM.port, "protocol": "TCP"}]
+    for probe in ("readinessProbe", "startupProbe", "livenessProbe"):
+        assert engine[probe]["httpGet"] == {"path": VLLM.health_path, "port": "http"}
+
+
+def test_ctranslate2_runtime_workload() -> None:
+    mdep = model_deployment(optimizationInfo={"optimizationType": "", "quantizationType": "int8_float16"})
+    workload = build(mdep, runtime=("ctranslate2", CT2))
+    assert container(workload)["image"] == CT2.image
+    assert arg(workload, "compute-type") == "int8_float16"
+    assert pod_labels(workload)["dockyard.dev/runtime"] == "ctranslate2"
+
+
+def test_served_model_extra_args_and_volumes_reach_the_pod() -> None:
+    served = resolve_served_model("s", model("s", storage="team-a/s"), None, CLAIM)
+    workload = build(served=served)
+    assert arg(workload, "model") == f"{MODEL_STORE_MOUNT}/team-a/s"
+    assert served.mounts[0] in container(workload)["volumeMounts"]
+    assert served.volumes[0] in pod_spec(workload)["volumes"]
+    revision = build(served=ServedModel(HUB_ID, extra_args=("--revision=v2",)))
+    assert arg(revision, "revision") == "v2"
+
+
+def test_adapter_workload_enables_lora_on_the_base() -> None:
+    adapter = model("support-lora", storage="team-a/support-lora", adapter=True, base="llama")
+    served = resolve_served_model("support-lora", adapter, model("llama", hub=HUB_ID), CLAIM)
+    workload = build(served=served)
+    assert arg(workload, "model") == HUB_ID
+    assert "--enable-lora" in container(workload)["args"]
+    assert (arg(workload, "lora-modules") or "").endswith("=/adapters/team-a/support-lora")
+
+
+def test_volume_mounts_name_existing_volumes() -> None:
+    served = resolve_served_model("s", model("s", storage="a/s"), None, CLAIM)
+    workload = build(served=served)
+    volumes = {v["name"] for v in pod_spec(workload)["volumes"]}
+    assert {m["name"] for m in container(workload)["volumeMounts"]} <= volumes
+    assert len(volumes) == len(pod_spec(workload)["volumes"])  # no duplicate volume names
+
+
+@pytest.mark.parametrize("port", [8000, 9000])
+def test_service_exposes_the_engine_port(port: int) -> None:
+    workload = build(runtime=("vllm", VLLM.model_copy(update={"port": port})))
+    assert workload.service["spec"]["ports"] == [
+        {"name": "http", "port": port, "targetPort": "http", "protocol": "TCP"}
+    ]
+    assert container(workload)["ports"][0]["name"] == "http"
+    assert endpoint_of(workload.service) == f"http://model-llama.{NAMESPACE}.svc:{port}"
+
+
+# --- tool_workload ------------------------------------------------------------------------------------------------
+
+
+def test_image_tool_runs_without_gpu_or_node_selector() -> None:
+    workload = build_tool()
+    spec = pod_spec(workload)
+    assert "nodeSelector" not in spec
+    assert "tolerations" not in spec
+    engine = container(workload)
+    assert engine["image"] == "ghcr.io/acme/weather-tool:1.2.0"
+    assert GPU_RESOURCE not in engine["resources"].get("requests", {})
+    assert GPU_RESOURCE not in engine["resources"].get("limits", {})
+    assert engine["securityContext"]["allowPrivilegeEscalation"] is False
+
+
+@pytest.mark.parametrize(("port", "expected"), [(None, 8080), (9000, 9000)])
+def test_tool_ports(port: int | None, expected: int) -> None:
+    workload = build_tool(image_tool=tool(port=port))
+    assert container(workload)["ports"] == [{"name": "http", "containerPort": expected, "protocol": "TCP"}]
+    assert workload.service["spec"]["ports"] == [{"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"}]
+    assert endpoint_of(workload.service) == f"http://tool-weather.{NAMESPACE}.svc:80"
+
+
+@pytest.mark.parametrize("replicas", [1, 3])
+def test_tool_replicas_and_selectors(replicas: int) -> None:
+    workload = build_tool(tool_deployment(replicas=replicas, labels={"team": "a", DOCK_STATUS_ID_LABEL: "j"}))
+    assert workload.deployment["spec"]["replicas"] == replicas
+    assert workload.deployment["spec"]["progressDeadlineSeconds"] == PROGRESS_DEADLINE
+    selector = workload.deployment["spec"]["selector"]["matchLabels"]
+    assert selector == {"dockyard.dev/tool-deployment": "weather"}
+    assert selector.items() <= pod_labels(workload).items()
+    assert workload.service["spec"]["selector"] == selector
+    labels = pod_labels(workload)
+    assert (labels["dockyard.dev/tool"], labels["team"], labels["app.kubernetes.io/component"]) == (
+        "weather",
+        "a",
+        "tool",
+    )
+    assert DOCK_STATUS_ID_LABEL not in labels
+    for obj in workload.objects():
+        assert obj["metadata"]["name"] == "tool-weather"
+        assert obj["metadata"]["namespace"] == NAMESPACE
+
+
+def test_tool_template_hash_is_stable_and_ignores_replicas() -> None:
+    workload = build_tool()
+    assert workload.template_hash == build_tool().template_hash
+    assert workload.template_hash == build_tool(tool_deployment(replicas=4)).template_hash
+    assert workload.deployment["metadata"]["annotations"][TEMPLATE_HASH_ANNOTATION] == workload.template_hash
+    assert workload.deployment["spec"]["template"]["metadata"]["annotations"] == {
+        TEMPLATE_HASH_ANNOTATION: workload.template_hash
+    }
+    assert build_tool(image_tool=tool(version="1.3.0")).template_hash != workload.template_hash
+    assert build_tool() == build_tool()
+
+
+def test_endpoint_tool_has_no_workload() -> None:
+    with pytest.raises(AssertionError, match="only image tools"):
+        build_tool(image_tool=tool("crm-lookup", "2.0.1", endpoint=True))
+
+
+# BUG (same cause as test_child_name_of_a_dotted_name_is_a_valid_service_name): the ToolDeployment of
+# docs/examples/tooldeployment.yaml, named after its Tool "weather-1.2.0", gets the Service name
+# "tool-weather-1.2.0", which the API server refuses (a Service name must be an RFC 1035 label).
+def test_tool_service_name_for_the_example_tool_deployment_is_valid() -> None:
+    workload = build_tool(tool_deployment("weather-1.2.0"))
+    assert DNS_1035_LABEL.match(workload.service["metadata"]["name"]), workload.service["metadata"]["name"]
