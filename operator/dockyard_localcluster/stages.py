@@ -27,13 +27,13 @@ STOCK_STAGE_FILES = (
 
 
 def _exclude_simulations(stage: dict[str, Any]) -> dict[str, Any]:
-    """kwok's pod-ready, told to leave the pods of Dockyard's pending-state simulations alone."""
+    """kwok's pod-ready, told to leave the pods of Dockyard's simulations alone."""
     expressions = stage["spec"]["selector"]["matchExpressions"]
     expressions.append(
         {
             "key": f'.metadata.labels["{SIMULATE_LABEL}"]',
             "operator": "NotIn",
-            "values": ["never-ready", "image-pull-error"],
+            "values": list(SIMULATIONS),
         }
     )
     return stage

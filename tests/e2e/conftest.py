@@ -13,6 +13,7 @@ import pytest
 from kubernetes import client, config
 
 from tests.support.cluster import E2ECluster, e2e_cluster
+from tests.support.waiting import wait_for
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -53,7 +54,9 @@ def namespace(api: client.ApiClient, request: pytest.FixtureRequest) -> Iterator
         client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels={"dockyard.dev/e2e": "true"}))
     )
     yield name
-    core.delete_namespace(name, propagation_policy="Background")
+    core.delete_namespace(name)
+    # The namespace itself goes later; its pods go at once, which frees their GPUs for the next test.
+    wait_for(lambda: not core.list_namespaced_pod(name).items, timeout=120, what=f"the pods of {name} to go")
 
 
 ROOT = Path(__file__).resolve().parents[2]
