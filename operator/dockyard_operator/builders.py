@@ -262,9 +262,11 @@ def model_workload(
 
 
 def endpoint_of(service: dict[str, Any]) -> str:
+    """The in-cluster base URL of a Service (the port left out when it is HTTP's 80)."""
     meta = service["metadata"]
     port = service["spec"]["ports"][0]["port"]
-    return f"http://{meta['name']}.{meta['namespace']}.svc:{port}"
+    suffix = "" if port == 80 else f":{port}"
+    return f"http://{meta['name']}.{meta['namespace']}.svc{suffix}"
 
 
 # --- tools ---------------------------------------------------------------------------------------

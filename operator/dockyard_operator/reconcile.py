@@ -380,7 +380,7 @@ async def reconcile_tool_deployment(
         )
         ready = rolled_out(deployment, tdep.spec.replicas)
         status["serviceName"] = workload.service["metadata"]["name"]
-        status["endpoint"] = endpoint_of(workload.service).replace(":80", "")
+        status["endpoint"] = endpoint_of(workload.service)
         status["selector"] = ",".join(f"{k}={v}" for k, v in tool_selector_labels(name).items())
 
     job = _finish(job, verdict)
