@@ -49,5 +49,10 @@ e2e: venv
 crds: venv
 	$(PY) -m dockyard_api.crdgen
 
+## bench: operator overhead vs plain Deployments, and the 1,000-node scale run
+bench: venv
+	$(PY) -m bench.operator_overhead
+	$(PY) -m bench.scale
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -7,12 +7,14 @@ import os
 from kubernetes import client, config
 
 
-def api_client(kubeconfig: str | None = None) -> client.ApiClient:
-    """An ApiClient from an explicit kubeconfig, ``$KUBECONFIG``, ``~/.kube/config`` or in-cluster."""
+def api_client(kubeconfig: str | None = None, pool_size: int = 32) -> client.ApiClient:
+    """An ApiClient from an explicit kubeconfig, ``$KUBECONFIG``, ``~/.kube/config`` or in-cluster,
+    with ``pool_size`` connections (the library's default of 4 serialises concurrent callers)."""
     path = kubeconfig or os.environ.get("KUBECONFIG")
-    if path or os.path.exists(os.path.expanduser("~/.kube/config")):
-        api: client.ApiClient = config.new_client_from_config(config_file=path)
-        return api
     configuration = client.Configuration()
-    config.load_incluster_config(client_configuration=configuration)
+    if path or os.path.exists(os.path.expanduser("~/.kube/config")):
+        config.load_kube_config(config_file=path, client_configuration=configuration)
+    else:
+        config.load_incluster_config(client_configuration=configuration)
+    configuration.connection_pool_maxsize = pool_size
     return client.ApiClient(configuration)

@@ -25,6 +25,9 @@ from dockyard_localcluster.nodes import POOL_LABEL, parse_pools, pool_nodes
 from dockyard_localcluster.settings import LocalClusterSettings
 from dockyard_localcluster.stages import all_stages
 
+POD_CIDR = "10.64.0.0/12"
+SERVICE_CIDR = "10.96.0.0/16"
+
 
 class ClusterError(RuntimeError):
     """The local control plane could not be built, started or configured."""
@@ -137,10 +140,13 @@ class LocalCluster:
             "options": options,
             "componentsPatches": [
                 {"name": "etcd", "extraArgs": [{"key": "unsafe-no-fsync", "value": "true"}]},
-                # Room for benchmarks: 1,000+ nodes and thousands of pods created at once.
+                # Room for benchmarks: 1,000+ nodes and thousands of pods and Services created at once
+                # (the defaults give 256 Service IPs and 256 pod IPs).
+                {"name": "kwok-controller", "extraArgs": [{"key": "cidr", "value": POD_CIDR}]},
                 {
                     "name": "kube-apiserver",
                     "extraArgs": [
+                        {"key": "service-cluster-ip-range", "value": SERVICE_CIDR},
                         {"key": "max-requests-inflight", "value": "800"},
                         {"key": "max-mutating-requests-inflight", "value": "400"},
                     ],

@@ -105,7 +105,8 @@ def _weights(model: Model, mount_at: str) -> tuple[str, list[str], list[dict[str
 def _ensure_ready(model: Model | None, name: str, role: str) -> Model:
     if model is None:
         raise ModelNotDeployable("ModelNotFound", f"{role} {name} does not exist in this namespace")
-    if model.status.phase != "ReadyToDeploy":
+    hub_model = model.spec.source.hub is not None and model.status.phase != "Failed"
+    if model.status.phase != "ReadyToDeploy" and not hub_model:  # a hub model needs no import
         phase = model.status.phase or "not imported yet"
         raise ModelNotDeployable(
             "ModelNotReady", f"{role} {name} is {phase}; only a ReadyToDeploy model can be deployed"

@@ -4,6 +4,7 @@ on every start), so observing 1,000 rollouts costs no API reads."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from typing import Any
@@ -18,7 +19,7 @@ from dockyard_api.resources.v1alpha1 import VERSION
 from dockyard_operator import health
 from dockyard_operator.assess import parse_quantity
 from dockyard_operator.builders import COMPONENT_LABEL, MANAGED_BY
-from dockyard_operator.kube import Conflict
+from dockyard_operator.kube import Conflict, Kube
 from dockyard_operator.reconcile import Context, Views, reconcile_model_deployment, reconcile_tool_deployment
 from dockyard_operator.runtimes import load_catalog
 from dockyard_operator.scaling import autoscale, autoscaling_enabled
@@ -41,9 +42,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         prefix="dockyard.dev", key="last-handled-configuration"
     )
     settings.watching.server_timeout = 300
-    settings.queueing.worker_limit = 64
     memo.api = api_client(config.kubeconfig)
-    memo.ctx = Context(settings=config, api=memo.api, catalog=load_catalog(config.runtime_catalog))
+    memo.ctx = Context(settings=config, kube=Kube(memo.api), catalog=load_catalog(config.runtime_catalog))
     memo.http = httpx.AsyncClient(timeout=config.metrics_timeout_seconds)
     memo.health = health.HealthState(api=memo.api)
     await health.start(memo.health, config.health_host, config.health_port)
@@ -130,6 +130,29 @@ def tools(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> Any:
     return {(namespace or "", name): _custom_object(namespace, name, body)}
 
 
+def _snapshot(body: kopf.Body) -> dict[str, Any]:
+    """What a reconcile reads of a Model/ToolDeployment, kept so that a child's event can reconcile it."""
+    meta = body["metadata"]
+    keep = ("name", "namespace", "uid", "generation", "labels", "annotations", "resourceVersion")
+    return {
+        "apiVersion": body["apiVersion"],
+        "kind": body["kind"],
+        "metadata": {k: meta[k] for k in keep if k in meta},
+        "spec": dict(body.get("spec") or {}),
+        "status": dict(body.get("status") or {}),
+    }
+
+
+@kopf.index(GROUP, VERSION, "modeldeployments")
+def model_deployments(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> Any:
+    return {(namespace or "", name): _snapshot(body)}
+
+
+@kopf.index(GROUP, VERSION, "tooldeployments")
+def tool_deployments(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> Any:
+    return {(namespace or "", name): _snapshot(body)}
+
+
 def _views(kw: dict[str, Any]) -> Views:
     return Views(
         deployments=kw["workload_deployments"],
@@ -155,27 +178,59 @@ def model_source(spec: kopf.Spec, status: kopf.Status, patch: kopf.Patch, **_: A
 # --- ModelDeployments and ToolDeployments ------------------------------------------------------------
 
 
-async def _run(kind_reconcile: Any, memo: kopf.Memo, body: kopf.Body, kw: dict[str, Any], react: bool) -> None:
+async def _run(kind_reconcile: Any, memo: kopf.Memo, body: kopf.Body, kw: dict[str, Any]) -> None:
     ctx: Context = memo.ctx
     async with ctx.lock(body["metadata"]["uid"]):
-        try:
+        with contextlib.suppress(Conflict):  # the newer object is its own event: that reconcile writes it
             await kind_reconcile(ctx, body, _views(kw))
-        except Conflict as exc:
-            if react:
-                raise kopf.TemporaryError(str(exc), delay=1) from exc
-            # a timer tick: the next one reads the newer object
 
 
-@kopf.on.resume(GROUP, VERSION, "modeldeployments")
-@kopf.on.create(GROUP, VERSION, "modeldeployments")
-@kopf.on.update(GROUP, VERSION, "modeldeployments")
-async def model_deployment_changed(memo: kopf.Memo, body: kopf.Body, **kw: Any) -> None:
-    await _run(reconcile_model_deployment, memo, body, kw, react=True)
+# Every watch event (creation, any change, the initial listing after a restart) reconciles: level-based,
+# and no handler-progress bookkeeping is written back to the objects.
+@kopf.on.event(GROUP, VERSION, "modeldeployments")
+async def model_deployment_event(event: kopf.RawEvent, memo: kopf.Memo, body: kopf.Body, **kw: Any) -> None:
+    if event["type"] != "DELETED":  # children go with their owner (garbage collection)
+        await _run(reconcile_model_deployment, memo, body, kw)
 
 
-@kopf.timer(GROUP, VERSION, "modeldeployments", interval=SETTINGS.observe_interval_seconds, idle=0)
-async def model_deployment_observed(memo: kopf.Memo, body: kopf.Body, **kw: Any) -> None:
-    await _run(reconcile_model_deployment, memo, body, kw, react=False)
+# A child changed (a pod became Ready, a rollout stalled, ...): reconcile its owner at once, from the
+# owner's indexed snapshot (an outdated snapshot only makes the status write conflict and wait).
+@kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
+@kopf.on.event("", "v1", "pods", labels=MANAGED)
+async def workload_changed(namespace: str | None, labels: kopf.Labels, memo: kopf.Memo, **kw: Any) -> None:
+    owner_key = (namespace or "", labels.get("app.kubernetes.io/instance", ""))
+    component = labels[COMPONENT_LABEL]
+    if component == "model-server":
+        owners, reconcile = kw["model_deployments"], reconcile_model_deployment
+    elif component == "tool":
+        owners, reconcile = kw["tool_deployments"], reconcile_tool_deployment
+    else:
+        return
+    store = owners.get(owner_key)
+    owner = next(iter(store), None) if store else None
+    if owner is not None:
+        await _run(reconcile, memo, owner, kw)
+
+
+def job_in_flight(status: kopf.Status, **_: Any) -> bool:
+    job = status.get("job") or {}
+    return bool(not job or job.get("status") == "IN_PROGRESS")
+
+
+def job_settled(status: kopf.Status, **_: Any) -> bool:
+    return not job_in_flight(status)
+
+
+@kopf.timer(GROUP, VERSION, "modeldeployments", interval=SETTINGS.observe_interval_seconds, when=job_in_flight)
+async def model_deployment_rollout(memo: kopf.Memo, body: kopf.Body, **kw: Any) -> None:
+    """A job in flight is assessed every second: SUCCESS or FAILED as soon as it is so."""
+    await _run(reconcile_model_deployment, memo, body, kw)
+
+
+@kopf.timer(GROUP, VERSION, "modeldeployments", interval=SETTINGS.settled_interval_seconds, when=job_settled)
+async def model_deployment_settled(memo: kopf.Memo, body: kopf.Body, **kw: Any) -> None:
+    """A settled deployment is re-checked now and then: replica counts, Ready, drift repair."""
+    await _run(reconcile_model_deployment, memo, body, kw)
 
 
 @kopf.timer(GROUP, VERSION, "modeldeployments", interval=SETTINGS.autoscale_interval_seconds, when=autoscaling_enabled)
@@ -185,13 +240,17 @@ async def model_deployment_autoscaled(memo: kopf.Memo, body: kopf.Body, **kw: An
         await autoscale(ctx, memo.http, body, _views(kw))
 
 
-@kopf.on.resume(GROUP, VERSION, "tooldeployments")
-@kopf.on.create(GROUP, VERSION, "tooldeployments")
-@kopf.on.update(GROUP, VERSION, "tooldeployments")
-async def tool_deployment_changed(memo: kopf.Memo, body: kopf.Body, **kw: Any) -> None:
-    await _run(reconcile_tool_deployment, memo, body, kw, react=True)
+@kopf.on.event(GROUP, VERSION, "tooldeployments")
+async def tool_deployment_event(event: kopf.RawEvent, memo: kopf.Memo, body: kopf.Body, **kw: Any) -> None:
+    if event["type"] != "DELETED":
+        await _run(reconcile_tool_deployment, memo, body, kw)
 
 
-@kopf.timer(GROUP, VERSION, "tooldeployments", interval=SETTINGS.observe_interval_seconds, idle=0)
-async def tool_deployment_observed(memo: kopf.Memo, body: kopf.Body, **kw: Any) -> None:
-    await _run(reconcile_tool_deployment, memo, body, kw, react=False)
+@kopf.timer(GROUP, VERSION, "tooldeployments", interval=SETTINGS.observe_interval_seconds, when=job_in_flight)
+async def tool_deployment_rollout(memo: kopf.Memo, body: kopf.Body, **kw: Any) -> None:
+    await _run(reconcile_tool_deployment, memo, body, kw)
+
+
+@kopf.timer(GROUP, VERSION, "tooldeployments", interval=SETTINGS.settled_interval_seconds, when=job_settled)
+async def tool_deployment_settled(memo: kopf.Memo, body: kopf.Body, **kw: Any) -> None:
+    await _run(reconcile_tool_deployment, memo, body, kw)

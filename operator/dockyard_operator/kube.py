@@ -1,7 +1,13 @@
-"""The operator's few API calls: server-side apply of children and guarded status patches."""
+"""The operator's few API calls: server-side apply of children and guarded patches.
+
+Calls skip the client's model deserialisation (``_preload_content=False``, the costliest part of a
+call) and hand their connection back to the pool; the API objects are built once (the client's
+lazy module attributes take an import lock on every access).
+"""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from kubernetes import client
@@ -26,52 +32,68 @@ def owner_reference(kind: str, meta: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def apply(api: client.ApiClient, obj: dict[str, Any]) -> None:
-    """Server-side apply as the operator's field manager (idempotent; re-running changes nothing)."""
-    meta = obj["metadata"]
-    kwargs: dict[str, Any] = {"field_manager": FIELD_MANAGER, "force": True, "_content_type": APPLY}
-    kind = obj["kind"]
-    if kind == "Deployment":
-        client.AppsV1Api(api).patch_namespaced_deployment(meta["name"], meta["namespace"], obj, **kwargs)
-    elif kind == "Service":
-        client.CoreV1Api(api).patch_namespaced_service(meta["name"], meta["namespace"], obj, **kwargs)
-    elif kind == "ConfigMap":
-        client.CoreV1Api(api).patch_namespaced_config_map(meta["name"], meta["namespace"], obj, **kwargs)
-    else:  # pragma: no cover - a programming error
-        raise ValueError(f"no apply for {kind}")
-
-
-def delete_child(api: client.ApiClient, kind: str, namespace: str, name: str) -> None:
-    try:
-        if kind == "Deployment":
-            client.AppsV1Api(api).delete_namespaced_deployment(name, namespace)
-        elif kind == "Service":
-            client.CoreV1Api(api).delete_namespaced_service(name, namespace)
-    except ApiException as exc:
-        if exc.status != 404:
-            raise
-
-
 class Conflict(Exception):
     """The object changed since it was read; the next reconcile sees the new version."""
 
 
-def patch_status(
-    api: client.ApiClient, plural: str, namespace: str, name: str, resource_version: str, status: dict[str, Any]
-) -> None:
-    """Merge-patch ``status``, only if the object is still at ``resource_version`` (else Conflict)."""
-    body = {"metadata": {"resourceVersion": resource_version}, "status": status}
+def _body(response: Any) -> dict[str, Any]:
+    """The JSON answer of a call made with ``_preload_content=False``; frees its connection."""
     try:
-        client.CustomObjectsApi(api).patch_namespaced_custom_object_status(
-            GROUP, VERSION, namespace, plural, name, body, _content_type=MERGE
+        data: dict[str, Any] = json.loads(response.data)
+        return data
+    finally:
+        response.release_conn()
+
+
+class Kube:
+    def __init__(self, api: client.ApiClient) -> None:
+        self.api = api
+        self.apps = client.AppsV1Api(api)
+        self.core = client.CoreV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+
+    def apply(self, obj: dict[str, Any]) -> None:
+        """Server-side apply as the operator's field manager (idempotent; re-running changes nothing)."""
+        meta = obj["metadata"]
+        kwargs: dict[str, Any] = {
+            "field_manager": FIELD_MANAGER,
+            "force": True,
+            "_content_type": APPLY,
+            "_preload_content": False,
+        }
+        calls = {
+            "Deployment": self.apps.patch_namespaced_deployment,
+            "Service": self.core.patch_namespaced_service,
+            "ConfigMap": self.core.patch_namespaced_config_map,
+        }
+        _body(calls[obj["kind"]](meta["name"], meta["namespace"], obj, **kwargs))
+
+    def _merge(self, plural: str, namespace: str, name: str, body: dict[str, Any], status: bool) -> dict[str, Any]:
+        call = (
+            self.custom.patch_namespaced_custom_object_status if status else self.custom.patch_namespaced_custom_object
         )
-    except ApiException as exc:
-        if exc.status == 409:
-            raise Conflict(f"{plural}/{name} changed while it was reconciled") from exc
-        raise
+        try:
+            return _body(
+                call(GROUP, VERSION, namespace, plural, name, body, _content_type=MERGE, _preload_content=False)
+            )
+        except ApiException as exc:
+            if exc.status == 409:
+                raise Conflict(f"{plural}/{name} changed while it was reconciled") from exc
+            raise
 
+    def patch_status(
+        self, plural: str, namespace: str, name: str, status: dict[str, Any], resource_version: str | None = None
+    ) -> None:
+        """Merge-patch ``status``; with ``resource_version``, only if the object is still at it (else Conflict)."""
+        body: dict[str, Any] = {"status": status}
+        if resource_version is not None:
+            body["metadata"] = {"resourceVersion": resource_version}
+        self._merge(plural, namespace, name, body, status=True)
 
-def patch_metadata(api: client.ApiClient, plural: str, namespace: str, name: str, metadata: dict[str, Any]) -> None:
-    client.CustomObjectsApi(api).patch_namespaced_custom_object(
-        GROUP, VERSION, namespace, plural, name, {"metadata": metadata}, _content_type=MERGE
-    )
+    def patch_object(
+        self, plural: str, namespace: str, name: str, patch: dict[str, Any], resource_version: str | None = None
+    ) -> str:
+        """Merge-patch metadata/spec (guarded like :meth:`patch_status`); returns the new resourceVersion."""
+        if resource_version is not None:
+            patch = {**patch, "metadata": {**patch.get("metadata", {}), "resourceVersion": resource_version}}
+        return str(self._merge(plural, namespace, name, patch, status=False)["metadata"]["resourceVersion"])

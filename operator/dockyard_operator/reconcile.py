@@ -13,13 +13,14 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar, cast
 
 import httpx
 import kopf
-from kubernetes import client
 
 from dockyard_api.devices import DEVICES
 from dockyard_api.resources.v1alpha1 import (
@@ -50,21 +51,36 @@ from dockyard_operator.builders import (
 from dockyard_operator.runtimes import InvalidRuntimeChoice, RuntimeCatalog, select_runtime
 from dockyard_operator.settings import OperatorSettings
 
+T = TypeVar("T")
+API_CONCURRENCY = 32
+"""Concurrent API calls (threads, and connections in the client's pool)."""
+
+Body = Mapping[str, Any]
+"""A custom resource as kopf hands it over, or its indexed snapshot."""
+
 Key = tuple[str, str, str]
 """(namespace, component, owner name) — how workload Deployments and Pods are indexed."""
 
 
 @dataclass
 class Context:
-    """What every reconcile needs: settings, the API client, the catalog, the indexes, the locks."""
+    """What every reconcile needs: settings, the API client, the catalog, the locks, and the threads
+    the (synchronous) Kubernetes client runs in: as many as its connection pool has connections."""
 
     settings: OperatorSettings
-    api: client.ApiClient
+    kube: kube.Kube
     catalog: RuntimeCatalog
     locks: dict[str, asyncio.Lock] = field(default_factory=dict)
+    executor: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(API_CONCURRENCY, thread_name_prefix="kube")
+    )
 
     def lock(self, uid: str) -> asyncio.Lock:
         return self.locks.setdefault(uid, asyncio.Lock())
+
+    async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run a blocking API call in the API threads."""
+        return await asyncio.get_running_loop().run_in_executor(self.executor, partial(fn, *args, **kwargs))
 
 
 @dataclass(frozen=True)
@@ -120,7 +136,7 @@ async def _apply_if_changed(ctx: Context, objects: list[dict[str, Any]], current
     if current is not None and current["metadata"].get("annotations", {}).get(APPLIED_HASH_ANNOTATION) == applied:
         return False
     for obj in objects:
-        await asyncio.to_thread(kube.apply, ctx.api, obj)
+        await ctx.call(ctx.kube.apply, obj)
     return True
 
 
@@ -164,15 +180,16 @@ def _finish(job: DockJob, verdict: Verdict) -> DockJob:
     )
 
 
-def _post_events(body: kopf.Body, before: DockJob | None, after: DockJob, new: bool) -> None:
+def _post_events(body: Body, before: DockJob | None, after: DockJob, new: bool) -> None:
+    target = cast(kopf.Body, body)  # kopf.event reads apiVersion, kind and metadata of any mapping
     if new:
-        kopf.info(body, reason="DeployStarted", message=f"dock job {after.dock_status_id} started")
+        kopf.info(target, reason="DeployStarted", message=f"dock job {after.dock_status_id} started")
     if after.status == "IN_PROGRESS" or (before is not None and not new and before.status == after.status):
         return
     if after.status == "SUCCESS":
-        kopf.info(body, reason="Deployed", message=f"dock job {after.dock_status_id}: {after.message}")
+        kopf.info(target, reason="Deployed", message=f"dock job {after.dock_status_id}: {after.message}")
     else:
-        kopf.warn(body, reason=after.reason, message=f"dock job {after.dock_status_id} FAILED: {after.message}")
+        kopf.warn(target, reason=after.reason, message=f"dock job {after.dock_status_id} FAILED: {after.message}")
 
 
 def _changed(current: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
@@ -181,7 +198,7 @@ def _changed(current: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
 
 async def _write(
     ctx: Context,
-    body: kopf.Body,
+    body: Body,
     plural: str,
     status: dict[str, Any],
     job: DockJob,
@@ -190,22 +207,20 @@ async def _write(
     requested: str | None,
 ) -> None:
     meta = body["metadata"]
+    version = meta["resourceVersion"]
     if new_job and requested != job.dock_status_id:
         # The lookup of a dockStatusId is one labelled list: keep the label in step with the job.
         labels = {DOCK_STATUS_ID_LABEL: job.dock_status_id}
-        await asyncio.to_thread(
-            kube.patch_metadata, ctx.api, plural, meta["namespace"], meta["name"], {"labels": labels}
+        version = await ctx.call(
+            ctx.kube.patch_object, plural, meta["namespace"], meta["name"], {"metadata": {"labels": labels}}, version
         )
-        return  # the label change is a new resourceVersion: the next reconcile writes the status
-    if not _changed(body.get("status") or {}, status):
+    elif not _changed(body.get("status") or {}, status):
         return
-    await asyncio.to_thread(
-        kube.patch_status, ctx.api, plural, meta["namespace"], meta["name"], meta["resourceVersion"], status
-    )
+    await ctx.call(ctx.kube.patch_status, plural, meta["namespace"], meta["name"], status, version)
     _post_events(body, before, job, new_job)
 
 
-def _object(body: kopf.Body) -> dict[str, Any]:
+def _object(body: Body) -> dict[str, Any]:
     meta = body["metadata"]
     keep = ("name", "namespace", "uid", "generation", "labels", "annotations", "resourceVersion")
     return {
@@ -222,7 +237,7 @@ def _counts(deployment: dict[str, Any] | None) -> tuple[int, int]:
     return int(status.get("replicas", 0) or 0), int(status.get("readyReplicas", 0) or 0)
 
 
-async def reconcile_model_deployment(ctx: Context, body: kopf.Body, views: Views) -> None:
+async def reconcile_model_deployment(ctx: Context, body: Body, views: Views) -> None:
     mdep = ModelDeployment.model_validate(_object(body))
     meta = body["metadata"]
     name, namespace = meta["name"], meta["namespace"]
@@ -327,7 +342,7 @@ def check_endpoint(url: str, timeout: float) -> str | None:
 
 
 async def reconcile_tool_deployment(
-    ctx: Context, body: kopf.Body, views: Views, reach: ReachabilityCheck = check_endpoint
+    ctx: Context, body: Body, views: Views, reach: ReachabilityCheck = check_endpoint
 ) -> None:
     tdep = ToolDeployment.model_validate(_object(body))
     meta = body["metadata"]
@@ -351,7 +366,7 @@ async def reconcile_tool_deployment(
         )
         verdict = Verdict(job.status, job.reason, job.message)
         if job.status == "IN_PROGRESS":
-            failure = await asyncio.to_thread(reach, tool.spec.endpoint, ctx.settings.endpoint_timeout_seconds)
+            failure = await ctx.call(reach, tool.spec.endpoint, ctx.settings.endpoint_timeout_seconds)
             verdict = (
                 Verdict("FAILED", "EndpointUnreachable", failure)
                 if failure

@@ -15,13 +15,10 @@ from typing import Any
 
 import httpx
 import kopf
-from kubernetes import client
 
-from dockyard_api.resources import GROUP
-from dockyard_api.resources.v1alpha1 import VERSION, ModelDeployment
+from dockyard_api.resources.v1alpha1 import ModelDeployment
 from dockyard_operator.assess import pod_ready
 from dockyard_operator.autoscaler import AutoscalerState, Observation, decide
-from dockyard_operator.kube import MERGE
 from dockyard_operator.metrics import LoadSample, parse_load
 from dockyard_operator.reconcile import Context, Key, Views
 from dockyard_operator.runtimes import select_runtime
@@ -78,16 +75,10 @@ async def autoscale(ctx: Context, http: httpx.AsyncClient, body: kopf.Body, view
     current = mdep.spec.replicas if mdep.spec.replicas is not None else params.min_replicas
     decision = decide(params, current, Observation.from_samples(samples, int(time.time() * 1000)), state)
     name, namespace = body["metadata"]["name"], body["metadata"]["namespace"]
-    objects = client.CustomObjectsApi(ctx.api)
     if decision.replicas != current:
-        await asyncio.to_thread(
-            objects.patch_namespaced_custom_object, GROUP, VERSION, namespace, "modeldeployments", name,
-            {"spec": {"replicas": decision.replicas}}, _content_type=MERGE,
-        )  # fmt: skip
+        patch = {"spec": {"replicas": decision.replicas}}
+        await ctx.call(ctx.kube.patch_object, "modeldeployments", namespace, name, patch)
         kopf.info(body, reason=decision.reason, message=decision.message)
     new_state = decision.new_state.to_dict()
     if new_state != (status.get("autoscaler") or {}):
-        await asyncio.to_thread(
-            objects.patch_namespaced_custom_object_status, GROUP, VERSION, namespace, "modeldeployments", name,
-            {"status": {"autoscaler": new_state}}, _content_type=MERGE,
-        )  # fmt: skip
+        await ctx.call(ctx.kube.patch_status, "modeldeployments", namespace, name, {"autoscaler": new_state})

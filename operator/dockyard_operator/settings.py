@@ -18,7 +18,12 @@ class OperatorSettings(BaseSettings):
     unschedulable_deadline_seconds: float = Field(
         default=300, gt=0, description="how long a replica may stay unschedulable before the job FAILS"
     )
-    observe_interval_seconds: float = Field(default=1.0, gt=0, description="how often a workload is assessed")
+    observe_interval_seconds: float = Field(
+        default=5.0, gt=0, description="how often a job in flight is re-assessed besides its pods' events (deadlines)"
+    )
+    settled_interval_seconds: float = Field(
+        default=30.0, gt=0, description="how often a settled workload is re-checked (drift repair)"
+    )
     autoscale_interval_seconds: float = Field(default=0.25, gt=0, description="autoscaler tick")
     metrics_timeout_seconds: float = Field(default=0.5, gt=0, description="engine /metrics scrape timeout")
     endpoint_timeout_seconds: float = Field(default=3.0, gt=0, description="external tool reachability check")

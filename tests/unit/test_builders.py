@@ -280,6 +280,15 @@ def test_model_not_ready_to_deploy_is_refused(phase: str | None, shown: str) -> 
     assert "ReadyToDeploy" in caught.value.message
 
 
+def test_a_hub_model_needs_no_import_but_a_failed_one_is_refused() -> None:
+    # the operator marks hub models ReadyToDeploy; a deployment racing that mark is not refused
+    served = resolve_served_model("llama", model("llama", hub="meta-llama/Llama-3.1-8B", phase=None), None, CLAIM)
+    assert served.model_arg == "meta-llama/Llama-3.1-8B"
+    with pytest.raises(ModelNotDeployable) as caught:
+        resolve_served_model("llama", model("llama", hub="meta-llama/Llama-3.1-8B", phase="Failed"), None, CLAIM)
+    assert caught.value.reason == "ModelNotReady"
+
+
 def test_ready_upload_model_without_stored_weights_is_not_ready() -> None:
     with pytest.raises(ModelNotDeployable) as caught:
         resolve_served_model("support", model("support"), None, CLAIM)
@@ -598,7 +607,7 @@ def test_tool_ports(port: int | None, expected: int) -> None:
     workload = build_tool(image_tool=tool(port=port))
     assert container(workload)["ports"] == [{"name": "http", "containerPort": expected, "protocol": "TCP"}]
     assert workload.service["spec"]["ports"] == [{"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"}]
-    assert endpoint_of(workload.service) == f"http://tool-weather.{NAMESPACE}.svc:80"
+    assert endpoint_of(workload.service) == f"http://tool-weather.{NAMESPACE}.svc"  # HTTP's port 80 left out
 
 
 @pytest.mark.parametrize("replicas", [1, 3])

@@ -1,0 +1,95 @@
+"""Shared pieces of the benchmarks: a dedicated local cluster, the operator as a subprocess, timing."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config
+from tests.support.runners import free_port, wait_http_ok
+
+from dockyard_localcluster.cluster import LocalCluster
+from dockyard_localcluster.settings import LocalClusterSettings, repo_root
+
+ROOT = repo_root()
+
+
+def bench_cluster(name: str, nodes_per_type: int, pools: str = "") -> LocalCluster:
+    """A local control plane of its own (its own state dir), so benchmarks never touch the dev cluster."""
+    settings = LocalClusterSettings(
+        cluster_name=name,
+        state_dir=ROOT / ".dockyard" / name,
+        nodes_per_type=nodes_per_type,
+        node_pools=pools,
+        wait_seconds=600,
+    )
+    cluster = LocalCluster(settings)
+    cluster.up()
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
+    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(ROOT / "crds"))
+    return cluster
+
+
+def api_for(cluster: LocalCluster) -> client.ApiClient:
+    configuration = client.Configuration()
+    config.load_kube_config(config_file=str(cluster.settings.kubeconfig), client_configuration=configuration)
+    configuration.connection_pool_maxsize = 32
+    return client.ApiClient(configuration)
+
+
+@contextmanager
+def operator_process(cluster: LocalCluster, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[bytes]]:
+    """The operator as its own process, started and ready (its /readyz answers) when this yields."""
+    log = cluster.settings.state_dir / "operator.log"
+    port = free_port()
+    full_env = dict(os.environ, KUBECONFIG=str(cluster.settings.kubeconfig),
+                    DOCKYARD_OPERATOR_HEALTH_PORT=str(port), **(env or {}))  # fmt: skip
+    with log.open("ab") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "dockyard_operator", "--standalone"], env=full_env,
+                                stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+        wait_http_ok(f"http://127.0.0.1:{port}/readyz", timeout=120)
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def peak_rss_mib(pid: int) -> float:
+    """VmHWM: the process's peak resident memory so far."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def namespace(api: client.ApiClient, prefix: str) -> str:
+    """A new namespace ``<prefix>-<time>`` (one of an earlier run may still be terminating)."""
+    name = f"{prefix}-{int(time.time() * 1000) % 10**8}"
+    client.CoreV1Api(api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    return name
+
+
+def delete_namespace(api: client.ApiClient, name: str, timeout: float = 300) -> None:
+    core = client.CoreV1Api(api)
+    core.delete_namespace(name)
+    wait_until(lambda: not core.list_namespaced_pod(name).items, timeout, f"pods of {name} gone")
+
+
+def wait_until(done: Callable[[], Any], timeout: float, what: str, interval: float = 0.5) -> float:
+    """Poll ``done`` until truthy; returns the time waited (monotonic seconds)."""
+    start = time.monotonic()
+    while not done():
+        if time.monotonic() - start > timeout:
+            raise TimeoutError(f"{what}: not reached within {timeout:.0f}s")
+        time.sleep(interval)
+    return time.monotonic() - start
