@@ -130,29 +130,6 @@ def tools(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> Any:
     return {(namespace or "", name): _custom_object(namespace, name, body)}
 
 
-def _snapshot(body: kopf.Body) -> dict[str, Any]:
-    """What a reconcile reads of a Model/ToolDeployment, kept so that a child's event can reconcile it."""
-    meta = body["metadata"]
-    keep = ("name", "namespace", "uid", "generation", "labels", "annotations", "resourceVersion")
-    return {
-        "apiVersion": body["apiVersion"],
-        "kind": body["kind"],
-        "metadata": {k: meta[k] for k in keep if k in meta},
-        "spec": dict(body.get("spec") or {}),
-        "status": dict(body.get("status") or {}),
-    }
-
-
-@kopf.index(GROUP, VERSION, "modeldeployments")
-def model_deployments(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> Any:
-    return {(namespace or "", name): _snapshot(body)}
-
-
-@kopf.index(GROUP, VERSION, "tooldeployments")
-def tool_deployments(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> Any:
-    return {(namespace or "", name): _snapshot(body)}
-
-
 def _views(kw: dict[str, Any]) -> Views:
     return Views(
         deployments=kw["workload_deployments"],
@@ -191,25 +168,6 @@ async def _run(kind_reconcile: Any, memo: kopf.Memo, body: kopf.Body, kw: dict[s
 async def model_deployment_event(event: kopf.RawEvent, memo: kopf.Memo, body: kopf.Body, **kw: Any) -> None:
     if event["type"] != "DELETED":  # children go with their owner (garbage collection)
         await _run(reconcile_model_deployment, memo, body, kw)
-
-
-# A child changed (a pod became Ready, a rollout stalled, ...): reconcile its owner at once, from the
-# owner's indexed snapshot (an outdated snapshot only makes the status write conflict and wait).
-@kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
-@kopf.on.event("", "v1", "pods", labels=MANAGED)
-async def workload_changed(namespace: str | None, labels: kopf.Labels, memo: kopf.Memo, **kw: Any) -> None:
-    owner_key = (namespace or "", labels.get("app.kubernetes.io/instance", ""))
-    component = labels[COMPONENT_LABEL]
-    if component == "model-server":
-        owners, reconcile = kw["model_deployments"], reconcile_model_deployment
-    elif component == "tool":
-        owners, reconcile = kw["tool_deployments"], reconcile_tool_deployment
-    else:
-        return
-    store = owners.get(owner_key)
-    owner = next(iter(store), None) if store else None
-    if owner is not None:
-        await _run(reconcile, memo, owner, kw)
 
 
 def job_in_flight(status: kopf.Status, **_: Any) -> bool:

@@ -19,10 +19,10 @@ class OperatorSettings(BaseSettings):
         default=300, gt=0, description="how long a replica may stay unschedulable before the job FAILS"
     )
     observe_interval_seconds: float = Field(
-        default=5.0, gt=0, description="how often a job in flight is re-assessed besides its pods' events (deadlines)"
+        default=1.0, gt=0, description="how often a job in flight is assessed (pods Ready, failures, deadlines)"
     )
     settled_interval_seconds: float = Field(
-        default=30.0, gt=0, description="how often a settled workload is re-checked (drift repair)"
+        default=10.0, gt=0, description="how often a settled workload is re-checked (replica counts, drift)"
     )
     autoscale_interval_seconds: float = Field(default=0.25, gt=0, description="autoscaler tick")
     metrics_timeout_seconds: float = Field(default=0.5, gt=0, description="engine /metrics scrape timeout")
