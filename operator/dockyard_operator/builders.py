@@ -143,7 +143,8 @@ class ModelWorkload:
     template_hash: str
 
     def objects(self) -> list[dict[str, Any]]:
-        return [self.config_map, self.deployment, self.service]
+        """In apply order: the Deployment last, so its applied-hash annotation vouches for the set."""
+        return [self.config_map, self.service, self.deployment]
 
 
 def selector_labels(mdep_name: str) -> dict[str, str]:
@@ -280,7 +281,8 @@ class ToolWorkload:
     template_hash: str
 
     def objects(self) -> list[dict[str, Any]]:
-        return [self.deployment, self.service]
+        """In apply order: the Deployment last, so its applied-hash annotation vouches for the set."""
+        return [self.service, self.deployment]
 
 
 def tool_selector_labels(tdep_name: str) -> dict[str, str]:

@@ -131,7 +131,10 @@ def _owned(objects: Sequence[dict[str, Any]], owner_kind: str, meta: Mapping[str
 
 
 async def _apply_if_changed(ctx: Context, objects: list[dict[str, Any]], current: dict[str, Any] | None) -> bool:
-    """Server-side apply unless the live Deployment says the same set was applied already."""
+    """Server-side apply unless the live Deployment says the same set was applied already.
+
+    The Deployment is applied last: an operator killed half-way leaves no Deployment with the new
+    hash, so the next reconcile applies the whole set again (server-side apply is idempotent)."""
     applied = objects[0]["metadata"]["annotations"][APPLIED_HASH_ANNOTATION]
     if current is not None and current["metadata"].get("annotations", {}).get(APPLIED_HASH_ANNOTATION) == applied:
         return False

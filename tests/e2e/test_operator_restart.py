@@ -41,9 +41,9 @@ def test_sigkill_mid_rollout_converges_without_duplicates_or_orphans(
     try:
         for name, device_type in zip(names, [t for t in DEVICE_TYPES for _ in range(PER_TYPE)], strict=True):
             model_deployment(api, namespace, name, device_type, model="model")
-        # kill it mid-flight: some deployments have a job, not all of them have finished
-        wait_for(lambda: sum(1 for n in names if job(api, namespace, "modeldeployments", n)) >= 4,
-                 timeout=60, what="some deployments in flight")  # fmt: skip
+        # kill it mid-flight: as soon as the first job is recorded, while the others are being worked on
+        wait_for(lambda: any(job(api, namespace, "modeldeployments", n) for n in names),
+                 timeout=60, interval=0.02, what="a first deployment in flight")  # fmt: skip
         in_flight = [n for n in names if (j := job(api, namespace, "modeldeployments", n)) is None
                      or j["status"] == "IN_PROGRESS"]  # fmt: skip
     finally:

@@ -401,7 +401,8 @@ def test_deployment_rolls_out_without_surge_within_the_progress_deadline() -> No
 
 def test_children_share_name_namespace_and_labels() -> None:
     workload = build(model_deployment("llama"))
-    assert [o["kind"] for o in workload.objects()] == ["ConfigMap", "Deployment", "Service"]
+    # apply order: the Deployment last (its applied-hash annotation vouches for the whole set)
+    assert [o["kind"] for o in workload.objects()] == ["ConfigMap", "Service", "Deployment"]
     for obj in workload.objects():
         assert obj["metadata"]["name"] == child_name("model", "llama")
         assert obj["metadata"]["namespace"] == NAMESPACE
