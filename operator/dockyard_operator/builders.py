@@ -231,36 +231,62 @@ def model_workload(
             "terminationGracePeriodSeconds": 60,
         },
     }
+    deployment, service, template_hash = _served_by(
+        resource_name,
+        namespace,
+        labels,
+        selector_labels(name),
+        template,
+        replicas=spec.desired_replicas(),
+        service_port=runtime.port,
+        progress_deadline_seconds=progress_deadline_seconds,
+        # No surge: a GPU node rarely has room for an extra replica; one replica at a time is replaced.
+        strategy={"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
+    )
+    return ModelWorkload(config_map, deployment, service, template_hash=template_hash)
+
+
+def _served_by(
+    name: str,
+    namespace: str | None,
+    labels: dict[str, str],
+    selector: dict[str, str],
+    template: dict[str, Any],
+    *,
+    replicas: int,
+    service_port: int,
+    progress_deadline_seconds: int,
+    strategy: dict[str, Any] | None = None,
+) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """The Deployment running ``template`` (stamped with its hash) and the Service in front of its
+    ``http`` port; returns both and the template hash."""
     template_hash = hash_of(template)
     template["metadata"]["annotations"][TEMPLATE_HASH_ANNOTATION] = template_hash
+    spec: dict[str, Any] = {
+        "replicas": replicas,
+        "selector": {"matchLabels": selector},
+        "progressDeadlineSeconds": progress_deadline_seconds,
+        "template": template,
+    }
+    if strategy is not None:
+        spec["strategy"] = strategy
+    metadata = {"name": name, "namespace": namespace, "labels": labels}
     deployment = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": {
-            "name": resource_name,
-            "namespace": namespace,
-            "labels": labels,
-            "annotations": {TEMPLATE_HASH_ANNOTATION: template_hash},
-        },
-        "spec": {
-            "replicas": spec.desired_replicas(),
-            "selector": {"matchLabels": selector_labels(name)},
-            "progressDeadlineSeconds": progress_deadline_seconds,
-            # No surge: a GPU node rarely has room for an extra replica; one replica at a time is replaced.
-            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
-            "template": template,
-        },
+        "metadata": {**metadata, "annotations": {TEMPLATE_HASH_ANNOTATION: template_hash}},
+        "spec": spec,
     }
     service = {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {"name": resource_name, "namespace": namespace, "labels": labels},
+        "metadata": metadata,
         "spec": {
-            "selector": selector_labels(name),
-            "ports": [{"name": "http", "port": runtime.port, "targetPort": "http", "protocol": "TCP"}],
+            "selector": selector,
+            "ports": [{"name": "http", "port": service_port, "targetPort": "http", "protocol": "TCP"}],
         },
     }
-    return ModelWorkload(config_map, deployment, service, template_hash=template_hash)
+    return deployment, service, template_hash
 
 
 def endpoint_of(service: dict[str, Any]) -> str:
@@ -313,31 +339,14 @@ def tool_workload(tdep: ToolDeployment, tool: Tool, *, progress_deadline_seconds
             ],
         },
     }
-    template_hash = hash_of(template)
-    template["metadata"]["annotations"][TEMPLATE_HASH_ANNOTATION] = template_hash
-    deployment = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {
-            "name": resource_name,
-            "namespace": namespace,
-            "labels": labels,
-            "annotations": {TEMPLATE_HASH_ANNOTATION: template_hash},
-        },
-        "spec": {
-            "replicas": tdep.spec.replicas,
-            "selector": {"matchLabels": tool_selector_labels(name)},
-            "progressDeadlineSeconds": progress_deadline_seconds,
-            "template": template,
-        },
-    }
-    service = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": resource_name, "namespace": namespace, "labels": labels},
-        "spec": {
-            "selector": tool_selector_labels(name),
-            "ports": [{"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"}],
-        },
-    }
+    deployment, service, template_hash = _served_by(
+        resource_name,
+        namespace,
+        labels,
+        tool_selector_labels(name),
+        template,
+        replicas=tdep.spec.replicas,
+        service_port=80,
+        progress_deadline_seconds=progress_deadline_seconds,
+    )
     return ToolWorkload(deployment, service, template_hash)
