@@ -32,16 +32,10 @@ def node_name(device_type: str, index: int) -> str:
     return f"gpu-{device_type.replace('.', '-')}-{index}"
 
 
-def gpu_node(device_type: str, index: int) -> dict[str, Any]:
-    """One fake GPU node of ``device_type`` (a key of the device catalog)."""
-    device = DEVICES[device_type]
-    name = node_name(device_type, index)
-    resources = {
-        "cpu": str(device.vcpu),
-        "memory": f"{device.memory_gib}Gi",
-        "pods": str(PODS_PER_NODE),
-        GPU_RESOURCE: str(device.gpus),
-    }
+def _fake_node(
+    name: str, instance_type: str, pool: str, resources: dict[str, str], labels: dict[str, str], taints: list[Any]
+) -> dict[str, Any]:
+    """A node kwok manages, with ``resources`` as capacity and allocatable."""
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -50,22 +44,36 @@ def gpu_node(device_type: str, index: int) -> dict[str, Any]:
             "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
             "labels": {
                 "type": "kwok",
-                POOL_LABEL: device_type,
+                POOL_LABEL: pool,
                 "kubernetes.io/hostname": name,
                 "kubernetes.io/os": "linux",
                 "kubernetes.io/arch": "amd64",
-                INSTANCE_TYPE_LABEL: device_type,
-                "nvidia.com/gpu.present": "true",
-                "nvidia.com/gpu.product": device.gpu_product_label,
-                "nvidia.com/gpu.count": str(device.gpus),
-                "nvidia.com/gpu.memory": str(device.gpu_memory_gb * 1024),
+                INSTANCE_TYPE_LABEL: instance_type,
+                **labels,
             },
         },
-        "spec": {
-            "taints": [{"key": GPU_TAINT_KEY, "value": GPU_TAINT_VALUE, "effect": GPU_TAINT_EFFECT}],
-        },
+        "spec": {"taints": taints} if taints else {},
         "status": {"allocatable": dict(resources), "capacity": dict(resources)},
     }
+
+
+def gpu_node(device_type: str, index: int) -> dict[str, Any]:
+    """One fake GPU node of ``device_type`` (a key of the device catalog)."""
+    device = DEVICES[device_type]
+    resources = {
+        "cpu": str(device.vcpu),
+        "memory": f"{device.memory_gib}Gi",
+        "pods": str(PODS_PER_NODE),
+        GPU_RESOURCE: str(device.gpus),
+    }
+    labels = {
+        "nvidia.com/gpu.present": "true",
+        "nvidia.com/gpu.product": device.gpu_product_label,
+        "nvidia.com/gpu.count": str(device.gpus),
+        "nvidia.com/gpu.memory": str(device.gpu_memory_gb * 1024),
+    }
+    taints = [{"key": GPU_TAINT_KEY, "value": GPU_TAINT_VALUE, "effect": GPU_TAINT_EFFECT}]
+    return _fake_node(node_name(device_type, index), device_type, device_type, resources, labels, taints)
 
 
 CPU_INSTANCE_TYPE = "m6i.2xlarge"
@@ -76,24 +84,7 @@ def cpu_node(index: int) -> dict[str, Any]:
     """One fake general-purpose node: where the operator, the facade and tools run."""
     name = f"cpu-{CPU_INSTANCE_TYPE.replace('.', '-')}-{index}"
     resources = {"cpu": "8", "memory": "32Gi", "pods": str(PODS_PER_NODE)}
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
-            "labels": {
-                "type": "kwok",
-                POOL_LABEL: "cpu",
-                "kubernetes.io/hostname": name,
-                "kubernetes.io/os": "linux",
-                "kubernetes.io/arch": "amd64",
-                INSTANCE_TYPE_LABEL: CPU_INSTANCE_TYPE,
-            },
-        },
-        "spec": {},
-        "status": {"allocatable": dict(resources), "capacity": dict(resources)},
-    }
+    return _fake_node(name, CPU_INSTANCE_TYPE, "cpu", resources, {}, [])
 
 
 def parse_pools(text: str, default_size: int) -> dict[str, int]:

@@ -20,7 +20,7 @@ from dockyard_operator import health
 from dockyard_operator.assess import parse_quantity
 from dockyard_operator.builders import COMPONENT_LABEL, MANAGED_BY
 from dockyard_operator.kube import Conflict, Kube
-from dockyard_operator.reconcile import Context, Views, reconcile_model_deployment, reconcile_tool_deployment
+from dockyard_operator.reconcile import Context, Views, reconcile_model_deployment, reconcile_tool_deployment, snapshot
 from dockyard_operator.runtimes import load_catalog
 from dockyard_operator.scaling import autoscale, autoscaling_enabled
 from dockyard_operator.settings import OperatorSettings
@@ -110,24 +110,14 @@ def node_capacity(labels: kopf.Labels, status: kopf.Status, **_: Any) -> Any:
     return {labels[INSTANCE_TYPE_LABEL]: {r: parse_quantity(allocatable[r]) for r in wanted if r in allocatable}}
 
 
-def _custom_object(namespace: str | None, name: str, body: kopf.Body) -> dict[str, Any]:
-    return {
-        "apiVersion": body["apiVersion"],
-        "kind": body["kind"],
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": dict(body["spec"]),
-        "status": dict(body.get("status") or {}),
-    }
-
-
 @kopf.index(GROUP, VERSION, "models")
 def models(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> Any:
-    return {(namespace or "", name): _custom_object(namespace, name, body)}
+    return {(namespace or "", name): snapshot(body)}
 
 
 @kopf.index(GROUP, VERSION, "tools")
 def tools(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> Any:
-    return {(namespace or "", name): _custom_object(namespace, name, body)}
+    return {(namespace or "", name): snapshot(body)}
 
 
 def _views(kw: dict[str, Any]) -> Views:

@@ -223,7 +223,8 @@ async def _write(
     _post_events(body, before, job, new_job)
 
 
-def _object(body: Body) -> dict[str, Any]:
+def snapshot(body: Body) -> dict[str, Any]:
+    """The parts of a custom resource the reconcilers read, as plain dicts."""
     meta = body["metadata"]
     keep = ("name", "namespace", "uid", "generation", "labels", "annotations", "resourceVersion")
     return {
@@ -241,7 +242,7 @@ def _counts(deployment: dict[str, Any] | None) -> tuple[int, int]:
 
 
 async def reconcile_model_deployment(ctx: Context, body: Body, views: Views) -> None:
-    mdep = ModelDeployment.model_validate(_object(body))
+    mdep = ModelDeployment.model_validate(snapshot(body))
     meta = body["metadata"]
     name, namespace = meta["name"], meta["namespace"]
     spec = mdep.spec
@@ -347,7 +348,7 @@ def check_endpoint(url: str, timeout: float) -> str | None:
 async def reconcile_tool_deployment(
     ctx: Context, body: Body, views: Views, reach: ReachabilityCheck = check_endpoint
 ) -> None:
-    tdep = ToolDeployment.model_validate(_object(body))
+    tdep = ToolDeployment.model_validate(snapshot(body))
     meta = body["metadata"]
     name, namespace = meta["name"], meta["namespace"]
     tool_body = views.one(views.tools, (namespace, tdep.spec.tool_ref))
