@@ -2,16 +2,38 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import anyio
 from fastapi import FastAPI
 
 from dockyard_api import __version__
 from dockyard_api.errors import install_error_handlers
+from dockyard_api.imports import ImportService
 from dockyard_api.kube import api_client
-from dockyard_api.routers import health
+from dockyard_api.routers import health, imports
 from dockyard_api.settings import ApiSettings
+
+PUBLIC_PREFIX = "/e/{namespace}/{environment}"
+"""Public endpoints are scoped to an environment: SPEC's {base_url} is ``http://host/e/<ns>/<env>``."""
+
+log = logging.getLogger("dockyard.api")
+
+
+async def _sweep_forever(service: ImportService, interval: float) -> None:
+    """Delete expired import sessions now and then (every replica may: the sweep is idempotent)."""
+    while True:
+        try:
+            counts = await anyio.to_thread.run_sync(service.sweep)
+            if any(counts.values()):
+                log.info("import sweep: %s", counts)
+        except Exception:  # a failed sweep (API server away) is retried at the next tick
+            log.warning("import sweep failed", exc_info=True)
+        await asyncio.sleep(interval)
 
 
 def create_app(settings: ApiSettings | None = None) -> FastAPI:
@@ -21,9 +43,18 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.settings = settings
         app.state.api_client = api_client(settings.kubeconfig)
+        app.state.imports = ImportService(settings, app.state.api_client)
+        app.state.imports.store.ensure()
+        sweeper = None
+        if settings.sweep_interval_seconds > 0:
+            sweeper = asyncio.create_task(_sweep_forever(app.state.imports, settings.sweep_interval_seconds))
         try:
             yield
         finally:
+            if sweeper is not None:
+                sweeper.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await sweeper
             app.state.api_client.close()
 
     app = FastAPI(
@@ -35,4 +66,5 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     )
     install_error_handlers(app)
     app.include_router(health.router)
+    app.include_router(imports.router, prefix=PUBLIC_PREFIX)
     return app

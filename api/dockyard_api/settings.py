@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from dockyard_api.modelstore import default_root
+
+MiB = 1024 * 1024
+GiB = 1024 * MiB
 
 
 class ApiSettings(BaseSettings):
@@ -15,3 +22,21 @@ class ApiSettings(BaseSettings):
         default=None, description="kubeconfig path; unset: KUBECONFIG, then in-cluster config"
     )
     readiness_timeout_seconds: float = Field(default=2.0, gt=0, description="API-server check budget")
+
+    # --- chunked model import (SPEC.md §1 to §3) ---
+    model_store: Path = Field(
+        default_factory=default_root,
+        description="model store directory, shared with the operator (the Helm chart mounts a PVC at "
+        "/var/lib/dockyard/model-store); default <checkout>/.dockyard/model-store",
+    )
+    max_chunk_bytes: int = Field(default=64 * MiB, ge=1, description="largest chunk accepted (413 above)")
+    max_file_bytes: int = Field(default=200 * GiB, ge=1, description="largest fileSize a session may declare")
+    session_lifetime_seconds: float = Field(
+        default=24 * 3600, gt=0, description="an import session expires this long after its start"
+    )
+    sweep_interval_seconds: float = Field(
+        default=60, ge=0, description="how often expired sessions are deleted (0: never, e.g. in tests)"
+    )
+    fsync_chunks: bool = Field(
+        default=True, description="flush each chunk to disk before acknowledging it (survives a node crash)"
+    )

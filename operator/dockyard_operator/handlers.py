@@ -19,6 +19,7 @@ from dockyard_api.resources.v1alpha1 import VERSION
 from dockyard_operator import health
 from dockyard_operator.assess import parse_quantity
 from dockyard_operator.builders import COMPONENT_LABEL, MANAGED_BY
+from dockyard_operator.importer import Importer, import_in_flight, is_upload
 from dockyard_operator.kube import Conflict, Kube
 from dockyard_operator.reconcile import Context, Views, reconcile_model_deployment, reconcile_tool_deployment, snapshot
 from dockyard_operator.runtimes import load_catalog
@@ -45,6 +46,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     memo.api = api_client(config.kubeconfig)
     memo.ctx = Context(settings=config, kube=Kube(memo.api), catalog=load_catalog(config.runtime_catalog))
     memo.http = httpx.AsyncClient(timeout=config.metrics_timeout_seconds)
+    memo.importer = Importer(config, memo.ctx.kube)
     memo.health = health.HealthState(api=memo.api)
     await health.start(memo.health, config.health_host, config.health_port)
     memo.health.started.set()
@@ -67,6 +69,8 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
         await health.stop(memo.health)
     if "http" in memo:
         await memo.http.aclose()
+    if "importer" in memo:
+        memo.importer.close()
     if "api" in memo:
         memo.api.close()
 
@@ -137,9 +141,35 @@ def _views(kw: dict[str, Any]) -> Views:
 @kopf.on.create(GROUP, VERSION, "models")
 def model_source(spec: kopf.Spec, status: kopf.Status, patch: kopf.Patch, **_: Any) -> None:
     """A public hub model needs no import: the serving pods download it. Uploads are finished by the
-    import job (the facade)."""
+    import job (below)."""
     if spec.get("source", {}).get("hub") and status.get("phase") != "ReadyToDeploy":
         patch.status["phase"] = "ReadyToDeploy"
+
+
+# --- Models: the import job of an uploaded model ------------------------------------------------------
+
+
+@kopf.on.event(GROUP, VERSION, "models", when=import_in_flight)
+async def model_import_event(event: kopf.RawEvent, memo: kopf.Memo, namespace: str | None, name: str, uid: str,
+                             **_: Any) -> None:  # fmt: skip
+    """The facade completed an upload session (job IN_PROGRESS): assemble, verify, extract, store."""
+    if event["type"] != "DELETED":
+        await memo.importer.reconcile(namespace or "", name, uid)
+
+
+@kopf.timer(GROUP, VERSION, "models", interval=SETTINGS.import_retry_interval_seconds, when=import_in_flight,
+            initial_delay=SETTINGS.import_retry_interval_seconds)  # fmt: skip
+async def model_import_retry(memo: kopf.Memo, namespace: str | None, name: str, uid: str, **_: Any) -> None:
+    """An import that did not record its outcome (an API error, say) is tried again."""
+    await memo.importer.reconcile(namespace or "", name, uid)
+
+
+@kopf.on.delete(GROUP, VERSION, "models", when=is_upload, optional=True)
+async def model_import_deleted(
+    memo: kopf.Memo, namespace: str | None, name: str, labels: kopf.Labels, **_: Any
+) -> None:
+    """An uploaded Model's files go with it (best effort: no finalizer holds the deletion)."""
+    await memo.importer.deleted(namespace or "", name, labels)
 
 
 # --- ModelDeployments and ToolDeployments ------------------------------------------------------------

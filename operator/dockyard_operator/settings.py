@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from dockyard_api.modelstore import default_root
 
 
 class OperatorSettings(BaseSettings):
@@ -27,3 +31,17 @@ class OperatorSettings(BaseSettings):
     autoscale_interval_seconds: float = Field(default=0.25, gt=0, description="autoscaler tick")
     metrics_timeout_seconds: float = Field(default=0.5, gt=0, description="engine /metrics scrape timeout")
     endpoint_timeout_seconds: float = Field(default=3.0, gt=0, description="external tool reachability check")
+
+    # --- model import (the job that chunked uploads become) ---
+    model_store: Path = Field(
+        default_factory=default_root,
+        description="model store directory, shared with the facade; default <checkout>/.dockyard/model-store",
+    )
+    import_concurrency: int = Field(default=2, ge=1, description="imports processed at the same time")
+    import_retry_interval_seconds: float = Field(
+        default=30, gt=0, description="how often an import job still IN_PROGRESS is looked at again"
+    )
+    max_extracted_bytes: int = Field(
+        default=400 * 1024**3, ge=1, description="an archive may expand to at most this many bytes"
+    )
+    max_archive_members: int = Field(default=100_000, ge=1, description="an archive may hold at most this many members")
