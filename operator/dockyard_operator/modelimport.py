@@ -126,9 +126,14 @@ class ChunkReader(io.RawIOBase):
         return self.pos
 
     def readinto(self, buffer: Any) -> int:
+        """Fill ``buffer`` as far as the file goes (across chunk boundaries: no short reads before EOF)."""
         view = memoryview(buffer).cast("B")
-        if self.pos >= self.size or not len(view):
-            return 0
+        done = 0
+        while done < len(view) and self.pos < self.size:
+            done += self._read_some(view[done:])
+        return done
+
+    def _read_some(self, view: memoryview) -> int:
         index = self._locate(self.pos)
         if index != self._index:
             if self._file is not None:
@@ -304,7 +309,7 @@ def extract_zip(reader: IO[bytes], extraction: Extraction) -> None:
                     raise ImportFailed("InvalidArchive", f"member {info.filename!r} is encrypted")
                 if stat.S_ISLNK(mode):
                     raise ImportFailed("UnsafeArchive", f"member {info.filename!r} is a symbolic link")
-                if mode and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                if stat.S_IFMT(mode) not in (0, stat.S_IFREG, stat.S_IFDIR):  # 0: no type recorded
                     raise ImportFailed("UnsafeArchive", f"member {info.filename!r} is a device file or FIFO")
                 if info.is_dir():
                     extraction.directory(info.filename)
