@@ -12,9 +12,11 @@ import anyio
 from fastapi import FastAPI
 
 from dockyard_api import __version__
+from dockyard_api.auth import Authenticator
 from dockyard_api.errors import install_error_handlers
 from dockyard_api.imports import ImportService
 from dockyard_api.kube import api_client
+from dockyard_api.kubehttp import AsyncKube
 from dockyard_api.routers import health, imports
 from dockyard_api.settings import ApiSettings
 
@@ -43,6 +45,8 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.settings = settings
         app.state.api_client = api_client(settings.kubeconfig)
+        app.state.kube = AsyncKube(settings.kubeconfig)
+        app.state.authenticator = Authenticator(app.state.kube, settings)
         app.state.imports = ImportService(settings, app.state.api_client)
         app.state.imports.store.ensure()
         sweeper = None
@@ -55,6 +59,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
                 sweeper.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await sweeper
+            await app.state.kube.aclose()
             app.state.api_client.close()
 
     app = FastAPI(

@@ -23,7 +23,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as Urllib3Error
 
 from dockyard_api import importstatus
-from dockyard_api.errors import DockyardError
+from dockyard_api.errors import DockyardError, UpstreamError
 from dockyard_api.importstatus import IMPORT_ENVIRONMENT_ANNOTATION, IMPORT_SESSION_LABEL
 from dockyard_api.modelstore import (
     SESSION_ID_RE,
@@ -61,11 +61,6 @@ MISSING_LISTED = 1000
 """At most this many missing chunk numbers are listed in a 409 (the count is always given)."""
 
 
-class KubernetesUnavailable(DockyardError):
-    status_code = 503
-    code = "kubernetes_unavailable"
-
-
 @dataclass(frozen=True)
 class StartRequest:
     """The validated body of POST /api/public/files/session/start."""
@@ -90,17 +85,17 @@ def model_id_for(file_name: str) -> str:
 
 
 def _kube(fn: Callable[[], Any], what: str) -> Any:
-    """Run one Kubernetes call; an unreachable or refusing API server is a 503, never a 500."""
+    """Run one Kubernetes call; an unreachable or refusing API server is a 502, never a 500."""
     try:
         return fn()
     except ApiException as exc:
         if exc.status in (404, 409):
             raise
-        raise KubernetesUnavailable(
+        raise UpstreamError(
             f"the Kubernetes API refused to {what}", {"status": exc.status, "reason": exc.reason}
         ) from exc
     except (Urllib3Error, OSError) as exc:
-        raise KubernetesUnavailable(f"the Kubernetes API is not reachable ({what})", str(exc)) from exc
+        raise UpstreamError(f"the Kubernetes API is not reachable ({what})", str(exc)) from exc
 
 
 class Models:
@@ -271,7 +266,7 @@ class ImportService:
                 self.store.remove(meta.session_id)
                 raise
         self.store.remove(meta.session_id)
-        raise KubernetesUnavailable("no free Model name was found")
+        raise UpstreamError("no free Model name was found")
 
     # -- sessions --
 
@@ -463,7 +458,7 @@ class ImportService:
             if meta.dock_status_id != job["dockStatusId"] and self.store.load(session_id) is not None:
                 self.store.mark_completed(meta, job["dockStatusId"])
             return importstatus.job_record(job, meta.model_id)
-        raise KubernetesUnavailable("the Model kept changing; try again")
+        raise UpstreamError("the Model kept changing; try again")
 
     # -- sweeper --
 

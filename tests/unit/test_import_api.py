@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
+from fastapi import Header
 from fastapi.testclient import TestClient
 
 from dockyard_api.app import create_app
+from dockyard_api.auth import EnvironmentCaller, public_caller
+from dockyard_api.errors import UnauthenticatedError
 from dockyard_api.settings import ApiSettings
 from tests.unit.test_facade_basics import unreachable_kubeconfig  # noqa: F401  (fixture)
 
@@ -23,8 +26,16 @@ MiB = 1024 * 1024
 def facade(unreachable_kubeconfig: str, tmp_path: Path) -> Iterator[TestClient]:  # noqa: F811
     settings = ApiSettings(kubeconfig=unreachable_kubeconfig, model_store=tmp_path / "store", max_chunk_bytes=MiB,
                            max_file_bytes=100 * MiB, sweep_interval_seconds=0)  # fmt: skip
-    with TestClient(create_app(settings)) as client:
+    app = create_app(settings)
+    app.dependency_overrides[public_caller] = caller  # the API keys are tested with the real auth in e2e
+    with TestClient(app) as client:
         yield client
+
+
+def caller(namespace: str, environment: str, x_api_key: Annotated[str | None, Header()] = None) -> EnvironmentCaller:
+    if not x_api_key:
+        raise UnauthenticatedError("an API key is required")
+    return EnvironmentCaller(namespace, environment, "app", "key")
 
 
 def body(**kw: Any) -> dict[str, Any]:
@@ -71,13 +82,13 @@ def test_missing_fields_are_named(facade: TestClient) -> None:
 def test_without_a_key_it_is_401(facade: TestClient) -> None:
     resp = facade.post(f"{BASE}/start", json=body())
     assert resp.status_code == 401
-    assert resp.json()["error"]["code"] == "unauthorized"
+    assert resp.json()["error"]["code"] == "unauthenticated"
 
 
-def test_a_valid_start_without_an_api_server_is_503_and_leaves_nothing(facade: TestClient, tmp_path: Path) -> None:
+def test_a_valid_start_without_an_api_server_is_502_and_leaves_nothing(facade: TestClient, tmp_path: Path) -> None:
     resp = facade.post(f"{BASE}/start", json=body(sha256="AB" * 32), headers=KEY)
-    assert resp.status_code == 503, resp.text
-    assert resp.json()["error"]["code"] == "kubernetes_unavailable"
+    assert resp.status_code == 502, resp.text
+    assert resp.json()["error"]["code"] == "upstream_error"
     assert not list((tmp_path / "store" / "sessions").iterdir())
 
 
@@ -91,8 +102,8 @@ def test_malformed_session_ids_are_404_without_touching_anything(facade: TestCli
 
 def test_a_well_formed_unknown_session_is_looked_up_in_kubernetes(facade: TestClient) -> None:
     resp = facade.get(f"{BASE}/{'a' * 32}", headers=KEY)  # the API server is unreachable here
-    assert resp.status_code == 503
-    assert resp.json()["error"]["code"] == "kubernetes_unavailable"
+    assert resp.status_code == 502
+    assert resp.json()["error"]["code"] == "upstream_error"
 
 
 def test_the_openapi_document_describes_the_multipart_upload(facade: TestClient) -> None:
