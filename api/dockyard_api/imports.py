@@ -151,10 +151,13 @@ class Models:
         items: list[dict[str, Any]] = found.get("items") or []
         return items
 
-    def patch_status(self, model: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
-        """Merge-patch the status, only if the Model is still at the version read (else ApiException 409)."""
+    def patch_status(self, model: dict[str, Any], status: dict[str, Any], *, guarded: bool = True) -> dict[str, Any]:
+        """Merge-patch the status; ``guarded``: only if the Model is still at the version read (else
+        ApiException 409)."""
         meta = model["metadata"]
-        body = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": status}
+        body: dict[str, Any] = {"status": status}
+        if guarded:
+            body["metadata"] = {"resourceVersion": meta["resourceVersion"]}
         patched: dict[str, Any] = _kube(
             lambda: self.objects.patch_namespaced_custom_object_status(
                 GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], body, _content_type=MERGE
@@ -217,7 +220,9 @@ class ImportService:
         )
         model, meta = self._create_model(meta)
         try:
-            self.models.patch_status(model, importstatus.started(session_id, expires, at))
+            # unguarded: the Model is new and only this call sets its first status (the operator may have
+            # added its annotations meanwhile)
+            self.models.patch_status(model, importstatus.started(session_id, expires, at), guarded=False)
         except BaseException:
             self.store.remove(session_id)
             self.models.delete(namespace, meta.model_id)

@@ -40,7 +40,7 @@ from typing import Any
 SESSION_ID_RE = re.compile(r"^[0-9a-f]{32}$")
 CHUNK_NAME_RE = re.compile(r"^(0|[1-9][0-9]{0,8})$")
 CHUNK_NUMBER_RE = re.compile(r"^\s*(0|[1-9][0-9]{0,8})\s*$")
-EXTENSION_RE = re.compile(r"^[a-z0-9]{1,10}(\.[a-z0-9]{1,10})?$")
+EXTENSION_RE = re.compile(r"^[a-z0-9]{1,16}(\.[a-z0-9]{1,16})?$")
 
 ARCHIVE_EXTENSIONS = ("tar", "tar.gz", "tgz", "zip")
 """Archives of a model directory; extracted by the operator."""

@@ -111,7 +111,10 @@ def test_ordinary_file_names_pass(name: str) -> None:
     assert check_file_name(name) == name
 
 
-@pytest.mark.parametrize(("raw", "ext"), [("tar", "tar"), (".TAR.GZ", "tar.gz"), ("tgz", "tgz"), ("GGUF", "gguf")])
+@pytest.mark.parametrize(
+    ("raw", "ext"),
+    [("tar", "tar"), (".TAR.GZ", "tar.gz"), ("tgz", "tgz"), ("GGUF", "gguf"), ("safetensors", "safetensors")],
+)
 def test_extensions_are_normalised(raw: str, ext: str) -> None:
     assert normalize_extension(raw) == ext
 
