@@ -50,6 +50,11 @@ def run(cluster: LocalCluster) -> int:
     env["DOCKYARD_API_HOST"] = FACADE_HOST
     env["DOCKYARD_API_PORT"] = str(facade_port)
     env["DOCKYARD_OPERATOR_HEALTH_PORT"] = str(operator_port)
+    # one model store for both: the facade writes upload chunks, the operator turns them into models
+    store = os.environ.get("DOCKYARD_API_MODEL_STORE") or os.environ.get("DOCKYARD_OPERATOR_MODEL_STORE")
+    model_store = Path(store) if store else state / "model-store"
+    model_store.mkdir(parents=True, exist_ok=True)
+    env["DOCKYARD_API_MODEL_STORE"] = env["DOCKYARD_OPERATOR_MODEL_STORE"] = str(model_store)
     procs: list[subprocess.Popen[bytes]] = []
 
     def spawn(name: str, args: list[str]) -> subprocess.Popen[bytes]:
@@ -68,6 +73,7 @@ def run(cluster: LocalCluster) -> int:
             f"  facade (public API): http://{FACADE_HOST}:{facade_port}   (OpenAPI: /docs)\n"
             f"  operator health:     http://127.0.0.1:{operator_port}/readyz\n"
             f"  kubectl:             export KUBECONFIG={cluster.settings.kubeconfig}\n"
+            f"  model store:         {model_store}\n"
             f"  logs:                {state}/operator.log, {state}/facade.log\n"
             "Press Ctrl-C to stop Dockyard (the cluster keeps running; `make cluster-down` removes it).",
             flush=True,

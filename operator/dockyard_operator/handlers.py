@@ -47,6 +47,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     memo.ctx = Context(settings=config, kube=Kube(memo.api), catalog=load_catalog(config.runtime_catalog))
     memo.http = httpx.AsyncClient(timeout=config.metrics_timeout_seconds)
     memo.importer = Importer(config, memo.ctx.kube)
+    memo.importer.start_garbage_collection(config.model_gc_interval_seconds)
     memo.health = health.HealthState(api=memo.api)
     await health.start(memo.health, config.health_host, config.health_port)
     memo.health.started.set()
@@ -70,7 +71,7 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     if "http" in memo:
         await memo.http.aclose()
     if "importer" in memo:
-        memo.importer.close()
+        await memo.importer.close()
     if "api" in memo:
         memo.api.close()
 
@@ -164,12 +165,13 @@ async def model_import_retry(memo: kopf.Memo, namespace: str | None, name: str, 
     await memo.importer.reconcile(namespace or "", name, uid)
 
 
-@kopf.on.delete(GROUP, VERSION, "models", when=is_upload, optional=True)
-async def model_import_deleted(
-    memo: kopf.Memo, namespace: str | None, name: str, labels: kopf.Labels, **_: Any
-) -> None:
-    """An uploaded Model's files go with it (best effort: no finalizer holds the deletion)."""
-    await memo.importer.deleted(namespace or "", name, labels)
+@kopf.on.event(GROUP, VERSION, "models", when=is_upload)
+async def model_import_deleted(event: kopf.RawEvent, memo: kopf.Memo, namespace: str | None, name: str,
+                               labels: kopf.Labels, **_: Any) -> None:  # fmt: skip
+    """An uploaded Model's files go with it. No finalizer holds the deletion: what a Model deleted while
+    the operator was down leaves behind is collected later (:meth:`Importer.collect_garbage`)."""
+    if event["type"] == "DELETED":
+        await memo.importer.deleted(namespace or "", name, labels)
 
 
 # --- ModelDeployments and ToolDeployments ------------------------------------------------------------

@@ -4,17 +4,21 @@ A Model whose ``spec.source.upload`` is set and whose job (action EXPORT) is IN_
 by :func:`modelimport.run_import` in a worker thread (at most ``import_concurrency`` at once), and its
 status becomes ReadyToDeploy/SUCCESS or Failed/FAILED with the reason. The session's chunks are deleted
 once the outcome is recorded. A restart re-runs unfinished jobs (the watch lists every Model again);
-run_import is idempotent. Deleting an uploaded Model deletes its stored files.
+run_import is idempotent. Deleting an uploaded Model deletes its stored files (at once when the
+operator sees the deletion, else at the next garbage collection).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import shutil
+import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
+from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import kopf
@@ -158,6 +162,61 @@ class Importer:
         async with self.locks.setdefault(f"{namespace}/{name}/delete", asyncio.Lock()):
             await self._files(self.forget, namespace, name, labels.get(importstatus.IMPORT_SESSION_LABEL))
 
-    def close(self) -> None:
+    # -- garbage: the files of Models deleted while no operator watched --
+
+    def start_garbage_collection(self, interval: float) -> None:
+        if interval > 0:
+            self._gc = asyncio.create_task(self._collect_forever(interval))
+
+    async def _collect_forever(self, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                listed = await self._call(
+                    self.kube.custom.list_cluster_custom_object, GROUP, VERSION, "models",
+                    label_selector=importstatus.IMPORT_SESSION_LABEL,
+                )  # fmt: skip
+                alive = {(m["metadata"]["namespace"], m["metadata"]["name"]) for m in listed.get("items") or ()}
+                removed = await self._files(self.collect_garbage, alive, time.time() - 60)
+                if removed:
+                    log.info("removed the stored files of %d deleted Models: %s", len(removed), removed)
+            except Exception:  # the next round tries again
+                log.warning("model store garbage collection failed", exc_info=True)
+
+    def collect_garbage(self, alive: set[tuple[str, str]], listed_at: float) -> list[str]:
+        """Delete ``models/<ns>/<name>`` directories of Models not in ``alive`` (listed at ``listed_at``).
+
+        A Model exists before its directory does (the import creates it), so a directory changed before
+        the listing whose Model is not in it belongs to a deleted Model."""
+        removed = []
+        for namespace_dir in _dirs(self.store.models):
+            for model_dir in _dirs(namespace_dir):
+                name = model_dir.name
+                if name.startswith(".staging-"):
+                    name = name.removeprefix(".staging-").rsplit("-", 1)[0].removesuffix("-old")
+                if (namespace_dir.name, name) in alive:
+                    continue
+                try:
+                    changed = model_dir.stat().st_ctime
+                except FileNotFoundError:
+                    continue
+                if changed < listed_at:
+                    shutil.rmtree(model_dir, ignore_errors=True)
+                    removed.append(f"{namespace_dir.name}/{model_dir.name}")
+        return removed
+
+    async def close(self) -> None:
+        gc = getattr(self, "_gc", None)
+        if gc is not None:
+            gc.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await gc
         self.files.shutdown(wait=False, cancel_futures=True)
         self.calls.shutdown(wait=False, cancel_futures=True)
+
+
+def _dirs(parent: Path) -> list[Path]:
+    try:
+        return [p for p in parent.iterdir() if p.is_dir() and not p.is_symlink()]
+    except FileNotFoundError:
+        return []

@@ -44,4 +44,7 @@ class OperatorSettings(BaseSettings):
     max_extracted_bytes: int = Field(
         default=400 * 1024**3, ge=1, description="an archive may expand to at most this many bytes"
     )
+    model_gc_interval_seconds: float = Field(
+        default=600, ge=0, description="how often stored files of deleted Models are collected (0: never)"
+    )
     max_archive_members: int = Field(default=100_000, ge=1, description="an archive may hold at most this many members")

@@ -227,6 +227,11 @@ def test_import_of_a_model_archive_end_to_end(
     assert imports.status(session).json()["state"] == "completed"
     error(imports.chunk(session, 0, pieces[0]), 409, "session_completed")
 
+    # deleting the Model deletes its stored files
+    client.CustomObjectsApi(api).delete_namespaced_custom_object("dockyard.dev", "v1alpha1", namespace, "models",
+                                                                 model_id)  # fmt: skip
+    gone(stored)
+
 
 def test_keys_and_environments(api: client.ApiClient, namespace: str, imports: ImportClient,
                                facade: RunningFacade) -> None:  # fmt: skip

@@ -8,6 +8,7 @@ import json
 import os
 import struct
 import tarfile
+import time
 import zipfile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from dockyard_api.modelstore import ModelStore, SessionMeta
+from dockyard_operator.importer import Importer
 from dockyard_operator.modelimport import (
     MANIFEST,
     ChunkReader,
@@ -24,6 +26,7 @@ from dockyard_operator.modelimport import (
     run_import,
     safe_member_path,
 )
+from dockyard_operator.settings import OperatorSettings
 
 LIMITS = Limits(max_extracted_bytes=10 * 1024 * 1024, max_members=100)
 SID = "c" * 32
@@ -323,3 +326,19 @@ def test_chunk_reader_reads_and_seeks_across_chunk_boundaries(tmp_path: Path) ->
             assert reader.read(n) == data[pos : pos + n]
         reader.seek(-5, io.SEEK_END)
         assert reader.read() == data[-5:]
+
+
+# --- garbage collection of deleted Models' files ---------------------------------------------------------
+
+
+def test_files_of_models_missing_from_a_listing_are_collected(store: ModelStore) -> None:
+    importer = Importer(OperatorSettings(model_store=store.root), kube=None)  # type: ignore[arg-type]
+    for rel in ("ns/alive", "ns/deleted", "ns/.staging-deleted-1a2b3c4d", "ns/.staging-alive-1a2b3c4d", "b/x"):
+        (store.models / rel).mkdir(parents=True)
+    time.sleep(0.02)
+    listed_at = time.time()
+    time.sleep(0.02)
+    (store.models / "ns" / "newer").mkdir()  # made after the listing: its Model may be newer than it
+    removed = importer.collect_garbage({("ns", "alive")}, listed_at)
+    assert sorted(removed) == ["b/x", "ns/.staging-deleted-1a2b3c4d", "ns/deleted"]
+    assert sorted(p.name for p in (store.models / "ns").iterdir()) == [".staging-alive-1a2b3c4d", "alive", "newer"]
