@@ -1,6 +1,7 @@
 """Streaming parser of one chunk upload (``multipart/form-data`` with the fields ``file`` and
 ``chunkNumber``): the file part goes straight from the request stream to a temporary file of the model
-store, in batches of at most :data:`FLUSH_BYTES`, so no chunk is ever held in memory.
+store, in batches of at most :data:`FLUSH_BYTES`, so no chunk is ever held in memory (the pieces received are written as
+they are, without copying them into a buffer first).
 
 The ``file`` part may come before or after ``chunkNumber``; when ``chunkNumber`` comes first it is
 checked before the file is read. Past the chunk limit the parser stops reading and the temporary file
@@ -9,6 +10,8 @@ is deleted (413); the server discards the rest of the request body without stori
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, cast
 
@@ -50,7 +53,9 @@ class ChunkUpload:
         self._disposition = b""
         self._part: str | None = None  # "file", "chunkNumber" or "other"
         self._field = bytearray()
-        self._pending = bytearray()
+        self._pending: list[memoryview] = []  # views of the received pieces: no copy before the disk
+        self._pending_bytes = 0
+        self._writing: asyncio.Future[None] | None = None
         self._received = 0
 
     # -- python-multipart callbacks (synchronous, called from parser.write) --
@@ -104,7 +109,8 @@ class ChunkUpload:
                 raise ChunkTooLarge(
                     f"the chunk is larger than {self.writer.limit} bytes", {"maxChunkBytes": self.writer.limit}
                 )
-            self._pending += data[start:end]
+            self._pending.append(memoryview(data)[start:end])
+            self._pending_bytes += end - start
         else:
             self._field += data[start:end]
             if len(self._field) > MAX_FIELD_BYTES:
@@ -145,10 +151,11 @@ class ChunkUpload:
         try:
             async for data in stream:
                 parser.write(data)
-                if len(self._pending) >= FLUSH_BYTES:
+                if self._pending_bytes >= FLUSH_BYTES:
                     await self._flush()
             parser.finalize()
             await self._flush()
+            await self._written()
             if self.writer is None or not self.file_done:
                 raise InvalidUpload("the form field file is missing or incomplete", {"field": "file"})
             if self.number is None:
@@ -163,12 +170,23 @@ class ChunkUpload:
             raise
 
     async def _flush(self) -> None:
+        """Hand the pending pieces to a worker thread and go on receiving while it writes them (at most
+        one batch is being written and one gathered: memory stays within 2 x FLUSH_BYTES per upload)."""
         if self._pending:
+            await self._written()
             assert self.writer is not None
-            data, self._pending = self._pending, bytearray()
-            await anyio.to_thread.run_sync(self.writer.write, data)
+            pieces, self._pending, self._pending_bytes = self._pending, [], 0
+            self._writing = asyncio.ensure_future(anyio.to_thread.run_sync(self.writer.write_all, pieces))
+
+    async def _written(self) -> None:
+        """Wait for the batch being written (raising its error, e.g. ChunkTooLarge)."""
+        if self._writing is not None:
+            writing, self._writing = self._writing, None
+            await writing
 
     async def _discard(self) -> None:
+        with contextlib.suppress(Exception):
+            await self._written()  # the thread cannot be interrupted: let it finish before deleting the file
         if self.writer is not None:
             writer = self.writer
             await anyio.to_thread.run_sync(writer.discard)

@@ -3,7 +3,6 @@ memory as a whole; errors stop the read and leave no file behind."""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -84,7 +83,7 @@ def test_the_file_part_is_streamed_to_a_temporary_file(tmp_path: Path, file_firs
     ctype, body = encoded(parts if file_first else parts[::-1])
     number, chunk = h.read(ctype, body)
     assert number == 7
-    assert (chunk.size, chunk.sha256) == (len(data), hashlib.sha256(data).hexdigest())
+    assert chunk.size == len(data)
     assert chunk.path.read_bytes() == data
     assert h.temp_files() == [chunk.path.name]
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -179,6 +178,8 @@ def test_resending_the_same_bytes_is_idempotent_and_different_bytes_conflict(sto
     assert err.value.status_code == 409
     with pytest.raises(ChunkConflict):
         put(store, m, 1, b"x" * 24)  # a different size
+    with pytest.raises(ChunkConflict):
+        put(store, m, 1, b"x" * 24 + b"y")  # the same size, the last byte differs
     assert store.chunk_path(m.session_id, 1).read_bytes() == b"x" * 25
     assert leftovers(store, m) == []
 
@@ -232,15 +233,26 @@ def test_the_writer_limit_is_also_the_file_size(store: ModelStore) -> None:
         writer.write(b"a" * 11)
 
 
-def test_writer_hashes_what_it_writes(store: ModelStore) -> None:
+def test_writer_writes_every_piece_in_order(store: ModelStore) -> None:
     m = meta(file_size=10**6, total_chunks=1)
     store.create(m)
     writer = store.writer(m, MiB)
     for piece in (b"abc", bytearray(b"def"), memoryview(b"ghi")):
         writer.write(piece)
+    writer.write_all([memoryview(b"jk"), memoryview(b"x" * 3000)[:3], memoryview(b"")])
     chunk = writer.finish()
-    assert (chunk.size, chunk.sha256) == (9, hashlib.sha256(b"abcdefghi").hexdigest())
-    assert chunk.path.read_bytes() == b"abcdefghi"
+    assert chunk.size == 14
+    assert chunk.path.read_bytes() == b"abcdefghijkxxx"
+
+
+def test_write_all_refuses_a_batch_over_the_limit(store: ModelStore) -> None:
+    m = meta(file_size=10**6, total_chunks=1)
+    store.create(m)
+    writer = store.writer(m, 10)
+    writer.write_all([memoryview(b"12345")])
+    with pytest.raises(ChunkTooLarge):
+        writer.write_all([memoryview(b"12345"), memoryview(b"6")])
+    assert leftovers(store, m) == []
 
 
 def test_empty_chunks_and_chunks_beyond_the_file_size_are_refused(store: ModelStore) -> None:
