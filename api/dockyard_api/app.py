@@ -12,8 +12,11 @@ from dockyard_api.auth import Authenticator
 from dockyard_api.errors import install_error_handlers
 from dockyard_api.kube import api_client
 from dockyard_api.kubehttp import AsyncKube
-from dockyard_api.routers import health
+from dockyard_api.routers import apps, dock_status, environments, health
 from dockyard_api.settings import ApiSettings
+
+ENVIRONMENT_PREFIX = "/e/{namespace}/{environment}"
+"""Prefix of the public API: an environment's base URL ends with it."""
 
 
 def create_app(settings: ApiSettings | None = None) -> FastAPI:
@@ -40,4 +43,8 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     )
     install_error_handlers(app)
     app.include_router(health.router)
+    app.include_router(apps.router)
+    app.include_router(environments.router)
+    # SPEC's {base_url} is the environment's address: public APIs live under it
+    app.include_router(dock_status.router, prefix=ENVIRONMENT_PREFIX)
     return app
