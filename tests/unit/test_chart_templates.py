@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 import os
 import re
 import shutil
@@ -73,8 +74,15 @@ def values_file(tmp_path: Path, values: dict[str, Any], name: str = "values.yaml
     return str(path)
 
 
+_RENDERED: dict[str, str] = {}
+
+
 def render(helm: Helm, tmp_path: Path, values: dict[str, Any] | None = None, **kw: Any) -> list[dict[str, Any]]:
-    return helm.objects(values=[values_file(tmp_path, values or {})], **kw)
+    """The chart's objects for ``values`` (helm runs once per distinct input; each call gets fresh copies)."""
+    key = json.dumps([values or {}, kw], sort_keys=True)
+    if key not in _RENDERED:
+        _RENDERED[key] = helm.template(values=[values_file(tmp_path, values or {})], **kw).stdout
+    return [doc for doc in yaml.safe_load_all(_RENDERED[key]) if doc]
 
 
 def normalise(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -571,6 +579,26 @@ def test_webhook_policy_values(helm: Helm, tmp_path: Path) -> None:
         assert hook["namespaceSelector"] == {"matchLabels": {"a": "b"}}
 
 
+def test_webhook_url_replaces_the_service(helm: Helm, tmp_path: Path) -> None:
+    objects = render(helm, tmp_path, {"webhook": {"url": "https://127.0.0.1:9443/"}})
+    for _, hook in webhooks(objects):
+        assert "service" not in hook["clientConfig"]
+        assert hook["clientConfig"]["url"] == "https://127.0.0.1:9443/" + hook["name"].removesuffix(".dockyard.dev")
+        assert hook["clientConfig"]["caBundle"]
+
+
+def test_certificate_names_digest_changes_with_the_names(helm: Helm, tmp_path: Path) -> None:
+    """The Secret records which names its certificate covers; an upgrade reissues it when they change."""
+
+    def digest(values: dict[str, Any]) -> str:
+        secret = one(render(helm, tmp_path, values), "Secret", "dockyard-webhook-tls")
+        return str(secret["metadata"]["annotations"]["dockyard.dev/certificate-names"])
+
+    assert digest({}) == digest({})
+    assert digest({}) != digest({"webhook": {"certificate": {"extraIPAddresses": ["127.0.0.1"]}}})
+    assert digest({}) != digest({"clusterDomain": "corp.local"})
+
+
 def openssl(*args: str, input: bytes | None = None) -> str:
     return subprocess.run(["openssl", *args], input=input, capture_output=True, check=True).stdout.decode()
 
@@ -579,8 +607,10 @@ def openssl(*args: str, input: bytes | None = None) -> str:
 def test_helm_generated_certificate_is_valid_for_the_webhook_service(helm: Helm, tmp_path: Path) -> None:
     import base64
 
-    objects = render(helm, tmp_path, release="prod", namespace="platform")
+    extra = {"webhook": {"certificate": {"extraDnsNames": ["dev.example.com"], "extraIPAddresses": ["127.0.0.1"]}}}
+    objects = render(helm, tmp_path, extra, release="prod", namespace="platform")
     secret = one(objects, "Secret", "prod-dockyard-webhook-tls")
+    assert re.fullmatch(r"[0-9a-f]{16}", secret["metadata"]["annotations"]["dockyard.dev/certificate-names"])
     assert secret["type"] == "kubernetes.io/tls"
     files = {}
     for key in ("ca.crt", "tls.crt", "tls.key"):
@@ -588,8 +618,10 @@ def test_helm_generated_certificate_is_valid_for_the_webhook_service(helm: Helm,
         files[key].write_bytes(base64.b64decode(secret["data"][key]))
     assert openssl("verify", "-CAfile", str(files["ca.crt"]), str(files["tls.crt"])).strip().endswith("OK")
     sans = openssl("x509", "-in", str(files["tls.crt"]), "-noout", "-ext", "subjectAltName")
-    for name in ("prod-dockyard-webhook.platform.svc", "prod-dockyard-webhook.platform.svc.cluster.local"):
+    for name in ("prod-dockyard-webhook.platform.svc", "prod-dockyard-webhook.platform.svc.cluster.local",
+                 "dev.example.com"):  # fmt: skip
         assert f"DNS:{name}" in sans
+    assert "IP Address:127.0.0.1" in sans
     nine_years = str(9 * 365 * 24 * 3600)
     openssl("x509", "-in", str(files["tls.crt"]), "-noout", "-checkend", nine_years)  # validityDays 3650
     cert_key = openssl("x509", "-in", str(files["tls.crt"]), "-noout", "-pubkey")

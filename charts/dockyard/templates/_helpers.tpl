@@ -113,7 +113,8 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{/* The in-cluster DNS names the webhook certificate is valid for. */}}
 {{- define "dockyard.webhook.dnsNames" -}}
 {{- $svc := include "dockyard.webhook.serviceName" . }}
-{{- list $svc (printf "%s.%s" $svc .Release.Namespace) (printf "%s.%s.svc" $svc .Release.Namespace) (printf "%s.%s.svc.%s" $svc .Release.Namespace .Values.clusterDomain) | toJson }}
+{{- $names := list $svc (printf "%s.%s" $svc .Release.Namespace) (printf "%s.%s.svc" $svc .Release.Namespace) (printf "%s.%s.svc.%s" $svc .Release.Namespace .Values.clusterDomain) }}
+{{- concat $names .Values.webhook.certificate.extraDnsNames | toJson }}
 {{- end }}
 
 {{/* Volumes and mounts both components share: /tmp, the model store and the catalogs. */}}
@@ -201,11 +202,15 @@ Call with (dict "root" $ "id" "validate-tool" "resource" "tools" "operations" (l
     {{- toYaml . | nindent 4 }}
   {{- end }}
   clientConfig:
+    {{- if $wh.url }}
+    url: {{ printf "%s/%s" (trimSuffix "/" $wh.url) .id | quote }}
+    {{- else }}
     service:
       name: {{ .svc }}
       namespace: {{ .root.Release.Namespace }}
       path: /{{ .id }}
       port: 443
+    {{- end }}
     {{- with .caBundle }}
     caBundle: {{ . }}
     {{- end }}
