@@ -8,8 +8,10 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from dockyard_api import __version__
+from dockyard_api.auth import Authenticator
 from dockyard_api.errors import install_error_handlers
 from dockyard_api.kube import api_client
+from dockyard_api.kubehttp import AsyncKube
 from dockyard_api.routers import health
 from dockyard_api.settings import ApiSettings
 
@@ -21,9 +23,12 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.settings = settings
         app.state.api_client = api_client(settings.kubeconfig)
+        app.state.kube = AsyncKube(settings.kubeconfig)
+        app.state.authenticator = Authenticator(app.state.kube, settings)
         try:
             yield
         finally:
+            await app.state.kube.aclose()
             app.state.api_client.close()
 
     app = FastAPI(

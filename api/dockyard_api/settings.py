@@ -15,3 +15,12 @@ class ApiSettings(BaseSettings):
         default=None, description="kubeconfig path; unset: KUBECONFIG, then in-cluster config"
     )
     readiness_timeout_seconds: float = Field(default=2.0, gt=0, description="API-server check budget")
+    api_key_cache_seconds: float = Field(
+        default=5.0,
+        ge=0,
+        description="how long a verified API key is cached: a revocation reaches other replicas within it",
+    )
+    token_cache_seconds: float = Field(default=10.0, ge=0, description="how long a TokenReview result is cached")
+    last_used_interval_seconds: float = Field(
+        default=60.0, ge=0, description="an API key's last-used time is written at most this often"
+    )
