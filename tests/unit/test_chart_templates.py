@@ -163,6 +163,7 @@ BAD_VALUES = [
     ("operator.logFormat=xml", "/operator/logFormat"),
     ("operator.settings.progressDeadlineSeconds=5", "/operator/settings/progressDeadlineSeconds"),
     ("operator.settings.observeIntervalSecs=1", "/operator/settings"),
+    ("facade.settings.apiKeyCacheSeconds=-1", "/facade/settings/apiKeyCacheSeconds"),
     ("operater.replicas=1", "operater"),
     ("facade.service.type=ExternalName", "/facade/service/type"),
     ("facade.ingress.enabled=true,facade.ingress.hosts=null", "/facade/ingress"),
@@ -453,25 +454,42 @@ def test_every_dockyard_env_var_is_a_setting_of_the_code(helm: Helm, tmp_path: P
         assert names - known - NOT_YET_READ == set(), component
 
 
-def test_operator_settings_values_mirror_the_code_defaults(helm: Helm, tmp_path: Path) -> None:
-    values = yaml.safe_load((CHART / "values.yaml").read_text())["operator"]["settings"]
-    env = env_of(deployments(render(helm, tmp_path))["operator"])
+@pytest.mark.parametrize(
+    ("component", "values_key", "settings", "prefix"),
+    [("operator", "operator", OperatorSettings, "DOCKYARD_OPERATOR_"), ("api", "facade", ApiSettings, "DOCKYARD_API_")],
+)
+def test_settings_values_mirror_the_code_defaults(
+    helm: Helm, tmp_path: Path, component: str, values_key: str, settings: Any, prefix: str
+) -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())[values_key]["settings"]
+    env = env_of(deployments(render(helm, tmp_path))[component])
     for key, value in values.items():
         field = re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower()
-        assert field in OperatorSettings.model_fields, key
-        assert OperatorSettings.model_fields[field].default == value, key
-        assert float(env[f"DOCKYARD_OPERATOR_{field.upper()}"]) == value
-    # and the operator parses what the chart sets
-    settings_env = {k: v for k, v in env.items() if k.startswith("DOCKYARD_OPERATOR_") and isinstance(v, str)}
-    parsed = OperatorSettings.model_validate(
-        {
-            k.removeprefix("DOCKYARD_OPERATOR_").lower(): v
-            for k, v in settings_env.items()
-            if k.removeprefix("DOCKYARD_OPERATOR_").lower() in OperatorSettings.model_fields
-        }
-    )
-    assert parsed.health_host == "0.0.0.0"
-    assert parsed.model_store_claim == "dockyard-model-store"
+        assert field in settings.model_fields, key
+        assert settings.model_fields[field].default == value, key
+        assert float(env[f"{prefix}{field.upper()}"]) == value
+
+
+def test_components_parse_the_environment_the_chart_sets(
+    helm: Helm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pydantic-settings reads each component's DOCKYARD_* variables exactly as in the pod."""
+    found = deployments(render(helm, tmp_path, {"operator": {"settings": {"observeIntervalSeconds": 2.5}}}))
+    for component, settings in (("operator", OperatorSettings), ("api", ApiSettings)):
+        with monkeypatch.context() as m:
+            for key, value in env_of(found[component]).items():
+                if isinstance(value, str):
+                    m.setenv(key, value)
+            parsed = settings()
+        assert parsed.model_dump()["health_host" if component == "operator" else "host"] == "0.0.0.0"
+    with monkeypatch.context() as m:
+        for key, value in env_of(found["operator"]).items():
+            if isinstance(value, str):
+                m.setenv(key, value)
+        operator = OperatorSettings()
+    assert operator.observe_interval_seconds == 2.5
+    assert operator.model_store_claim == "dockyard-model-store"
+    assert operator.runtime_catalog == "/etc/dockyard/runtimes/runtimes.yaml"
 
 
 def test_pods_are_non_root_read_only_and_drop_all_capabilities(helm: Helm, tmp_path: Path) -> None:
