@@ -221,3 +221,14 @@ Call with (dict "root" $ "id" "validate-tool" "resource" "tools" "operations" (l
       operations: {{ .operations | toJson }}
       scope: Namespaced
 {{- end }}
+
+{{/* Where users reach the facade (environments' generated URLs start with it). */}}
+{{- define "dockyard.publicUrl" -}}
+{{- if .Values.publicUrl -}}
+{{ .Values.publicUrl | trimSuffix "/" }}
+{{- else if and .Values.facade.ingress.enabled .Values.facade.ingress.hosts -}}
+https://{{ (index .Values.facade.ingress.hosts 0).host }}
+{{- else -}}
+http://{{ include "dockyard.facade.fullname" . }}.{{ .Release.Namespace }}.svc:{{ .Values.facade.service.port }}
+{{- end -}}
+{{- end }}
