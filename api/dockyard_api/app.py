@@ -17,11 +17,11 @@ from dockyard_api.errors import install_error_handlers
 from dockyard_api.imports import ImportService
 from dockyard_api.kube import api_client
 from dockyard_api.kubehttp import AsyncKube
-from dockyard_api.routers import health, imports
+from dockyard_api.routers import apps, dock_status, environments, health, imports
 from dockyard_api.settings import ApiSettings
 
-PUBLIC_PREFIX = "/e/{namespace}/{environment}"
-"""Public endpoints are scoped to an environment: SPEC's {base_url} is ``http://host/e/<ns>/<env>``."""
+ENVIRONMENT_PREFIX = "/e/{namespace}/{environment}"
+"""Prefix of the public API: an environment's base URL ends with it."""
 
 log = logging.getLogger("dockyard.api")
 
@@ -71,5 +71,9 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     )
     install_error_handlers(app)
     app.include_router(health.router)
-    app.include_router(imports.router, prefix=PUBLIC_PREFIX)
+    app.include_router(apps.router)
+    app.include_router(environments.router)
+    # SPEC's {base_url} is the environment's address: public APIs live under it
+    app.include_router(dock_status.router, prefix=ENVIRONMENT_PREFIX)
+    app.include_router(imports.router, prefix=ENVIRONMENT_PREFIX)
     return app

@@ -7,10 +7,15 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import httpx
 import kopf
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from dockyard_api.devices import GPU_RESOURCE, INSTANCE_TYPE_LABEL
 from dockyard_api.kube import api_client
@@ -25,6 +30,7 @@ from dockyard_operator.reconcile import Context, Views, reconcile_model_deployme
 from dockyard_operator.runtimes import load_catalog
 from dockyard_operator.scaling import autoscale, autoscaling_enabled
 from dockyard_operator.settings import OperatorSettings
+from dockyard_operator.webhook_tls import self_signed
 
 SETTINGS = OperatorSettings()  # intervals are fixed when the handlers are registered
 MANAGED: dict[str, Any] = {
@@ -48,9 +54,34 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     memo.http = httpx.AsyncClient(timeout=config.metrics_timeout_seconds)
     memo.importer = Importer(config, memo.ctx.kube)
     memo.importer.start_garbage_collection(config.model_gc_interval_seconds)
+    _webhook_server(settings, memo, config)
     memo.health = health.HealthState(api=memo.api)
     await health.start(memo.health, config.health_host, config.health_port)
     memo.health.started.set()
+
+
+WEBHOOK_CONFIGURATION = "dockyard.dev"
+
+
+def _webhook_server(settings: kopf.OperatorSettings, memo: kopf.Memo, config: OperatorSettings) -> None:
+    """Serve the admission webhooks (apps.py). Local runs: a self-signed certificate and webhook
+    configurations the operator writes itself; in a cluster the chart provides both."""
+    host = config.webhook_url_host or config.webhook_host
+    certfile, keyfile, cafile = config.webhook_certfile, config.webhook_keyfile, None
+    if not certfile:
+        memo.webhook_dir = tempfile.mkdtemp(prefix="dockyard-webhook-")
+        cert, key = self_signed(Path(memo.webhook_dir), host)
+        certfile, keyfile, cafile = str(cert), str(key), str(cert)
+    settings.admission.server = kopf.WebhookServer(
+        addr=config.webhook_host,
+        port=config.webhook_port,
+        host=host,
+        certfile=certfile,
+        pkeyfile=keyfile,
+        cafile=cafile,
+    )
+    if config.webhook_managed:
+        settings.admission.managed = WEBHOOK_CONFIGURATION
 
 
 @kopf.on.login()
@@ -72,6 +103,17 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
         await memo.http.aclose()
     if "importer" in memo:
         await memo.importer.close()
+    if OperatorSettings().webhook_managed and "api" in memo:
+        # a stopped local operator leaves no webhook behind that would slow or block other clients
+        admission = client.AdmissionregistrationV1Api(memo.api)
+        for delete in (
+            admission.delete_validating_webhook_configuration,
+            admission.delete_mutating_webhook_configuration,
+        ):
+            with contextlib.suppress(ApiException):
+                delete(WEBHOOK_CONFIGURATION)
+    if "webhook_dir" in memo:
+        shutil.rmtree(memo.webhook_dir, ignore_errors=True)
     if "api" in memo:
         memo.api.close()
 
@@ -234,3 +276,7 @@ async def tool_deployment_rollout(memo: kopf.Memo, body: kopf.Body, **kw: Any) -
 @kopf.timer(GROUP, VERSION, "tooldeployments", interval=SETTINGS.settled_interval_seconds, when=job_settled)
 async def tool_deployment_settled(memo: kopf.Memo, body: kopf.Body, **kw: Any) -> None:
     await _run(reconcile_tool_deployment, memo, body, kw)
+
+
+# Apps, AppVersions, Environments and the admission webhooks (registered on import)
+from dockyard_operator import apps as _apps  # noqa: E402, F401

@@ -226,7 +226,7 @@ async def _write(
 def snapshot(body: Body) -> dict[str, Any]:
     """The parts of a custom resource the reconcilers read, as plain dicts."""
     meta = body["metadata"]
-    keep = ("name", "namespace", "uid", "generation", "labels", "annotations", "resourceVersion")
+    keep = ("name", "namespace", "uid", "generation", "labels", "annotations", "resourceVersion", "creationTimestamp")
     return {
         "apiVersion": body["apiVersion"],
         "kind": body["kind"],

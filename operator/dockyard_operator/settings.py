@@ -31,6 +31,26 @@ class OperatorSettings(BaseSettings):
     autoscale_interval_seconds: float = Field(default=0.25, gt=0, description="autoscaler tick")
     metrics_timeout_seconds: float = Field(default=0.5, gt=0, description="engine /metrics scrape timeout")
     endpoint_timeout_seconds: float = Field(default=3.0, gt=0, description="external tool reachability check")
+    webhook_host: str = Field(default="127.0.0.1", description="address the admission webhook server listens on")
+    webhook_port: int | None = Field(
+        default=None, ge=1, le=65535, description="admission webhook port; unset: a free port (local runs)"
+    )
+    webhook_url_host: str | None = Field(
+        default=None, description="host name the API server calls (managed mode); unset: webhook_host"
+    )
+    webhook_certfile: str | None = Field(default=None, description="TLS certificate; unset: a self-signed one")
+    webhook_keyfile: str | None = Field(default=None, description="TLS private key of webhook_certfile")
+    webhook_managed: bool = Field(
+        default=True,
+        description="the operator writes its own webhook configurations (local runs; failurePolicy Ignore); "
+        "false: the Helm chart owns them (failurePolicy Fail by default)",
+    )
+    public_url: str = Field(
+        default="http://127.0.0.1:8080", description="the facade's public URL, for environments' generated URLs"
+    )
+    environment_interval_seconds: float = Field(
+        default=10.0, gt=0, description="how often environments are re-checked (tool deployments, keys)"
+    )
 
     # --- model import (the job that chunked uploads become) ---
     model_store: Path = Field(

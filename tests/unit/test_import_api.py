@@ -15,7 +15,6 @@ from dockyard_api.app import create_app
 from dockyard_api.auth import EnvironmentCaller, public_caller
 from dockyard_api.errors import UnauthenticatedError
 from dockyard_api.settings import ApiSettings
-from tests.unit.test_facade_basics import unreachable_kubeconfig  # noqa: F401  (fixture)
 
 BASE = "/e/team-a/prod/api/public/files/session"
 KEY = {"x-api-key": "k"}
@@ -23,7 +22,7 @@ MiB = 1024 * 1024
 
 
 @pytest.fixture
-def facade(unreachable_kubeconfig: str, tmp_path: Path) -> Iterator[TestClient]:  # noqa: F811
+def facade(unreachable_kubeconfig: str, tmp_path: Path) -> Iterator[TestClient]:
     settings = ApiSettings(kubeconfig=unreachable_kubeconfig, model_store=tmp_path / "store", max_chunk_bytes=MiB,
                            max_file_bytes=100 * MiB, sweep_interval_seconds=0)  # fmt: skip
     app = create_app(settings)
