@@ -221,6 +221,11 @@ def test_import_of_a_model_archive_end_to_end(
     gone(store / "sessions" / session)  # the chunks are deleted once the outcome is recorded
     assert ("Normal", "Imported") in {(t, r) for t, r, _ in events(api, namespace, model_id)}
 
+    # the dock-status lookup follows the same job
+    lookup = imports.dock_status(job["dockStatusId"]).json()
+    assert (lookup["dockStatusId"], lookup["modelId"], lookup["action"], lookup["status"]) == (
+        job["dockStatusId"], model_id, "EXPORT", "SUCCESS")  # fmt: skip
+
     # completion after the import: the same job, now SUCCESS; the session's files are gone
     final = imports.complete(session).json()
     assert (final["dockStatusId"], final["status"]) == (job["dockStatusId"], "SUCCESS")
@@ -281,6 +286,8 @@ def test_checksum_mismatch_fails_the_job(api: client.ApiClient, namespace: str, 
     gone(store / "sessions" / started["sessionId"])  # deleted once the outcome is recorded
     again = imports.complete(started["sessionId"]).json()
     assert (again["dockStatusId"], again["status"]) == (job["dockStatusId"], "FAILED")
+    lookup = imports.dock_status(job["dockStatusId"]).json()
+    assert (lookup["status"], lookup["reason"]) == ("FAILED", "ChecksumMismatch")
     assert ("Warning", "ChecksumMismatch") in {(t, r) for t, r, _ in events(api, namespace, started["modelId"])}
 
 

@@ -29,7 +29,8 @@ class ImportClient:
 
     def __init__(self, http: httpx.Client, namespace: str, environment: str, key: str) -> None:
         self.http = http
-        self.base = f"/e/{namespace}/{environment}/api/public/files/session"
+        self.root = f"/e/{namespace}/{environment}/api/public"
+        self.base = f"{self.root}/files/session"
         self.headers = {"x-api-key": key}
 
     def start(self, **body: Any) -> httpx.Response:
@@ -51,3 +52,6 @@ class ImportClient:
 
     def complete(self, session_id: str) -> httpx.Response:
         return self.http.post(f"{self.base}/{session_id}/complete", headers=self.headers)
+
+    def dock_status(self, dock_status_id: str) -> httpx.Response:
+        return self.http.get(f"{self.root}/dock-status/{dock_status_id}", headers=self.headers)
