@@ -50,10 +50,11 @@ crds: venv
 	$(PY) -m dockyard_api.crdgen
 	$(PY) -m dockyard_api.crdgen --output-dir charts/dockyard/crds
 
-## bench: operator overhead vs plain Deployments, and the 1,000-node scale run
+## bench: operator overhead vs plain Deployments, the 1,000-node scale run, chunked upload throughput
 bench: venv
 	$(PY) -m bench.operator_overhead
 	$(PY) -m bench.scale
+	$(PY) -m bench.upload
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info
