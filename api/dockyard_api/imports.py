@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -54,7 +54,6 @@ from dockyard_api.resources.v1alpha1 import (
 from dockyard_api.settings import ApiSettings
 
 log = logging.getLogger("dockyard.imports")
-T = TypeVar("T")
 PLURAL = "models"
 MERGE = "application/merge-patch+json"
 MISSING_LISTED = 1000

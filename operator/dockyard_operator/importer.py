@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 import kopf
 from kubernetes.client.exceptions import ApiException
@@ -33,7 +33,6 @@ from dockyard_operator.modelimport import Imported, ImportFailed, Limits, Upload
 from dockyard_operator.settings import OperatorSettings
 
 log = logging.getLogger("dockyard.import")
-T = TypeVar("T")
 
 
 def import_in_flight(spec: Mapping[str, Any], status: Mapping[str, Any], **_: Any) -> bool:
