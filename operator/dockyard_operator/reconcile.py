@@ -241,16 +241,26 @@ def _counts(deployment: dict[str, Any] | None) -> tuple[int, int]:
     return int(status.get("replicas", 0) or 0), int(status.get("readyReplicas", 0) or 0)
 
 
+async def _model(ctx: Context, views: Views, namespace: str, name: str) -> dict[str, Any] | None:
+    """A Model from the index; on a miss, from the API server: a Model created a moment before its
+    ModelDeployment may not be indexed yet, and "not found" is a terminal verdict."""
+    found = views.one(views.models, (namespace, name))
+    if found is not None:
+        return found
+    fetched = await ctx.call(ctx.kube.get_custom, "models", namespace, name)
+    return snapshot(cast(Any, fetched)) if fetched else None
+
+
 async def reconcile_model_deployment(ctx: Context, body: Body, views: Views) -> None:
     mdep = ModelDeployment.model_validate(snapshot(body))
     meta = body["metadata"]
     name, namespace = meta["name"], meta["namespace"]
     spec = mdep.spec
-    model_body = views.one(views.models, (namespace, spec.model_ref))
+    model_body = await _model(ctx, views, namespace, spec.model_ref)
     model = Model.model_validate(model_body) if model_body else None
     base = None
     if model is not None and model.spec.base_model:
-        base_body = views.one(views.models, (namespace, model.spec.base_model))
+        base_body = await _model(ctx, views, namespace, model.spec.base_model)
         base = Model.model_validate(base_body) if base_body else None
 
     workload = None
