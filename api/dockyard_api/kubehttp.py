@@ -8,15 +8,14 @@ from the same kubeconfig / in-cluster configuration as :func:`dockyard_api.kube.
 
 from __future__ import annotations
 
-import os
 import ssl
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
 import httpx
-from kubernetes import client, config
 
+from dockyard_api.kube import load_configuration
 from dockyard_api.resources import GROUP
 from dockyard_api.resources.v1alpha1 import VERSION
 
@@ -56,21 +55,11 @@ class KubeError(Exception):
         self.details = details
 
 
-def _configuration(kubeconfig: str | None) -> client.Configuration:
-    path = kubeconfig or os.environ.get("KUBECONFIG")
-    configuration = client.Configuration()
-    if path or os.path.exists(os.path.expanduser("~/.kube/config")):
-        config.load_kube_config(config_file=path, client_configuration=configuration)
-    else:
-        config.load_incluster_config(client_configuration=configuration)
-    return configuration
-
-
 class AsyncKube:
     """A small REST client for the paths the facade uses (custom objects, secrets, reviews, events)."""
 
     def __init__(self, kubeconfig: str | None = None, *, max_connections: int = 64, timeout: float = 10.0) -> None:
-        self._conf = _configuration(kubeconfig)
+        self._conf = load_configuration(kubeconfig)
         verify: ssl.SSLContext | bool = self._conf.verify_ssl
         if self._conf.verify_ssl:
             ctx = ssl.create_default_context(cafile=self._conf.ssl_ca_cert) if self._conf.ssl_ca_cert else None

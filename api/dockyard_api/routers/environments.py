@@ -148,13 +148,9 @@ async def delete_environment(
     if (env.get("spec") or {}).get("displayName") == "draft":
         raise ConflictError("the draft environment exists as long as its App; delete the App instead")
     # revoke the keys first: from now on nothing authenticates at this environment
-    found = await kube.request(
-        "GET",
-        kube.core_path(namespace, "secrets"),
-        params={"labelSelector": f"{API_KEY_LABEL}=true,{ENVIRONMENT_LABEL}={environment}"},
-    )
+    keys = await _key_secrets(kube, namespace, environment)
     await kube.request("DELETE", kube.custom_path(namespace, "environments", environment), as_user=user)
-    for secret in found.get("items", []):
+    for secret in keys:
         with contextlib.suppress(KubeError):
             await kube.request("DELETE", kube.core_path(namespace, "secrets", secret["metadata"]["name"]))
         stored = apikeys.stored_key(secret)
@@ -206,12 +202,7 @@ async def list_keys(
 ) -> dict[str, list[KeyView]]:
     await auth.require(user, verb="list", namespace=namespace, resource="environments", subresource="apikeys")
     await _environment(kube, user, namespace, environment)
-    found = await kube.request(
-        "GET",
-        kube.core_path(namespace, "secrets"),
-        params={"labelSelector": f"{API_KEY_LABEL}=true,{ENVIRONMENT_LABEL}={environment}"},
-    )
-    infos = [i for i in map(apikeys.key_info, found.get("items", [])) if i is not None]
+    infos = [i for i in map(apikeys.key_info, await _key_secrets(kube, namespace, environment)) if i is not None]
     return {"items": [KeyView(**i.__dict__) for i in sorted(infos, key=lambda i: i.created_at or "")]}
 
 
@@ -251,6 +242,16 @@ async def _environment(kube: AsyncKube, user: User, namespace: str, name: str) -
             raise NotFoundError(f"environment {name!r} not found in namespace {namespace!r}") from exc
         raise
     return env
+
+
+async def _key_secrets(kube: AsyncKube, namespace: str, environment: str) -> list[dict[str, Any]]:
+    found = await kube.request(
+        "GET",
+        kube.core_path(namespace, "secrets"),
+        params={"labelSelector": f"{API_KEY_LABEL}=true,{ENVIRONMENT_LABEL}={environment}"},
+    )
+    items: list[dict[str, Any]] = found.get("items", [])
+    return items
 
 
 async def _set_version(kube: AsyncKube, user: User, namespace: str, name: str, version: str) -> dict[str, Any]:

@@ -19,7 +19,25 @@ class Body(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
 
 
-class AppCreate(Body):
+class DraftUpdate(Body):
+    """The whole draft: what is not sent is emptied (like a restore, an update replaces the draft)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [{"description": "v2 draft", "agents": [], "toolVersions": [], "mcpServers": []}]
+        }
+    )
+
+    display_name: DisplayName | None = None
+    description: Description = ""
+    agents: Annotated[list[Agent], Field(max_length=32)] = Field(default_factory=list)
+    tool_versions: Annotated[list[ToolVersionRef], Field(max_length=64)] = Field(default_factory=list)
+    mcp_servers: Annotated[list[McpServer], Field(max_length=32)] = Field(default_factory=list)
+
+
+class AppCreate(DraftUpdate):
+    """A new App: its name (the app id) and its first draft."""
+
     model_config = ConfigDict(
         json_schema_extra={
             "examples": [
@@ -45,27 +63,6 @@ class AppCreate(Body):
 
     name: DnsLabel
     """The App's object name (its app id)."""
-    display_name: DisplayName | None = None
-    description: Description = ""
-    agents: Annotated[list[Agent], Field(max_length=32)] = Field(default_factory=list)
-    tool_versions: Annotated[list[ToolVersionRef], Field(max_length=64)] = Field(default_factory=list)
-    mcp_servers: Annotated[list[McpServer], Field(max_length=32)] = Field(default_factory=list)
-
-
-class DraftUpdate(Body):
-    """The whole draft: what is not sent is emptied (like a restore, an update replaces the draft)."""
-
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [{"description": "v2 draft", "agents": [], "toolVersions": [], "mcpServers": []}]
-        }
-    )
-
-    display_name: DisplayName | None = None
-    description: Description = ""
-    agents: Annotated[list[Agent], Field(max_length=32)] = Field(default_factory=list)
-    tool_versions: Annotated[list[ToolVersionRef], Field(max_length=64)] = Field(default_factory=list)
-    mcp_servers: Annotated[list[McpServer], Field(max_length=32)] = Field(default_factory=list)
 
 
 class VersionCreate(Body):
