@@ -9,10 +9,11 @@ from fastapi import FastAPI
 
 from dockyard_api import __version__
 from dockyard_api.auth import Authenticator
+from dockyard_api.cache import ObjectCache
 from dockyard_api.errors import install_error_handlers
 from dockyard_api.kube import api_client
 from dockyard_api.kubehttp import AsyncKube
-from dockyard_api.routers import apps, dock_status, environments, health
+from dockyard_api.routers import apps, deploy, dock_status, environments, health
 from dockyard_api.settings import ApiSettings
 
 ENVIRONMENT_PREFIX = "/e/{namespace}/{environment}"
@@ -28,9 +29,14 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         app.state.api_client = api_client(settings.kubeconfig)
         app.state.kube = AsyncKube(settings.kubeconfig)
         app.state.authenticator = Authenticator(app.state.kube, settings)
+        app.state.models = ObjectCache(app.state.kube, "models") if settings.watch_models else None
+        if app.state.models is not None:
+            app.state.models.start()
         try:
             yield
         finally:
+            if app.state.models is not None:
+                await app.state.models.stop()
             await app.state.kube.aclose()
             app.state.api_client.close()
 
@@ -47,4 +53,5 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     app.include_router(environments.router)
     # SPEC's {base_url} is the environment's address: public APIs live under it
     app.include_router(dock_status.router, prefix=ENVIRONMENT_PREFIX)
+    app.include_router(deploy.router, prefix=ENVIRONMENT_PREFIX)
     return app

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dockyard_api.kubehttp import KubeError
+from dockyard_api.resources.cel import RuleViolation
 
 
 class DockyardError(Exception):
@@ -121,10 +123,20 @@ async def _http_error(_: Request, exc: Exception) -> JSONResponse:
 
 async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    details = [
-        {"field": ".".join(str(p) for p in err.get("loc", ())), "message": err.get("msg", "")} for err in exc.errors()
-    ]
-    return JSONResponse(error_body("invalid_request", "the request is not valid", details), status_code=422)
+    details = [{"field": _field(err), "message": str(err.get("msg", ""))} for err in exc.errors()]
+    shown = "; ".join(f"{d['field']}: {d['message']}" for d in details[:3])
+    more = f" (and {len(details) - 3} more)" if len(details) > 3 else ""
+    message = f"the request is not valid: {shown}{more}" if shown else "the request is not valid"
+    return JSONResponse(error_body("invalid_request", message, details), status_code=422)
+
+
+def _field(err: Any) -> str:
+    """The dotted location of a validation error; a failed CEL-twin rule adds the field it names."""
+    loc = [str(p) for p in err.get("loc", ())]
+    cause = (err.get("ctx") or {}).get("error")
+    if isinstance(cause, RuleViolation):
+        loc += cause.field_path
+    return ".".join(loc)
 
 
 async def _kube_error(request: Request, exc: Exception) -> JSONResponse:
@@ -132,8 +144,15 @@ async def _kube_error(request: Request, exc: Exception) -> JSONResponse:
     return await _dockyard_error(request, from_kube(exc))
 
 
+async def _transport_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, httpx.HTTPError)
+    upstream = UpstreamError(f"the Kubernetes API server could not be reached: {exc.__class__.__name__}")
+    return await _dockyard_error(request, upstream)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(DockyardError, _dockyard_error)
     app.add_exception_handler(KubeError, _kube_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(httpx.HTTPError, _transport_error)

@@ -8,8 +8,10 @@ from the same kubeconfig / in-cluster configuration as :func:`dockyard_api.kube.
 
 from __future__ import annotations
 
+import json
 import os
 import ssl
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -115,6 +117,20 @@ class AsyncKube:
         body: dict[str, Any] = response.json() if response.content else {}
         return body
 
+    async def watch(self, path: str, params: dict[str, str]) -> AsyncIterator[dict[str, Any]]:
+        """The events of a watch (``?watch=1``) on ``path``, one dict per event, until the server ends it."""
+        headers = [*self._auth_headers(), ("Accept", "application/json")]
+        query = {**params, "watch": "1", "allowWatchBookmarks": "true"}
+        timeout = httpx.Timeout(self._http.timeout.connect, read=None)
+        async with self._http.stream("GET", path, params=query, headers=headers, timeout=timeout) as response:
+            if response.status_code >= 300:
+                await response.aread()
+                raise _error(response)
+            async for line in response.aiter_lines():
+                if line.strip():
+                    event: dict[str, Any] = json.loads(line)
+                    yield event
+
     # --- conveniences for the dockyard.dev kinds and core objects -----------------------------------
 
     @staticmethod
@@ -125,6 +141,10 @@ class AsyncKube:
         if sub:
             path += f"/{sub}"
         return path
+
+    @staticmethod
+    def all_namespaces_path(plural: str) -> str:
+        return f"/apis/{GROUP}/{VERSION}/{plural}"
 
     @staticmethod
     def core_path(namespace: str, plural: str, name: str | None = None) -> str:

@@ -24,3 +24,18 @@ class ApiSettings(BaseSettings):
     last_used_interval_seconds: float = Field(
         default=60.0, ge=0, description="an API key's last-used time is written at most this often"
     )
+    sync_deploy_timeout_seconds: float = Field(
+        default=120.0,
+        gt=0,
+        le=3600,
+        description="how long a synchronous tool deploy (isAsync: false) waits for SUCCESS or FAILED before it "
+        "answers with the job still IN_PROGRESS",
+    )
+    sync_deploy_poll_seconds: float = Field(
+        default=0.25, gt=0, le=10, description="how often a synchronous tool deploy reads the job's progress"
+    )
+    watch_models: bool = Field(
+        default=True,
+        description="keep a watch-fed cache of Models so that a model deploy costs one API call; a cache miss, or "
+        "a Model the cache does not show as ReadyToDeploy, is read from the API server",
+    )

@@ -55,8 +55,25 @@ def job_record(obj: dict[str, Any], id_key: str) -> dict[str, Any]:
         "startTime": job.get("startTime"),
         "completionTime": job.get("completionTime"),
     }
-    if obj.get("kind") == "ModelDeployment":
+    if obj.get("kind") in ("ModelDeployment", "ToolDeployment"):
         record["deploymentName"] = meta["name"]
+    return record
+
+
+def pending_record(obj: dict[str, Any], id_key: str, dock_status_id: str, message: str) -> dict[str, Any]:
+    """The job record of a job the facade has just requested on ``obj`` and the operator not yet started."""
+    record = job_record(obj, id_key)
+    record.update(
+        {
+            "dockStatusId": dock_status_id,
+            "dock-statusId": dock_status_id,
+            "status": "IN_PROGRESS",
+            "reason": "Pending",
+            "message": message,
+            "startTime": None,
+            "completionTime": None,
+        }
+    )
     return record
 
 
@@ -80,16 +97,6 @@ async def dock_status(
             record = job_record(obj, id_key)
             if record["dockStatusId"] != dock_status_id:
                 # the facade labelled the object with the new job; the operator has not started it yet
-                record.update(
-                    {
-                        "dockStatusId": dock_status_id,
-                        "dock-statusId": dock_status_id,
-                        "status": "IN_PROGRESS",
-                        "reason": "Pending",
-                        "message": "the operator has not picked the job up yet",
-                        "startTime": None,
-                        "completionTime": None,
-                    }
-                )
+                record = pending_record(obj, id_key, dock_status_id, "the operator has not picked the job up yet")
             return record
     raise NotFoundError(f"no job {dock_status_id!r} in this environment", {"dockStatusId": dock_status_id})
