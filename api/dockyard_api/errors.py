@@ -74,6 +74,12 @@ class InvalidError(DockyardError):
     code = "invalid"
 
 
+class InvalidRequestError(InvalidError):
+    """A request the facade refuses after reading the cluster, in the shape of a validation error."""
+
+    code = "invalid_request"
+
+
 class UpstreamError(DockyardError):
     """The Kubernetes API server could not be reached or failed (502); the request may be retried."""
 

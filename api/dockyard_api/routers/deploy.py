@@ -22,7 +22,7 @@ from fastapi import APIRouter, Body, Path, Query, Request
 from dockyard_api import apikeys
 from dockyard_api.auth import EnvironmentCaller, PublicCaller
 from dockyard_api.cache import ObjectCache
-from dockyard_api.errors import ConflictError, InvalidError, NotFoundError
+from dockyard_api.errors import ConflictError, InvalidRequestError, NotFoundError
 from dockyard_api.kubehttp import AsyncKube, KubeError
 from dockyard_api.resources.v1alpha1 import (
     API_VERSION,
@@ -219,9 +219,9 @@ async def _check_model(request: Request, namespace: str, model_id: str, model_ty
         )
     declared = (model.get("spec") or {}).get("modelType")
     if declared and declared != model_type:
-        raise InvalidError(
-            f"modelType {model_type} does not match model {model_id!r}, which is {declared}",
-            [{"field": "query.modelType", "message": f"must be {declared} for this model"}],
+        why = f"must be {declared}: model {model_id!r} is {declared}"
+        raise InvalidRequestError(
+            f"the request is not valid: query.modelType: {why}", [{"field": "query.modelType", "message": why}]
         )
 
 
