@@ -40,10 +40,10 @@ from dockyard_api.schemas.public import (
     MODEL_DEPLOY_RESPONSE_EXAMPLES,
     TOOL_DEPLOY_EXAMPLES,
     TOOL_DEPLOY_RESPONSE_EXAMPLES,
-    ErrorBody,
-    JobRecord,
     ModelDeployBody,
     ToolDeployBody,
+    error_responses,
+    job_responses,
 )
 from dockyard_api.settings import ApiSettings
 
@@ -81,24 +81,6 @@ ModelTypeQuery = Annotated[
 ]
 
 
-def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
-    words = {
-        401: "no API key, or an unknown or revoked one",
-        403: "an API key of another environment",
-        404: "unknown model, tool or deployment",
-        409: "the request contradicts the current state (model not ReadyToDeploy, name taken)",
-        422: "invalid path, query or body: details name each field",
-        502: "the Kubernetes API server failed or could not be reached; retry",
-    }
-    return {code: {"model": ErrorBody, "description": words[code]} for code in codes}
-
-
-def _ok(examples: dict[str, dict[str, Any]], description: str) -> dict[int | str, dict[str, Any]]:
-    return {
-        200: {"model": JobRecord, "description": description, "content": {"application/json": {"examples": examples}}}
-    }
-
-
 def _kube(request: Request) -> AsyncKube:
     kube: AsyncKube = request.app.state.kube
     return kube
@@ -121,8 +103,8 @@ def _requested_by(caller: EnvironmentCaller) -> str:
     "existing deployment (404 when there is none).",
     response_model=None,
     responses={
-        **_ok(MODEL_DEPLOY_RESPONSE_EXAMPLES, "The deployment job started"),
-        **_errors(401, 403, 404, 409, 422, 502),
+        **job_responses(MODEL_DEPLOY_RESPONSE_EXAMPLES, "The deployment job started"),
+        **error_responses(401, 403, 404, 409, 422, 502),
     },
 )
 async def deploy_model(
@@ -243,8 +225,8 @@ def _phase(model: dict[str, Any]) -> str | None:
     "`GET {base_url}/api/public/dock-status/{dockStatusId}` follows the job.",
     response_model=None,
     responses={
-        **_ok(TOOL_DEPLOY_RESPONSE_EXAMPLES, "The deployment job: finished (isAsync false) or started"),
-        **_errors(401, 403, 404, 409, 422, 502),
+        **job_responses(TOOL_DEPLOY_RESPONSE_EXAMPLES, "The deployment job: finished (isAsync false) or started"),
+        **error_responses(401, 403, 404, 409, 422, 502),
     },
 )
 async def deploy_tool(

@@ -16,6 +16,7 @@ from dockyard_api.auth import PublicCaller
 from dockyard_api.errors import NotFoundError
 from dockyard_api.kubehttp import AsyncKube
 from dockyard_api.resources.v1alpha1 import DOCK_STATUS_ID_LABEL
+from dockyard_api.schemas.public import error_responses, job_responses
 
 router = APIRouter(prefix="/api/public", tags=["dock status"])
 
@@ -80,7 +81,14 @@ def pending_record(obj: dict[str, Any], id_key: str, dock_status_id: str, messag
 @router.get(
     "/dock-status/{dock_status_id}",
     summary="Get Dock Status: the job record of an import or deployment",
-    responses={200: {"content": {"application/json": {"example": EXAMPLE}}}},
+    response_model=None,
+    responses={
+        **job_responses(
+            {"failed": {"summary": "A deployment that failed, with its reason", "value": EXAMPLE}},
+            "The job record, with reason and message",
+        ),
+        **error_responses(401, 403, 404, 422, 502),
+    },
 )
 async def dock_status(
     dock_status_id: Annotated[str, Path(min_length=1, max_length=128)], caller: PublicCaller, request: Request

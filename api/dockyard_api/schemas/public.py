@@ -225,3 +225,25 @@ class ErrorBody(BaseModel):
     """Every 4xx answer: ``{"error": {"code", "message", "details"}}``."""
 
     error: ErrorDetail
+
+
+ERROR_MEANINGS = {
+    401: "no API key, or an unknown or revoked one",
+    403: "an API key of another environment",
+    404: "unknown model, tool, deployment or job",
+    409: "the request contradicts the current state (model not ReadyToDeploy, name taken)",
+    422: "invalid path, query or body: the message and details name each field",
+    502: "the Kubernetes API server failed or could not be reached; retry",
+}
+
+
+def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` entries for error answers (all in the one error shape)."""
+    return {code: {"model": ErrorBody, "description": ERROR_MEANINGS[code]} for code in codes}
+
+
+def job_responses(examples: dict[str, dict[str, Any]], description: str) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` entry for a 200 job record, with named examples."""
+    return {
+        200: {"model": JobRecord, "description": description, "content": {"application/json": {"examples": examples}}}
+    }
