@@ -49,9 +49,10 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     )
     install_error_handlers(app)
     app.include_router(health.router)
+    # SPEC's {base_url} is the environment's address: public APIs live under it. They come first: a
+    # request is matched against the routes in order, and the public calls are the frequent ones.
+    app.include_router(deploy.router, prefix=ENVIRONMENT_PREFIX)
+    app.include_router(dock_status.router, prefix=ENVIRONMENT_PREFIX)
     app.include_router(apps.router)
     app.include_router(environments.router)
-    # SPEC's {base_url} is the environment's address: public APIs live under it
-    app.include_router(dock_status.router, prefix=ENVIRONMENT_PREFIX)
-    app.include_router(deploy.router, prefix=ENVIRONMENT_PREFIX)
     return app

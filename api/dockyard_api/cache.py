@@ -18,8 +18,6 @@ import logging
 import random
 from typing import Any
 
-import httpx
-
 from dockyard_api.kubehttp import AsyncKube, KubeError
 
 log = logging.getLogger(__name__)
@@ -67,15 +65,14 @@ class ObjectCache:
                 await self._follow(version)
             except asyncio.CancelledError:
                 raise
-            except KubeError as exc:
+            except (KubeError, ValueError) as exc:  # ValueError: a garbled event
                 self._synced = False
-                if exc.status == 403:
+                if isinstance(exc, KubeError) and exc.status == 403:
                     log.warning("cannot list %s cluster-wide (%s): every lookup reads the API server", self.plural, exc)
                     return
-                log.info("watch of %s ended: %s; listing again", self.plural, exc.message)
-            except (httpx.HTTPError, ValueError) as exc:
-                self._synced = False
-                log.info("watch of %s failed: %r; listing again in %.1fs", self.plural, exc, delay)
+                if isinstance(exc, KubeError) and exc.status == 410:
+                    continue  # the watch's version expired: list again at once
+                log.info("watch of %s failed: %s; listing again in %.1fs", self.plural, exc, delay)
                 await asyncio.sleep(delay * (1 + random.random()))
                 delay = min(delay * 2, 30.0)
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -150,15 +149,8 @@ async def _kube_error(request: Request, exc: Exception) -> JSONResponse:
     return await _dockyard_error(request, from_kube(exc))
 
 
-async def _transport_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, httpx.HTTPError)
-    upstream = UpstreamError(f"the Kubernetes API server could not be reached: {exc.__class__.__name__}")
-    return await _dockyard_error(request, upstream)
-
-
 def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(DockyardError, _dockyard_error)
     app.add_exception_handler(KubeError, _kube_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
-    app.add_exception_handler(httpx.HTTPError, _transport_error)

@@ -14,6 +14,12 @@ class ApiSettings(BaseSettings):
     kubeconfig: str | None = Field(
         default=None, description="kubeconfig path; unset: KUBECONFIG, then in-cluster config"
     )
+    access_log: bool = Field(
+        default=False,
+        description="log one line per request (uvicorn's access log; it costs about 0.3 ms of CPU per request, "
+        "see docs/benchmarks.md). Deployments are recorded on the objects themselves (requested-by annotation, "
+        "Events, dock jobs) and the API server's audit log",
+    )
     readiness_timeout_seconds: float = Field(default=2.0, gt=0, description="API-server check budget")
     api_key_cache_seconds: float = Field(
         default=5.0,

@@ -17,7 +17,9 @@ import time
 import uuid
 from typing import Annotated, Any
 
+import orjson
 from fastapi import APIRouter, Body, Path, Query, Request
+from fastapi.responses import Response
 
 from dockyard_api import apikeys
 from dockyard_api.auth import EnvironmentCaller, PublicCaller
@@ -81,6 +83,10 @@ ModelTypeQuery = Annotated[
 ]
 
 
+def _json_response(record: dict[str, Any]) -> Response:
+    return Response(orjson.dumps(record), media_type="application/json")
+
+
 def _kube(request: Request) -> AsyncKube:
     kube: AsyncKube = request.app.state.kube
     return kube
@@ -113,7 +119,7 @@ async def deploy_model(
     body: Annotated[ModelDeployBody, Body(openapi_examples=MODEL_DEPLOY_EXAMPLES)],
     caller: PublicCaller,
     request: Request,
-) -> dict[str, Any]:
+) -> Response:
     kube = _kube(request)
     namespace = caller.namespace
     await _check_model(request, namespace, model_id, model_type)
@@ -142,7 +148,7 @@ async def deploy_model(
         }
         try:
             created = await kube.request("POST", collection, json=manifest)
-            return pending_record(created, "modelId", job_id, PENDING_MESSAGE)
+            return _json_response(pending_record(created, "modelId", job_id, PENDING_MESSAGE))
         except KubeError as exc:
             if exc.status != 409:
                 raise
@@ -177,7 +183,7 @@ async def deploy_model(
         if exc.status == 404:
             raise ConflictError(f"model deployment {body.name!r} was deleted meanwhile; retry") from exc
         raise
-    return pending_record(patched, "modelId", job_id, PENDING_MESSAGE)
+    return _json_response(pending_record(patched, "modelId", job_id, PENDING_MESSAGE))
 
 
 async def _check_model(request: Request, namespace: str, model_id: str, model_type: str) -> None:
@@ -234,7 +240,7 @@ async def deploy_tool(
     body: Annotated[ToolDeployBody, Body(openapi_examples=TOOL_DEPLOY_EXAMPLES)],
     caller: PublicCaller,
     request: Request,
-) -> dict[str, Any]:
+) -> Response:
     kube = _kube(request)
     namespace = caller.namespace
     try:
@@ -257,9 +263,9 @@ async def deploy_tool(
             f"tool deployment {name!r} deploys {obj['spec'].get('toolRef')!r}, not {tool_id!r}", {"name": name}
         )
     if body.is_async:
-        return pending_record(obj, "toolId", job_id, PENDING_MESSAGE)
+        return _json_response(pending_record(obj, "toolId", job_id, PENDING_MESSAGE))
     settings: ApiSettings = request.app.state.settings
-    return await _wait_for_job(kube, obj, job_id, settings)
+    return _json_response(await _wait_for_job(kube, obj, job_id, settings))
 
 
 async def _update_tool_deployment(
