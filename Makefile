@@ -45,9 +45,10 @@ unit: venv
 e2e: venv
 	$(PY) -m pytest tests/e2e
 
-## crds: regenerate crds/ from the resource types
+## crds: regenerate crds/ from the resource types, and the Helm chart's copy of them
 crds: venv
 	$(PY) -m dockyard_api.crdgen
+	$(PY) -m dockyard_api.crdgen --output-dir charts/dockyard/crds
 
 ## bench: operator overhead vs plain Deployments, and the 1,000-node scale run
 bench: venv

@@ -113,10 +113,23 @@ class Api:
         with contextlib.suppress(ApiException):
             self.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
 
-    def patch_status(self, plural: str, namespace: str, name: str, status: dict[str, Any]) -> None:
-        self.custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, namespace, plural, name, {"status": status}, _content_type="application/merge-patch+json"
-        )
+    def patch_status(
+        self, plural: str, namespace: str, name: str, status: dict[str, Any], resource_version: str | None = None
+    ) -> bool:
+        """Merge-patch the status; with ``resource_version``, only if the object is still at it (False if
+        not: a newer version exists and its own event reconciles it)."""
+        body: dict[str, Any] = {"status": status}
+        if resource_version:
+            body["metadata"] = {"resourceVersion": resource_version}
+        try:
+            self.custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, namespace, plural, name, body, _content_type="application/merge-patch+json"
+            )
+        except ApiException as exc:
+            if exc.status == 409 and resource_version:
+                return False
+            raise
+        return True
 
     def key_secrets(self, namespace: str, environment: str) -> list[dict[str, Any]]:
         found = self.core.list_namespaced_secret(
@@ -274,7 +287,11 @@ async def reconcile_environment(memo: kopf.Memo, env: dict[str, Any], kw: dict[s
             "conditions": _conditions(status.get("conditions") or [], phase, reason, message, meta.get("generation")),
         }
         if _differs(status, new_status):
-            await ctx.call(api.patch_status, "environments", namespace, name, new_status)
+            # guarded: a reconcile from an older snapshot (an index may lag) must not roll history back
+            if not await ctx.call(
+                api.patch_status, "environments", namespace, name, new_status, meta.get("resourceVersion")
+            ):
+                return
             if new_history is not history:
                 kopf.info(cast(Any, env), reason="Deployed", message=f"version {version} deployed by {deployed_by}")
             if problem and status.get("phase") != "Failed":

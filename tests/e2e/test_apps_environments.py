@@ -18,6 +18,7 @@ from kubernetes import client
 
 from dockyard_api.settings import ApiSettings
 from dockyard_localcluster.cluster import LocalCluster
+from dockyard_localcluster.demo import ensure_demo
 from tests.support.cluster import E2ECluster
 from tests.support.dockyard import create, patch
 from tests.support.dockyard import get as get_strict
@@ -636,7 +637,28 @@ def test_rbac_decides_through_the_facade_and_through_kubectl(
         "environments/apikeys",
     )
     refused(http.get(f"{mgmt(namespace)}/environments/bot-draft/apikeys", headers=vic), 403)
+    deploy = http.post(f"{mgmt(namespace)}/environments/bot-draft/deploy", json={"version": "1.0.0"}, headers=vic)
+    refused(deploy, 403, "environments/deploy")
     out = _kubectl(
         cluster, "-n", namespace, "--as", team.name("vic"), "delete", "environment", "bot-draft", check=False
     )
     assert "Forbidden" in out
+
+
+def test_first_run_creates_the_demo_app_once_and_a_key_that_works(
+    api: client.ApiClient, namespace: str, facade: RunningFacade, tmp_path: Path
+) -> None:
+    first = ensure_demo(api, tmp_path, facade.url, namespace=namespace)
+    assert first.new_key
+    assert first.key_file.read_text().strip() == first.new_key
+    assert first.key_file.stat().st_mode & 0o777 == 0o600
+    again = ensure_demo(api, tmp_path, facade.url, namespace=namespace)
+    assert again.new_key is None  # idempotent: the App exists and the key in the file still works
+    apps = client.CustomObjectsApi(api).list_namespaced_custom_object("dockyard.dev", "v1alpha1", namespace, "apps")
+    assert [a["metadata"]["name"] for a in apps["items"]] == ["demo"]
+    probe = f"{first.base_url.removeprefix(facade.url)}/api/public/dock-status/{uuid.uuid4()}"
+    refused(facade.client.get(probe, headers={"x-api-key": first.new_key}), 404, "no job")
+    first.key_file.write_text("dky_revokedorlost_xxxxxxxxxxxxxxxxxxxxxxxx\n")
+    fresh = ensure_demo(api, tmp_path, facade.url, namespace=namespace)
+    assert fresh.new_key
+    assert fresh.new_key != first.new_key

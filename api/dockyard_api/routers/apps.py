@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Request, status
 
-from dockyard_api.auth import KubeUser, NamespaceParam
+from dockyard_api.auth import Auth, KubeUser, NamespaceParam
 from dockyard_api.errors import InvalidError, NotFoundError
 from dockyard_api.events import record_event
 from dockyard_api.kubehttp import AsyncKube, KubeError
@@ -108,8 +108,9 @@ async def update_draft(
     summary="Restore a version into the draft (overwrites the whole draft; cannot be undone)",
 )
 async def restore(
-    namespace: NamespaceParam, app: AppName, body: Restore, user: KubeUser, kube: Kube, request: Request
+    namespace: NamespaceParam, app: AppName, body: Restore, user: KubeUser, kube: Kube, auth: Auth
 ) -> dict[str, Any]:
+    await auth.require(user, verb="create", namespace=namespace, resource="apps", subresource="restore")
     if not body.confirm:
         raise InvalidError(
             "restoring overwrites the whole draft and cannot be undone: send confirm: true",

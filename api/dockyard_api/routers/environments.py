@@ -96,8 +96,9 @@ async def get_environment(
     summary="Deploy a version to the environment (recorded in its history)",
 )
 async def deploy(
-    namespace: NamespaceParam, environment: EnvName, body: Deploy, user: KubeUser, kube: Kube
+    namespace: NamespaceParam, environment: EnvName, body: Deploy, user: KubeUser, kube: Kube, auth: Auth
 ) -> dict[str, Any]:
+    await auth.require(user, verb="create", namespace=namespace, resource="environments", subresource="deploy")
     await _environment(kube, user, namespace, environment)
     return environment_view(await _set_version(kube, user, namespace, environment, body.version))
 
@@ -108,8 +109,9 @@ async def deploy(
     summary="Roll back to a previous version from the history (a new history entry)",
 )
 async def rollback(
-    namespace: NamespaceParam, environment: EnvName, body: Rollback, user: KubeUser, kube: Kube
+    namespace: NamespaceParam, environment: EnvName, body: Rollback, user: KubeUser, kube: Kube, auth: Auth
 ) -> dict[str, Any]:
+    await auth.require(user, verb="create", namespace=namespace, resource="environments", subresource="deploy")
     if not body.confirm:
         raise InvalidError("a rollback must be confirmed: send confirm: true", [{"field": "confirm"}])
     env = await _environment(kube, user, namespace, environment)
