@@ -247,6 +247,9 @@ async def reconcile_model_deployment(ctx: Context, body: Body, views: Views) -> 
     name, namespace = meta["name"], meta["namespace"]
     spec = mdep.spec
     model_body = views.one(views.models, (namespace, spec.model_ref))
+    if (model_body or {}).get("status", {}).get("phase") != "ReadyToDeploy":
+        # the index may lag behind a Model just created or just ready: a job fails on the API server's word only
+        model_body = await ctx.call(ctx.kube.get_custom, "models", namespace, spec.model_ref) or model_body
     model = Model.model_validate(model_body) if model_body else None
     base = None
     if model is not None and model.spec.base_model:
@@ -352,6 +355,8 @@ async def reconcile_tool_deployment(
     meta = body["metadata"]
     name, namespace = meta["name"], meta["namespace"]
     tool_body = views.one(views.tools, (namespace, tdep.spec.tool_ref))
+    if tool_body is None:  # the index may lag behind a Tool just created: ToolNotFound on the API server's word only
+        tool_body = await ctx.call(ctx.kube.get_custom, "tools", namespace, tdep.spec.tool_ref)
     tool = Tool.model_validate(tool_body) if tool_body else None
     requested = (meta.get("labels") or {}).get(DOCK_STATUS_ID_LABEL)
     before = tdep.status.job
