@@ -13,11 +13,12 @@ from fastapi import FastAPI
 
 from dockyard_api import __version__
 from dockyard_api.auth import Authenticator
+from dockyard_api.cache import ObjectCache
 from dockyard_api.errors import install_error_handlers
 from dockyard_api.imports import ImportService
 from dockyard_api.kube import api_client
 from dockyard_api.kubehttp import AsyncKube
-from dockyard_api.routers import apps, dock_status, environments, health, imports
+from dockyard_api.routers import apps, deploy, dock_status, environments, health, imports
 from dockyard_api.settings import ApiSettings
 
 ENVIRONMENT_PREFIX = "/e/{namespace}/{environment}"
@@ -52,9 +53,14 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         sweeper = None
         if settings.sweep_interval_seconds > 0:
             sweeper = asyncio.create_task(_sweep_forever(app.state.imports, settings.sweep_interval_seconds))
+        app.state.models = ObjectCache(app.state.kube, "models") if settings.watch_models else None
+        if app.state.models is not None:
+            app.state.models.start()
         try:
             yield
         finally:
+            if app.state.models is not None:
+                await app.state.models.stop()
             if sweeper is not None:
                 sweeper.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -71,9 +77,11 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     )
     install_error_handlers(app)
     app.include_router(health.router)
-    app.include_router(apps.router)
-    app.include_router(environments.router)
-    # SPEC's {base_url} is the environment's address: public APIs live under it
+    # SPEC's {base_url} is the environment's address: public APIs live under it. They come first: a
+    # request is matched against the routes in order, and the public calls are the frequent ones.
+    app.include_router(deploy.router, prefix=ENVIRONMENT_PREFIX)
     app.include_router(dock_status.router, prefix=ENVIRONMENT_PREFIX)
     app.include_router(imports.router, prefix=ENVIRONMENT_PREFIX)
+    app.include_router(apps.router)
+    app.include_router(environments.router)
     return app

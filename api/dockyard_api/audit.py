@@ -37,6 +37,24 @@ def audit_record(env: Mapping[str, Any], keys: Iterable[Mapping[str, Any]]) -> d
     return record
 
 
+def merged_keys(recorded: Iterable[Mapping[str, Any]], current: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The keys an audit record lists: those it already lists (a key revoked just before the environment's
+    deletion is still part of its usage) and the current ones, which update an entry of the same id."""
+    merged: dict[str, dict[str, Any]] = {str(k.get("id")): dict(k) for k in recorded}
+    merged.update({str(k.get("id")): dict(k) for k in current})
+    return list(merged.values())
+
+
+def recorded_keys(config_map_data: Mapping[str, str] | None) -> list[dict[str, Any]]:
+    """The keys an existing audit record lists in its usage (none when it has no readable usage)."""
+    try:
+        usage = json.loads((config_map_data or {}).get("usage.json") or "{}")
+    except ValueError:
+        return []
+    keys = usage.get("apiKeys") if isinstance(usage, dict) else None
+    return [k for k in keys if isinstance(k, dict)] if isinstance(keys, list) else []
+
+
 def deletion_record(
     env_meta: Mapping[str, Any], app: str, deleted_at: datetime, deleted_by: str | None
 ) -> dict[str, Any]:

@@ -202,7 +202,7 @@ def _bearer(authorization: str | None) -> str | None:
     return value.strip() or None if scheme.lower() == "bearer" else None
 
 
-def authenticator(request: Request) -> Authenticator:
+async def authenticator(request: Request) -> Authenticator:  # async: no thread-pool hop per request
     auth: Authenticator = request.app.state.authenticator
     return auth
 

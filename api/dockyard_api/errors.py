@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dockyard_api.kubehttp import KubeError
+from dockyard_api.resources.cel import RuleViolation
 
 
 class DockyardError(Exception):
@@ -72,6 +73,12 @@ class InvalidError(DockyardError):
     code = "invalid"
 
 
+class InvalidRequestError(InvalidError):
+    """A request the facade refuses after reading the cluster, in the shape of a validation error."""
+
+    code = "invalid_request"
+
+
 class UpstreamError(DockyardError):
     """The Kubernetes API server could not be reached or failed (502); the request may be retried."""
 
@@ -121,10 +128,20 @@ async def _http_error(_: Request, exc: Exception) -> JSONResponse:
 
 async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    details = [
-        {"field": ".".join(str(p) for p in err.get("loc", ())), "message": err.get("msg", "")} for err in exc.errors()
-    ]
-    return JSONResponse(error_body("invalid_request", "the request is not valid", details), status_code=422)
+    details = [{"field": _field(err), "message": str(err.get("msg", ""))} for err in exc.errors()]
+    shown = "; ".join(f"{d['field']}: {d['message']}" for d in details[:3])
+    more = f" (and {len(details) - 3} more)" if len(details) > 3 else ""
+    message = f"the request is not valid: {shown}{more}" if shown else "the request is not valid"
+    return JSONResponse(error_body("invalid_request", message, details), status_code=422)
+
+
+def _field(err: Any) -> str:
+    """The dotted location of a validation error; a failed CEL-twin rule adds the field it names."""
+    loc = [str(p) for p in err.get("loc", ())]
+    cause = (err.get("ctx") or {}).get("error")
+    if isinstance(cause, RuleViolation):
+        loc += cause.field_path
+    return ".".join(loc)
 
 
 async def _kube_error(request: Request, exc: Exception) -> JSONResponse:

@@ -21,6 +21,12 @@ class ApiSettings(BaseSettings):
     kubeconfig: str | None = Field(
         default=None, description="kubeconfig path; unset: KUBECONFIG, then in-cluster config"
     )
+    access_log: bool = Field(
+        default=False,
+        description="log one line per request (uvicorn's access log; it costs about 0.3 ms of CPU per request, "
+        "see docs/benchmarks.md). Deployments are recorded on the objects themselves (requested-by annotation, "
+        "Events, dock jobs) and the API server's audit log",
+    )
     readiness_timeout_seconds: float = Field(default=2.0, gt=0, description="API-server check budget")
     api_key_cache_seconds: float = Field(
         default=5.0,
@@ -48,4 +54,19 @@ class ApiSettings(BaseSettings):
     )
     fsync_chunks: bool = Field(
         default=True, description="flush each chunk to disk before acknowledging it (survives a node crash)"
+    )
+    sync_deploy_timeout_seconds: float = Field(
+        default=120.0,
+        gt=0,
+        le=3600,
+        description="how long a synchronous tool deploy (isAsync: false) waits for SUCCESS or FAILED before it "
+        "answers with the job still IN_PROGRESS",
+    )
+    sync_deploy_poll_seconds: float = Field(
+        default=0.25, gt=0, le=10, description="how often a synchronous tool deploy reads the job's progress"
+    )
+    watch_models: bool = Field(
+        default=True,
+        description="keep a watch-fed cache of Models so that a model deploy costs one API call; a cache miss, or "
+        "a Model the cache does not show as ReadyToDeploy, is read from the API server",
     )

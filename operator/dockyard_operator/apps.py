@@ -147,6 +147,16 @@ class Api:
             meta["name"], meta["namespace"], obj, field_manager=manager, force=True, _content_type=APPLY
         )
 
+    def recorded_keys(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        """The keys the environment's audit record already lists (none when there is no record yet)."""
+        try:
+            found = self.core.read_namespaced_config_map(name, namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return []
+            raise
+        return audit.recorded_keys(found.data)
+
     def deletion_stamped(self, namespace: str, name: str) -> bool:
         """Whether the facade already wrote who deleted the environment (it knows; kubectl deletes do not tell)."""
         try:
@@ -403,7 +413,9 @@ async def environment_deleted(body: kopf.Body, memo: kopf.Memo, **_: Any) -> Non
     keys: list[dict[str, Any]] = await ctx.call(api.key_secrets, meta["namespace"], meta["name"])
     infos = [i.__dict__ for i in map(apikeys.key_info, keys) if i is not None]
     try:
-        await ctx.call(api.apply_config_map, audit.audit_record(env, infos))
+        # the facade may have revoked keys already: what the record listed stays part of the usage
+        recorded = await ctx.call(api.recorded_keys, meta["namespace"], audit.audit_record_name(meta))
+        await ctx.call(api.apply_config_map, audit.audit_record(env, audit.merged_keys(recorded, infos)))
         if not await ctx.call(api.deletion_stamped, meta["namespace"], audit.audit_record_name(meta)):
             stamp = audit.deletion_record(meta, env["spec"].get("appRef", ""), _now(), None)
             await ctx.call(api.apply_config_map, stamp, audit.DELETION_MANAGER)

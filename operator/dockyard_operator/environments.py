@@ -4,7 +4,6 @@ behind, and the dependency checks the admission webhooks make. No kopf, no API c
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import shlex
@@ -21,6 +20,7 @@ from dockyard_api.resources.v1alpha1 import (
     ChecklistItem,
     HistoryEntry,
 )
+from dockyard_api.resources.v1alpha1.tool import tool_deployment_name
 
 DRAFT = "draft"
 HISTORY_LIMIT = 100
@@ -68,12 +68,6 @@ def curl_script(api_base: str, app_id: str) -> str:
         '  -H "Content-Type: application/json" \\\n'
         f"  -d {shlex.quote(body)}"
     )
-
-
-def tool_deployment_name(environment: str, tool: str, version: str) -> str:
-    """One ToolDeployment per tool VERSION (a ToolDeployment's toolRef is immutable)."""
-    name = f"{environment}-{tool}-{version.replace('.', '-')}"
-    return name if len(name) <= 63 else f"{name[:54]}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
 
 
 def tool_deployments(env: Mapping[str, Any], content: Mapping[str, Any]) -> list[dict[str, Any]]:

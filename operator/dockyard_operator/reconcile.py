@@ -245,8 +245,9 @@ async def _model(ctx: Context, views: Views, namespace: str, name: str) -> dict[
     """A Model from the index; on a miss, from the API server: a Model created a moment before its
     ModelDeployment may not be indexed yet, and "not found" is a terminal verdict."""
     found = views.one(views.models, (namespace, name))
-    if found is not None:
+    if (found or {}).get("status", {}).get("phase") == "ReadyToDeploy":
         return found
+    # the index may lag behind a Model just created or just ready: a job fails on the API server's word only
     fetched = await ctx.call(ctx.kube.get_custom, "models", namespace, name)
     return snapshot(cast(Any, fetched)) if fetched else None
 
@@ -362,6 +363,8 @@ async def reconcile_tool_deployment(
     meta = body["metadata"]
     name, namespace = meta["name"], meta["namespace"]
     tool_body = views.one(views.tools, (namespace, tdep.spec.tool_ref))
+    if tool_body is None:  # the index may lag behind a Tool just created: ToolNotFound on the API server's word only
+        tool_body = await ctx.call(ctx.kube.get_custom, "tools", namespace, tdep.spec.tool_ref)
     tool = Tool.model_validate(tool_body) if tool_body else None
     requested = (meta.get("labels") or {}).get(DOCK_STATUS_ID_LABEL)
     before = tdep.status.job

@@ -28,7 +28,7 @@ CONTENT_FIELDS = ("agents", "toolVersions", "mcpServers")
 stay; a version's description describes the version)."""
 
 
-def get_kube(request: Request) -> AsyncKube:
+async def get_kube(request: Request) -> AsyncKube:  # async: no thread-pool hop per request
     kube: AsyncKube = request.app.state.kube
     return kube
 

@@ -16,6 +16,7 @@ from dockyard_api.auth import PublicCaller
 from dockyard_api.errors import NotFoundError
 from dockyard_api.kubehttp import AsyncKube
 from dockyard_api.resources.v1alpha1 import DOCK_STATUS_ID_LABEL
+from dockyard_api.schemas.public import error_responses, job_responses
 
 router = APIRouter(prefix="/api/public", tags=["dock status"])
 
@@ -55,15 +56,39 @@ def job_record(obj: dict[str, Any], id_key: str) -> dict[str, Any]:
         "startTime": job.get("startTime"),
         "completionTime": job.get("completionTime"),
     }
-    if obj.get("kind") == "ModelDeployment":
+    if obj.get("kind") in ("ModelDeployment", "ToolDeployment"):
         record["deploymentName"] = meta["name"]
+    return record
+
+
+def pending_record(obj: dict[str, Any], id_key: str, dock_status_id: str, message: str) -> dict[str, Any]:
+    """The job record of a job the facade has just requested on ``obj`` and the operator not yet started."""
+    record = job_record(obj, id_key)
+    record.update(
+        {
+            "dockStatusId": dock_status_id,
+            "dock-statusId": dock_status_id,
+            "status": "IN_PROGRESS",
+            "reason": "Pending",
+            "message": message,
+            "startTime": None,
+            "completionTime": None,
+        }
+    )
     return record
 
 
 @router.get(
     "/dock-status/{dock_status_id}",
     summary="Get Dock Status: the job record of an import or deployment",
-    responses={200: {"content": {"application/json": {"example": EXAMPLE}}}},
+    response_model=None,
+    responses={
+        **job_responses(
+            {"failed": {"summary": "A deployment that failed, with its reason", "value": EXAMPLE}},
+            "The job record, with reason and message",
+        ),
+        **error_responses(401, 403, 404, 422, 502),
+    },
 )
 async def dock_status(
     dock_status_id: Annotated[str, Path(min_length=1, max_length=128)], caller: PublicCaller, request: Request
@@ -80,16 +105,6 @@ async def dock_status(
             record = job_record(obj, id_key)
             if record["dockStatusId"] != dock_status_id:
                 # the facade labelled the object with the new job; the operator has not started it yet
-                record.update(
-                    {
-                        "dockStatusId": dock_status_id,
-                        "dock-statusId": dock_status_id,
-                        "status": "IN_PROGRESS",
-                        "reason": "Pending",
-                        "message": "the operator has not picked the job up yet",
-                        "startTime": None,
-                        "completionTime": None,
-                    }
-                )
+                record = pending_record(obj, id_key, dock_status_id, "the operator has not picked the job up yet")
             return record
     raise NotFoundError(f"no job {dock_status_id!r} in this environment", {"dockStatusId": dock_status_id})
