@@ -50,11 +50,13 @@ crds: venv
 	$(PY) -m dockyard_api.crdgen
 	$(PY) -m dockyard_api.crdgen --output-dir charts/dockyard/crds
 
-## bench: operator overhead vs plain Deployments, the 1,000-node scale run, chunked upload throughput
+## bench: operator overhead vs plain Deployments, the 1,000-node scale run, chunked upload throughput,
+## public deploy calls vs direct creates
 bench: venv
 	$(PY) -m bench.operator_overhead
 	$(PY) -m bench.scale
 	$(PY) -m bench.upload
+	$(PY) -m bench.deploy_calls
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info
