@@ -19,6 +19,7 @@ from dockyard_api.chunkupload import ChunkUpload
 from dockyard_api.errors import DockyardError
 from dockyard_api.imports import ImportService, StartRequest
 from dockyard_api.modelstore import ChunkWriter, StoreError, parse_chunk_number
+from dockyard_api.schemas.public import error_responses, ok_responses
 
 router = APIRouter(prefix="/api/public/files/session", tags=["model import"])
 T = TypeVar("T")
@@ -99,7 +100,36 @@ async def blocking(fn: Callable[..., T], *args: Any) -> T:
         return await anyio.to_thread.run_sync(partial(fn, *args))
 
 
-@router.post("/start", response_model=StartResponse, summary="Start an import session (SPEC.md §1)")
+SESSION_EXAMPLE = {
+    "sessionId": "7c9e6679-7425-40de-944b-e07fc1f90ae7",
+    "modelId": "llama-lora-3f9a1c2e",
+    "expirationDate": "2026-11-24T10:00:00Z",
+}
+IMPORT_JOB_EXAMPLE = {
+    "dockStatusId": "5b0f7c3e-4a53-4a0e-9a39-2b7f0d7e9a11",
+    "dock-statusId": "5b0f7c3e-4a53-4a0e-9a39-2b7f0d7e9a11",
+    "modelId": "llama-lora-3f9a1c2e",
+    "jobType": "MODELS",
+    "action": "EXPORT",
+    "status": "IN_PROGRESS",
+}
+SESSION_STATE_EXAMPLE = {
+    **SESSION_EXAMPLE,
+    "state": "open",
+    "fileSize": 50331648,
+    "totalChunks": 3,
+    "receivedChunks": [{"chunkNumber": 0, "size": 16777216}],
+    "receivedBytes": 16777216,
+    "missingChunks": [1, 2],
+}
+
+
+@router.post(
+    "/start",
+    response_model=StartResponse,
+    summary="Start an import session (SPEC.md §1)",
+    responses={**ok_responses(SESSION_EXAMPLE, "The session"), **error_responses(401, 403, 404, 422, 502)},
+)
 async def start(body: StartBody, caller: PublicCaller, request: Request) -> Any:
     req = StartRequest(
         file_context=body.fileContext,
@@ -117,6 +147,10 @@ async def start(body: StartBody, caller: PublicCaller, request: Request) -> Any:
     "/{sessionId}",
     response_model=ChunkResponse,
     summary="Upload one chunk (SPEC.md §2): multipart fields file and chunkNumber",
+    responses={
+        **ok_responses({"chunkNumber": 0, "sessionId": "7c9e6679-7425-40de-944b-e07fc1f90ae7"}, "The chunk is stored"),
+        **error_responses(401, 403, 404, 409, 410, 413, 422, 502),
+    },
     openapi_extra={
         "requestBody": {
             "required": True,
@@ -156,12 +190,23 @@ async def upload_chunk(sessionId: SessionId, caller: PublicCaller, request: Requ
     return {"chunkNumber": number, "sessionId": sessionId}
 
 
-@router.get("/{sessionId}", summary="Which chunks the session has received (to resume an upload)")
+@router.get(
+    "/{sessionId}",
+    summary="Which chunks the session has received (to resume an upload)",
+    responses={**ok_responses(SESSION_STATE_EXAMPLE, "The session"), **error_responses(401, 403, 404, 410, 422)},
+)
 async def describe(sessionId: SessionId, caller: PublicCaller, request: Request) -> dict[str, Any]:
     return await blocking(service(request).describe, caller.namespace, caller.environment, sessionId)
 
 
-@router.delete("/{sessionId}", summary="Abort the session: its chunks are deleted, its Model becomes Failed")
+@router.delete(
+    "/{sessionId}",
+    summary="Abort the session: its chunks are deleted, its Model becomes Failed",
+    responses={
+        **ok_responses({**SESSION_EXAMPLE, "freedBytes": 16777216}, "The session is aborted"),
+        **error_responses(401, 403, 404, 409, 422),
+    },
+)
 async def abort(sessionId: SessionId, caller: PublicCaller, request: Request) -> dict[str, Any]:
     return await blocking(service(request).abort, caller.namespace, caller.environment, sessionId)
 
@@ -171,6 +216,10 @@ async def abort(sessionId: SessionId, caller: PublicCaller, request: Request) ->
     response_model=JobRecord,
     response_model_by_alias=True,
     summary="Complete the import (SPEC.md §3): starts the import job; calling it again returns the same job",
+    responses={
+        **ok_responses(IMPORT_JOB_EXAMPLE, "The import job"),
+        **error_responses(401, 403, 404, 409, 410, 422, 502),
+    },
 )
 async def complete(sessionId: SessionId, caller: PublicCaller, request: Request) -> Any:
     return await blocking(service(request).complete, caller.namespace, caller.environment, sessionId)

@@ -231,7 +231,10 @@ ERROR_MEANINGS = {
     401: "no API key, or an unknown or revoked one",
     403: "an API key of another environment",
     404: "unknown model, tool, deployment or job",
-    409: "the request contradicts the current state (model not ReadyToDeploy, name taken)",
+    409: "the request contradicts the current state (model not ReadyToDeploy, name taken, chunks missing, "
+    "a chunk re-sent with other bytes)",
+    410: "the import session expired",
+    413: "a chunk larger than the maximum chunk size",
     422: "invalid path, query or body: the message and details name each field",
     502: "the Kubernetes API server failed or could not be reached; retry",
 }
@@ -240,6 +243,13 @@ ERROR_MEANINGS = {
 def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI ``responses`` entries for error answers (all in the one error shape)."""
     return {code: {"model": ErrorBody, "description": ERROR_MEANINGS[code]} for code in codes}
+
+
+def ok_responses(example: dict[str, Any], description: str) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` entry for a 200 answer with one example."""
+    return {
+        200: {"description": description, "content": {"application/json": {"examples": {"sample": {"value": example}}}}}
+    }
 
 
 def job_responses(examples: dict[str, dict[str, Any]], description: str) -> dict[int | str, dict[str, Any]]:
