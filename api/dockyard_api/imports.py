@@ -306,6 +306,15 @@ class ImportService:
             return None
         return model
 
+    def _completed(self, namespace: str, environment: str, session_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The Model and import job of a session whose files are gone because it was completed; any
+        other gone session raises its answer (see :meth:`_gone`)."""
+        model = self._model_of(namespace, environment, session_id)
+        job = _job(model) if model else None
+        if model is None or job is None:
+            self._gone(namespace, environment, session_id, model)
+        return model, job
+
     def _gone(self, namespace: str, environment: str, session_id: str, model: dict[str, Any] | None = None) -> NoReturn:
         """Raise the answer for a session whose files are gone: 409 if completed, 410 if it expired or
         was aborted, 404 if it never existed here."""
@@ -331,10 +340,7 @@ class ImportService:
         """What a client needs to resume: the chunks received (number and size) and those missing."""
         meta = self._meta(namespace, environment, session_id)
         if meta is None:
-            model = self._model_of(namespace, environment, session_id)
-            job = _job(model) if model else None
-            if model is None or job is None:
-                self._gone(namespace, environment, session_id, model)
+            model, job = self._completed(namespace, environment, session_id)
             upload = model["spec"]["source"]["upload"]
             return {
                 "sessionId": session_id,
@@ -411,11 +417,8 @@ class ImportService:
     def complete(self, namespace: str, environment: str, session_id: str) -> dict[str, Any]:
         meta = self._meta(namespace, environment, session_id)
         if meta is None:
-            model = self._model_of(namespace, environment, session_id)
-            job = _job(model) if model else None
-            if model is None or job is None:
-                self._gone(namespace, environment, session_id, model)
-            return importstatus.job_record(job, model["metadata"]["name"])
+            completed, completed_job = self._completed(namespace, environment, session_id)
+            return importstatus.job_record(completed_job, completed["metadata"]["name"])
         if not meta.dock_status_id:
             if meta.expired():
                 self.open_session(namespace, environment, session_id)  # raises 410
