@@ -210,7 +210,7 @@ def _watch(memo: kopf.Memo, queue: WorkQueue, event: kopf.RawEvent, body: kopf.B
         ctx.views = _views(kw)  # kopf's indexes are live mappings: capture them once
     if event["type"] == "DELETED":  # children go with their owner (garbage collection)
         queue.forget(body)
-        ctx.builds.pop(body["metadata"]["uid"], None)
+        ctx.forget(body["metadata"]["uid"])
     else:
         queue.observe(body)
 

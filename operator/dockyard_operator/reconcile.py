@@ -78,6 +78,13 @@ class Context:
     views: Views | None = None
     builds: dict[str, ModelBuild] = field(default_factory=dict)
     """Per ModelDeployment uid, its last :class:`ModelBuild`."""
+    statuses: dict[str, tuple[str | None, ModelDeploymentStatus]] = field(default_factory=dict)
+    """Per ModelDeployment uid, its status as validated for a resourceVersion."""
+
+    def forget(self, uid: str) -> None:
+        self.builds.pop(uid, None)
+        self.statuses.pop(uid, None)
+
     executor: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(API_CONCURRENCY, thread_name_prefix="kube")
     )
@@ -334,11 +341,23 @@ def _model_build(ctx: Context, body: Body, views: Views) -> ModelBuild:
     return build
 
 
+def _status_of(ctx: Context, body: Body) -> ModelDeploymentStatus:
+    """The object's status, validated once per resourceVersion (most reconciles are triggered by the
+    object's Deployment or Pods, and read the same version of it again)."""
+    meta = body["metadata"]
+    cached = ctx.statuses.get(meta["uid"])
+    if cached is not None and cached[0] == meta.get("resourceVersion"):
+        return cached[1]
+    status = ModelDeploymentStatus.model_validate(body.get("status") or {})
+    ctx.statuses[meta["uid"]] = (meta.get("resourceVersion"), status)
+    return status
+
+
 async def reconcile_model_deployment(ctx: Context, body: Body, views: Views) -> Outcome:
     meta = body["metadata"]
     name, namespace = meta["name"], meta["namespace"]
     build = _model_build(ctx, body, views)
-    mdep_status = ModelDeploymentStatus.model_validate(body.get("status") or {})
+    mdep_status = _status_of(ctx, body)
     spec = build.mdep.spec
     workload, runtime_name, problem, template_hash = (
         build.workload,
@@ -359,17 +378,19 @@ async def reconcile_model_deployment(ctx: Context, body: Body, views: Views) -> 
             deployment = None  # what the index holds is older than what was just applied
         current = deployment if _is_template(deployment, job) else None
         pods = [p for p in views.many(views.pods, key) if _is_template(p, job)]
-        device = DEVICES[spec.device_type]
-        verdict = problem or assess(
-            job,
-            current,
-            pods,
-            min_ready=min_ready,
-            requests=pod_resources(device)["requests"],
-            fit=views.node_fit(spec.device_type),
-            now=now(),
-            unschedulable_deadline_seconds=ctx.settings.unschedulable_deadline_seconds,
-        )
+        if job.status != "IN_PROGRESS":
+            verdict = Verdict(job.status, job.reason, job.message)  # a finished job keeps its verdict
+        else:
+            verdict = assess(
+                job,
+                current,
+                pods,
+                min_ready=min_ready,
+                requests=pod_resources(DEVICES[spec.device_type])["requests"],
+                fit=views.node_fit(spec.device_type),
+                now=now(),
+                unschedulable_deadline_seconds=ctx.settings.unschedulable_deadline_seconds,
+            )
     else:
         assert problem is not None
         verdict = problem if job.status == "IN_PROGRESS" else Verdict(job.status, job.reason, job.message)

@@ -5,7 +5,9 @@ its own label and status writes, its Deployment's status updates, its Pods' sche
 The queue turns them into reconciles the way controller-runtime's work queue does:
 
 - at most one reconcile of an object runs at a time, with the newest body known;
-- triggers that arrive while it runs cause exactly one more run (they coalesce);
+- a reconcile starts a short batch window after its trigger, and triggers that arrive meanwhile or
+  while it runs cause exactly one more run (they coalesce): a Pod turning Ready, its ReplicaSet and
+  its Deployment reporting it arrive within milliseconds and cost one reconcile, not three;
 - a reconcile says when it wants to run again without an event (a deadline, the periodic re-check),
   and any earlier trigger supersedes that;
 - a reconcile that fails is retried with an exponential backoff.
@@ -54,9 +56,10 @@ def key_of(body: Body) -> ObjectKey:
 class WorkQueue:
     """Coalescing, per-object serialised reconciles of one kind of object."""
 
-    def __init__(self, kind: str, reconcile: Reconcile) -> None:
+    def __init__(self, kind: str, reconcile: Reconcile, batch_window: float = 0.1) -> None:
         self.kind = kind
         self._reconcile = reconcile
+        self.batch_window = batch_window
         self._bodies: dict[ObjectKey, Body] = {}
         self._written: dict[ObjectKey, tuple[frozenset[str], Body]] = {}
         self._pending: set[ObjectKey] = set()
@@ -130,6 +133,8 @@ class WorkQueue:
     async def _run(self, key: ObjectKey) -> None:
         try:
             while key in self._pending:
+                if self.batch_window > 0:
+                    await asyncio.sleep(self.batch_window)  # triggers meanwhile join this run
                 self._pending.discard(key)
                 body = self.body(key)
                 if body is None:
