@@ -69,8 +69,9 @@ Key = tuple[str, str, str]
 @dataclass
 class Context:
     """What every reconcile needs: settings, the API client, the catalog, kopf's indexes (``views``, set
-    by the first handler call: kopf hands its indexes to handlers only), and the threads the
-    (synchronous) Kubernetes client runs in: as many as its connection pool has connections."""
+    by the first handler call: kopf hands its indexes to handlers only), per-object caches of derived
+    values, and the threads the (synchronous) Kubernetes client runs in: as many as its connection pool
+    has connections."""
 
     settings: OperatorSettings
     kube: kube.Kube
@@ -80,14 +81,14 @@ class Context:
     """Per ModelDeployment uid, its last :class:`ModelBuild`."""
     statuses: dict[str, tuple[str | None, ModelDeploymentStatus]] = field(default_factory=dict)
     """Per ModelDeployment uid, its status as validated for a resourceVersion."""
-
-    def forget(self, uid: str) -> None:
-        self.builds.pop(uid, None)
-        self.statuses.pop(uid, None)
-
     executor: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(API_CONCURRENCY, thread_name_prefix="kube")
     )
+
+    def forget(self, uid: str) -> None:
+        """Drop the caches of a deleted object."""
+        self.builds.pop(uid, None)
+        self.statuses.pop(uid, None)
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a blocking API call in the API threads."""
