@@ -45,14 +45,18 @@ unit: venv
 e2e: venv
 	$(PY) -m pytest tests/e2e
 
-## crds: regenerate crds/ from the resource types
+## crds: regenerate crds/ from the resource types, and the Helm chart's copy of them
 crds: venv
 	$(PY) -m dockyard_api.crdgen
+	$(PY) -m dockyard_api.crdgen --output-dir charts/dockyard/crds
 
-## bench: operator overhead vs plain Deployments, and the 1,000-node scale run
+## bench: operator overhead vs plain Deployments, the 1,000-node scale run, chunked upload throughput,
+## public deploy calls vs direct creates
 bench: venv
 	$(PY) -m bench.operator_overhead
 	$(PY) -m bench.scale
+	$(PY) -m bench.upload
+	$(PY) -m bench.deploy_calls
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

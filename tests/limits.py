@@ -6,7 +6,10 @@ values that must be accepted and values that must be rejected. Every consumer ch
 
 - ``tests/unit/test_resources_limits.py``: the pydantic model and the generated CRD schema (offline);
 - the e2e suite: the real API server (``kubectl apply`` of :func:`manifest`);
-- the facade's validation tests: the public deploy body (SPEC.md §4).
+- the facade: the public deploy call (SPEC.md §4), offline (``test_resources_limits.py``: the body model
+  and query type) and through a real facade (``tests/e2e/test_crds.py``): :func:`deploy_request` turns a
+  spec into the call (``modelRef`` -> path ``modelId``, ``modelType`` -> query, the rest -> body) and
+  :func:`http_field` says where the facade's 422 names the field.
 
 The numbers are read from the resource types (via the CRD schema generated from them), not retyped;
 ``test_resources_limits.py`` checks them against SPEC.md's literal numbers.
@@ -91,6 +94,38 @@ def valid_spec() -> dict[str, Any]:
         "deviceType": "g5.xlarge",
         "optimizationInfo": {"optimizationType": "vllm", "quantizationType": "no_quantization"},
     }
+
+
+@dataclass(frozen=True)
+class DeployRequest:
+    """A public model-deploy call: POST .../models/{model_id}/deploy?{params} with ``body``."""
+
+    model_id: str
+    params: dict[str, str]
+    body: dict[str, Any]
+
+    def path(self, base: str) -> str:
+        return f"{base}/api/public/models/{self.model_id}/deploy"
+
+
+def deploy_request(spec: dict[str, Any]) -> DeployRequest:
+    """The public deploy call that asks for ``spec`` (SPEC.md §4: modelId in the path, modelType in the query).
+
+    A spec without modelRef gives an empty modelId, a URL no route matches (404, not 422).
+    """
+    body = copy.deepcopy(spec)
+    model_id = body.pop("modelRef", "")
+    params = {"modelType": body.pop("modelType")} if "modelType" in body else {}
+    return DeployRequest(str(model_id), params, body)
+
+
+def http_field(path: Path) -> str:
+    """Where the facade's 422 names the field at ``path`` of ModelDeployment.spec."""
+    if path == ("modelRef",):
+        return "path.modelId"
+    if path == ("modelType",):
+        return "query.modelType"
+    return "body." + ".".join(path)
 
 
 def manifest(spec: dict[str, Any], name: str = "limits", namespace: str | None = None) -> dict[str, Any]:

@@ -10,7 +10,10 @@ from dockyard_api.settings import ApiSettings
 
 def main() -> None:
     settings = ApiSettings()
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info")
+    # uvicorn picks httptools and uvloop (dependencies of the project): the faster HTTP parser and event loop
+    uvicorn.run(
+        create_app(settings), host=settings.host, port=settings.port, log_level="info", access_log=settings.access_log
+    )
 
 
 if __name__ == "__main__":

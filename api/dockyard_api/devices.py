@@ -4,12 +4,16 @@ Figures are AWS's published instance specifications (vCPU, memory in GiB, GPU co
 memory per GPU in GB). The operator sizes pods from it, the local control plane builds its fake GPU
 node pools from it, and the resource types take their ``deviceType`` enum from it.
 
-Pure data: imports nothing from the project, kopf or FastAPI.
+Pure data (plus an optional catalog file): imports nothing from the project, kopf or FastAPI.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import yaml
 
 GPU_RESOURCE = "nvidia.com/gpu"
 """The extended resource the NVIDIA device plugin advertises and pods request."""
@@ -37,7 +41,7 @@ class Device:
         return f"NVIDIA-{self.gpu_model}"
 
 
-DEVICES: dict[str, Device] = {
+BUILT_IN: dict[str, Device] = {
     d.name: d
     for d in (
         Device("g4dn.xlarge", vcpu=4, memory_gib=16, gpus=1, gpu_model="T4", gpu_memory_gb=16),
@@ -52,4 +56,41 @@ DEVICES: dict[str, Device] = {
 }
 """All eight device types of SPEC.md §4, in the order SPEC.md lists them."""
 
-DEVICE_TYPES: tuple[str, ...] = tuple(DEVICES)
+
+class DeviceCatalogError(ValueError):
+    """A device catalog file that cannot be used."""
+
+
+def load_catalog(path: str | None) -> dict[str, Device]:
+    """The built-in catalog, with the hardware figures of a catalog file (``DOCKYARD_DEVICE_CATALOG``,
+    the Helm chart's ``deviceCatalog``) laid over it. The file may correct figures of SPEC's eight
+    types (e.g. a different memory reserve); it cannot add types, because the API's deviceType enum
+    is SPEC's list."""
+    if not path:
+        return dict(BUILT_IN)
+    entries = yaml.safe_load(Path(path).read_text()) or []
+    if isinstance(entries, dict):  # the chart's ConfigMap: {devices: [...]}
+        entries = entries.get("devices") or []
+    if not isinstance(entries, list):
+        raise DeviceCatalogError(f"{path}: expected a list of devices")
+    known = {f.name for f in fields(Device)}
+    catalog = dict(BUILT_IN)
+    for entry in entries:
+        if not isinstance(entry, dict) or entry.get("name") not in BUILT_IN:
+            raise DeviceCatalogError(f"{path}: {entry!r} is not one of the device types {', '.join(BUILT_IN)}")
+        unknown = set(entry) - known
+        if unknown:
+            raise DeviceCatalogError(f"{path}: {entry['name']}: unknown field(s) {', '.join(sorted(unknown))}")
+        merged = {**BUILT_IN[entry["name"]].__dict__, **entry}
+        if not all(
+            isinstance(merged[k], int) and merged[k] > 0 for k in ("vcpu", "memory_gib", "gpus", "gpu_memory_gb")
+        ):
+            raise DeviceCatalogError(f"{path}: {entry['name']}: vcpu, memory_gib, gpus, gpu_memory_gb must be positive")
+        catalog[entry["name"]] = Device(**merged)
+    return catalog
+
+
+DEVICES: dict[str, Device] = load_catalog(os.environ.get("DOCKYARD_DEVICE_CATALOG"))
+"""The catalog in use (read once, when the process starts)."""
+
+DEVICE_TYPES: tuple[str, ...] = tuple(BUILT_IN)

@@ -9,6 +9,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from dockyard_api.kubehttp import KubeError
+from dockyard_api.resources.cel import RuleViolation
+
 
 class DockyardError(Exception):
     """Base of every error the facade answers on purpose."""
@@ -25,6 +28,85 @@ class DockyardError(Exception):
 class NotReadyError(DockyardError):
     status_code = 503
     code = "not_ready"
+
+
+class UnauthenticatedError(DockyardError):
+    """No credentials, or credentials nobody issued (401)."""
+
+    status_code = 401
+    code = "unauthenticated"
+
+
+class ForbiddenError(DockyardError):
+    """Valid credentials that may not do this (403): a key of another environment, RBAC said no."""
+
+    status_code = 403
+    code = "forbidden"
+
+
+class NotFoundError(DockyardError):
+    status_code = 404
+    code = "not_found"
+
+
+class ConflictError(DockyardError):
+    """The request contradicts the current state (409): in use, already exists, not ready."""
+
+    status_code = 409
+    code = "conflict"
+
+
+class GoneError(DockyardError):
+    status_code = 410
+    code = "gone"
+
+
+class PayloadTooLargeError(DockyardError):
+    status_code = 413
+    code = "payload_too_large"
+
+
+class InvalidError(DockyardError):
+    """Well-formed JSON with values that break a rule (422)."""
+
+    status_code = 422
+    code = "invalid"
+
+
+class InvalidRequestError(InvalidError):
+    """A request the facade refuses after reading the cluster, in the shape of a validation error."""
+
+    code = "invalid_request"
+
+
+class UpstreamError(DockyardError):
+    """The Kubernetes API server could not be reached or failed (502); the request may be retried."""
+
+    status_code = 502
+    code = "upstream_error"
+
+
+_KUBE_STATUS: dict[int, type[DockyardError]] = {
+    400: InvalidError,
+    403: ForbiddenError,
+    404: NotFoundError,
+    409: ConflictError,
+    410: GoneError,
+    422: InvalidError,
+}
+
+
+def from_kube(exc: KubeError) -> DockyardError:
+    """The facade's error for a Kubernetes API answer: RBAC refusals stay 403, admission and schema
+    rejections keep the API server's message (which names the field), server failures become 502."""
+    kind = _KUBE_STATUS.get(exc.status, UpstreamError)
+    details = None
+    if isinstance(exc.details, dict) and exc.details.get("causes"):
+        details = [
+            {"field": c.get("field", ""), "message": c.get("message", ""), "reason": c.get("reason", "")}
+            for c in exc.details["causes"]
+        ]
+    return kind(exc.message, details)
 
 
 def error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:
@@ -46,13 +128,29 @@ async def _http_error(_: Request, exc: Exception) -> JSONResponse:
 
 async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    details = [
-        {"field": ".".join(str(p) for p in err.get("loc", ())), "message": err.get("msg", "")} for err in exc.errors()
-    ]
-    return JSONResponse(error_body("invalid_request", "the request is not valid", details), status_code=422)
+    details = [{"field": _field(err), "message": str(err.get("msg", ""))} for err in exc.errors()]
+    shown = "; ".join(f"{d['field']}: {d['message']}" for d in details[:3])
+    more = f" (and {len(details) - 3} more)" if len(details) > 3 else ""
+    message = f"the request is not valid: {shown}{more}" if shown else "the request is not valid"
+    return JSONResponse(error_body("invalid_request", message, details), status_code=422)
+
+
+def _field(err: Any) -> str:
+    """The dotted location of a validation error; a failed CEL-twin rule adds the field it names."""
+    loc = [str(p) for p in err.get("loc", ())]
+    cause = (err.get("ctx") or {}).get("error")
+    if isinstance(cause, RuleViolation):
+        loc += cause.field_path
+    return ".".join(loc)
+
+
+async def _kube_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, KubeError)
+    return await _dockyard_error(request, from_kube(exc))
 
 
 def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(DockyardError, _dockyard_error)
+    app.add_exception_handler(KubeError, _kube_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)

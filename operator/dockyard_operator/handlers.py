@@ -11,13 +11,18 @@ object, so kopf needs no finalizer on them and writes no bookkeeping to them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
+import shutil
+import tempfile
 from functools import partial
+from pathlib import Path
 from typing import Any, cast
 
 import httpx
 import kopf
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from dockyard_api.devices import GPU_RESOURCE, INSTANCE_TYPE_LABEL
@@ -27,12 +32,16 @@ from dockyard_api.resources.v1alpha1 import VERSION
 from dockyard_operator import health
 from dockyard_operator.assess import parse_quantity
 from dockyard_operator.builders import COMPONENT_LABEL, MANAGED_BY
+from dockyard_operator.importer import Importer, import_in_flight, is_upload
 from dockyard_operator.kube import Conflict, Kube
 from dockyard_operator.reconcile import Context, Views, reconcile_model_deployment, reconcile_tool_deployment, snapshot
 from dockyard_operator.runtimes import load_catalog
 from dockyard_operator.scaling import autoscaler_loop, autoscaling_enabled
 from dockyard_operator.settings import OperatorSettings
+from dockyard_operator.webhook_tls import self_signed
 from dockyard_operator.workqueue import Body, ObjectKey, Outcome, WorkQueue, key_of
+
+SETTINGS = OperatorSettings()  # intervals are fixed when the handlers are registered
 
 WATCH_ONLY = frozenset(
     {
@@ -72,7 +81,8 @@ MANAGED: dict[str, Any] = {
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     config = OperatorSettings()
     settings.posting.level = logging.INFO  # INFO and above also become Kubernetes Events
-    # No handler needs a finalizer any more; naming the one earlier versions added lets kopf remove it.
+    # kopf adds it where a timer runs (Models while an import is in flight, Environments) and removes it
+    # where none does: from ModelDeployments and ToolDeployments that earlier versions gave one.
     settings.persistence.finalizer = "dockyard.dev/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="dockyard.dev")
     settings.persistence.diffbase_storage = DiffBaseOfChangeHandled(
@@ -86,9 +96,36 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     memo.tdeps = WorkQueue("ToolDeployment", partial(_reconcile, ctx, reconcile_tool_deployment))
     memo.autoscalers = {}
     memo.http = httpx.AsyncClient(timeout=config.metrics_timeout_seconds)
+    memo.importer = Importer(config, memo.ctx.kube)
+    memo.importer.start_garbage_collection(config.model_gc_interval_seconds)
+    _webhook_server(settings, memo, config)
     memo.health = health.HealthState(api=memo.api)
     await health.start(memo.health, config.health_host, config.health_port)
     memo.health.started.set()
+
+
+WEBHOOK_CONFIGURATION = "dockyard.dev"
+
+
+def _webhook_server(settings: kopf.OperatorSettings, memo: kopf.Memo, config: OperatorSettings) -> None:
+    """Serve the admission webhooks (apps.py). Local runs: a self-signed certificate and webhook
+    configurations the operator writes itself; in a cluster the chart provides both."""
+    host = config.webhook_url_host or config.webhook_host
+    certfile, keyfile, cafile = config.webhook_certfile, config.webhook_keyfile, None
+    if not certfile:
+        memo.webhook_dir = tempfile.mkdtemp(prefix="dockyard-webhook-")
+        cert, key = self_signed(Path(memo.webhook_dir), host)
+        certfile, keyfile, cafile = str(cert), str(key), str(cert)
+    settings.admission.server = kopf.WebhookServer(
+        addr=config.webhook_host,
+        port=config.webhook_port,
+        host=host,
+        certfile=certfile,
+        pkeyfile=keyfile,
+        cafile=cafile,
+    )
+    if config.webhook_managed:
+        settings.admission.managed = WEBHOOK_CONFIGURATION
 
 
 @kopf.on.login()
@@ -113,6 +150,19 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
         await health.stop(memo.health)
     if "http" in memo:
         await memo.http.aclose()
+    if "importer" in memo:
+        await memo.importer.close()
+    if OperatorSettings().webhook_managed and "api" in memo:
+        # a stopped local operator leaves no webhook behind that would slow or block other clients
+        admission = client.AdmissionregistrationV1Api(memo.api)
+        for delete in (
+            admission.delete_validating_webhook_configuration,
+            admission.delete_mutating_webhook_configuration,
+        ):
+            with contextlib.suppress(ApiException):
+                delete(WEBHOOK_CONFIGURATION)
+    if "webhook_dir" in memo:
+        shutil.rmtree(memo.webhook_dir, ignore_errors=True)
     if "api" in memo:
         memo.api.close()
 
@@ -183,9 +233,36 @@ def _views(kw: dict[str, Any]) -> Views:
 @kopf.on.create(GROUP, VERSION, "models")
 def model_source(spec: kopf.Spec, status: kopf.Status, patch: kopf.Patch, **_: Any) -> None:
     """A public hub model needs no import: the serving pods download it. Uploads are finished by the
-    import job (the facade)."""
+    import job (below)."""
     if spec.get("source", {}).get("hub") and status.get("phase") != "ReadyToDeploy":
         patch.status["phase"] = "ReadyToDeploy"
+
+
+# --- Models: the import job of an uploaded model ------------------------------------------------------
+
+
+@kopf.on.event(GROUP, VERSION, "models", when=import_in_flight)
+async def model_import_event(event: kopf.RawEvent, memo: kopf.Memo, namespace: str | None, name: str, uid: str,
+                             **_: Any) -> None:  # fmt: skip
+    """The facade completed an upload session (job IN_PROGRESS): assemble, verify, extract, store."""
+    if event["type"] != "DELETED":
+        await memo.importer.reconcile(namespace or "", name, uid)
+
+
+@kopf.timer(GROUP, VERSION, "models", interval=SETTINGS.import_retry_interval_seconds, when=import_in_flight,
+            initial_delay=SETTINGS.import_retry_interval_seconds)  # fmt: skip
+async def model_import_retry(memo: kopf.Memo, namespace: str | None, name: str, uid: str, **_: Any) -> None:
+    """An import that did not record its outcome (an API error, say) is tried again."""
+    await memo.importer.reconcile(namespace or "", name, uid)
+
+
+@kopf.on.event(GROUP, VERSION, "models", when=is_upload)
+async def model_import_deleted(event: kopf.RawEvent, memo: kopf.Memo, namespace: str | None, name: str,
+                               labels: kopf.Labels, **_: Any) -> None:  # fmt: skip
+    """An uploaded Model's files go with it. No finalizer holds the deletion: what a Model deleted while
+    the operator was down leaves behind is collected later (:meth:`Importer.collect_garbage`)."""
+    if event["type"] == "DELETED":
+        await memo.importer.deleted(namespace or "", name, labels)
 
 
 # --- ModelDeployments and ToolDeployments ------------------------------------------------------------
@@ -256,3 +333,7 @@ async def model_event(namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
 @kopf.on.event(GROUP, VERSION, "tools")
 async def tool_event(namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
     memo.tdeps.trigger_all(memo.tdeps.keys(namespace or ""))
+
+
+# Apps, AppVersions, Environments and the admission webhooks (registered on import)
+from dockyard_operator import apps as _apps  # noqa: E402, F401

@@ -77,6 +77,19 @@ class Kube:
         }
         _drain(calls[obj["kind"]](meta["name"], meta["namespace"], obj, **kwargs))
 
+    def get_custom(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """A dockyard.dev object, or None when it does not exist."""
+        try:
+            return _body(
+                self.custom.get_namespaced_custom_object(
+                    GROUP, VERSION, namespace, plural, name, _preload_content=False
+                )
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
     def _merge(self, plural: str, namespace: str, name: str, body: dict[str, Any], status: bool) -> dict[str, Any]:
         call = (
             self.custom.patch_namespaced_custom_object_status if status else self.custom.patch_namespaced_custom_object

@@ -84,6 +84,11 @@ class Context:
     executor: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(API_CONCURRENCY, thread_name_prefix="kube")
     )
+    locks: dict[str, asyncio.Lock] = field(default_factory=dict)
+    """Per object uid, for handlers that kopf runs outside a work queue (apps.py)."""
+
+    def lock(self, uid: str) -> asyncio.Lock:
+        return self.locks.setdefault(uid, asyncio.Lock())
 
     def forget(self, uid: str) -> None:
         """Drop the caches of a deleted object."""
@@ -265,7 +270,7 @@ def _outcome(
 def snapshot(body: Body) -> dict[str, Any]:
     """The parts of a custom resource the reconcilers read, as plain dicts."""
     meta = body["metadata"]
-    keep = ("name", "namespace", "uid", "generation", "labels", "annotations", "resourceVersion")
+    keep = ("name", "namespace", "uid", "generation", "labels", "annotations", "resourceVersion", "creationTimestamp")
     return {
         "apiVersion": body["apiVersion"],
         "kind": body["kind"],
@@ -278,6 +283,17 @@ def snapshot(body: Body) -> dict[str, Any]:
 def _counts(deployment: dict[str, Any] | None) -> tuple[int, int]:
     status = (deployment or {}).get("status", {})
     return int(status.get("replicas", 0) or 0), int(status.get("readyReplicas", 0) or 0)
+
+
+async def _model(ctx: Context, views: Views, namespace: str, name: str) -> dict[str, Any] | None:
+    """A Model from the index; on a miss, from the API server: a Model created a moment before its
+    ModelDeployment may not be indexed yet, and "not found" is a terminal verdict."""
+    found = views.one(views.models, (namespace, name))
+    if (found or {}).get("status", {}).get("phase") == "ReadyToDeploy":
+        return found
+    # the index may lag behind a Model just created or just ready: a job fails on the API server's word only
+    fetched = await ctx.call(ctx.kube.get_custom, "models", namespace, name)
+    return snapshot(cast(Any, fetched)) if fetched else None
 
 
 @dataclass(frozen=True)
@@ -300,13 +316,13 @@ def _version(body: Body | None) -> str | None:
     return None if body is None else body["metadata"].get("resourceVersion")
 
 
-def _model_build(ctx: Context, body: Body, views: Views) -> ModelBuild:
+async def _model_build(ctx: Context, body: Body, views: Views) -> ModelBuild:
     meta = body["metadata"]
     namespace = meta["namespace"]
     model_ref = (body.get("spec") or {}).get("modelRef", "")
-    model_body = views.one(views.models, (namespace, model_ref))
+    model_body = await _model(ctx, views, namespace, model_ref)
     base_ref = ((model_body or {}).get("spec") or {}).get("baseModel")
-    base_body = views.one(views.models, (namespace, base_ref)) if base_ref else None
+    base_body = await _model(ctx, views, namespace, base_ref) if base_ref else None
     inputs = (
         meta.get("generation"),
         tuple(sorted((meta.get("labels") or {}).items())),
@@ -357,7 +373,7 @@ def _status_of(ctx: Context, body: Body) -> ModelDeploymentStatus:
 async def reconcile_model_deployment(ctx: Context, body: Body, views: Views) -> Outcome:
     meta = body["metadata"]
     name, namespace = meta["name"], meta["namespace"]
-    build = _model_build(ctx, body, views)
+    build = await _model_build(ctx, body, views)
     mdep_status = _status_of(ctx, body)
     spec = build.mdep.spec
     workload, runtime_name, problem, template_hash = (
@@ -451,6 +467,8 @@ async def reconcile_tool_deployment(
     meta = body["metadata"]
     name, namespace = meta["name"], meta["namespace"]
     tool_body = views.one(views.tools, (namespace, tdep.spec.tool_ref))
+    if tool_body is None:  # the index may lag behind a Tool just created: ToolNotFound on the API server's word only
+        tool_body = await ctx.call(ctx.kube.get_custom, "tools", namespace, tdep.spec.tool_ref)
     tool = Tool.model_validate(tool_body) if tool_body else None
     requested = (meta.get("labels") or {}).get(DOCK_STATUS_ID_LABEL)
     before = tdep.status.job

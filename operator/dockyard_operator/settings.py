@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from dockyard_api.modelstore import default_root
 
 
 class OperatorSettings(BaseSettings):
@@ -30,3 +34,40 @@ class OperatorSettings(BaseSettings):
     autoscale_interval_seconds: float = Field(default=0.25, gt=0, description="autoscaler tick")
     metrics_timeout_seconds: float = Field(default=0.5, gt=0, description="engine /metrics scrape timeout")
     endpoint_timeout_seconds: float = Field(default=3.0, gt=0, description="external tool reachability check")
+    webhook_host: str = Field(default="127.0.0.1", description="address the admission webhook server listens on")
+    webhook_port: int | None = Field(
+        default=None, ge=1, le=65535, description="admission webhook port; unset: a free port (local runs)"
+    )
+    webhook_url_host: str | None = Field(
+        default=None, description="host name the API server calls (managed mode); unset: webhook_host"
+    )
+    webhook_certfile: str | None = Field(default=None, description="TLS certificate; unset: a self-signed one")
+    webhook_keyfile: str | None = Field(default=None, description="TLS private key of webhook_certfile")
+    webhook_managed: bool = Field(
+        default=True,
+        description="the operator writes its own webhook configurations (local runs; failurePolicy Ignore); "
+        "false: the Helm chart owns them (failurePolicy Fail by default)",
+    )
+    public_url: str = Field(
+        default="http://127.0.0.1:8080", description="the facade's public URL, for environments' generated URLs"
+    )
+    environment_interval_seconds: float = Field(
+        default=10.0, gt=0, description="how often environments are re-checked (tool deployments, keys)"
+    )
+
+    # --- model import (the job that chunked uploads become) ---
+    model_store: Path = Field(
+        default_factory=default_root,
+        description="model store directory, shared with the facade; default <checkout>/.dockyard/model-store",
+    )
+    import_concurrency: int = Field(default=2, ge=1, description="imports processed at the same time")
+    import_retry_interval_seconds: float = Field(
+        default=30, gt=0, description="how often an import job still IN_PROGRESS is looked at again"
+    )
+    max_extracted_bytes: int = Field(
+        default=400 * 1024**3, ge=1, description="an archive may expand to at most this many bytes"
+    )
+    model_gc_interval_seconds: float = Field(
+        default=600, ge=0, description="how often stored files of deleted Models are collected (0: never)"
+    )
+    max_archive_members: int = Field(default=100_000, ge=1, description="an archive may hold at most this many members")

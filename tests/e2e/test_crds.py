@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import subprocess
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +17,13 @@ from kubernetes.client.exceptions import ApiException
 
 from dockyard_api.resources import GROUP
 from dockyard_api.resources.v1alpha1 import VERSION
-from tests.limits import ABSENT, LIMITS, Limit, manifest
+from dockyard_api.settings import ApiSettings
+from tests.limits import ABSENT, LIMITS, Limit, deploy_request, http_field, manifest, valid_spec
 from tests.support.cluster import E2ECluster
+from tests.support.dockyard import create as create_object
+from tests.support.dockyard import get as get_object
+from tests.support.public import PublicEnvironment, environment_with_key, ready_model_status
+from tests.support.runners import RunningFacade, run_facade
 
 ROOT = Path(__file__).resolve().parents[2]
 CASES = [
@@ -56,6 +63,63 @@ def test_limits_table_on_the_real_api_server(
         assert f"{field}: Required value" in message, message
     else:
         assert field in message, message
+
+
+@pytest.fixture(scope="module")
+def facade(cluster: E2ECluster, crds: None) -> Iterator[RunningFacade]:
+    with run_facade(ApiSettings()) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def limits_environment(api: client.ApiClient, crds: None) -> Iterator[PublicEnvironment]:
+    """A namespace with an environment, its API key and the Model the table's spec names, ReadyToDeploy.
+
+    No operator runs in this module: the Model's status is what the operator writes for a hub model.
+    The Model declares no modelType, so that both modelType values are in the table's inside values.
+    """
+    name = f"t-public-limits-{uuid.uuid4().hex[:6]}"
+    core = client.CoreV1Api(api)
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    model = valid_spec()["modelRef"]
+    create_object(api, name, "models", "Model", model, {"source": {"hub": {"id": "acme/limits"}}})
+    ready_model_status(api, name, model)
+    yield environment_with_key(api, name)
+    core.delete_namespace(name)
+
+
+@pytest.mark.parametrize(("limit", "value", "accepted"), CASES)
+def test_limits_table_through_the_facade(
+    api: client.ApiClient,
+    facade: RunningFacade,
+    limits_environment: PublicEnvironment,
+    limit: Limit,
+    value: Any,
+    accepted: bool,
+) -> None:
+    """The same rows, sent as the public deploy call: inside values deploy (200) and reach the stored
+    ModelDeployment unchanged; outside values are a 422 that names the field and create nothing."""
+    env = limits_environment
+    call = deploy_request(limit.spec(value))
+    response = facade.client.post(call.path(env.base), params=call.params, json=call.body, headers=env.headers)
+    if accepted:
+        assert response.status_code == 200, response.text
+        record = response.json()
+        stored = get_object(api, env.namespace, "modeldeployments", call.body["name"])
+        assert stored["metadata"]["labels"]["dockyard.dev/dock-status-id"] == record["dockStatusId"]
+        node: Any = stored["spec"]
+        for key in limit.path:
+            node = node[key]
+        assert node == value
+        return
+    if limit.path == ("modelRef",):  # no modelId: .../models//deploy is no route at all
+        assert response.status_code == 404, response.text
+        return
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    field = http_field(limit.path)  # or an item of it: body.hyperParameters.stopSequence.0
+    assert any(f == field or f.startswith(f"{field}.") for f in (d["field"] for d in error["details"])), error
+    assert field in error["message"], error
 
 
 def test_every_example_is_accepted(cluster: E2ECluster, namespace: str) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import kopf
 
 import dockyard_operator.handlers as handlers
@@ -15,9 +17,13 @@ def resource(api_version: str, kind: str) -> kopf.Resource:
     return kopf.Resource(group, version, PLURALS[kind], kind=kind, preferred=True)
 
 
+def handlers_of(part: Any, res: kopf.Resource) -> list[Any]:
+    """The handlers of one part of kopf's registry (changing, spawning, ...) that match a resource."""
+    return [h for h in part.get_all_handlers() if h.selector is not None and h.selector.check(res)]
+
+
 def change_handlers(res: kopf.Resource) -> list[str]:
-    registry = kopf.get_default_registry()
-    return [h.id for h in registry._changing.get_resource_handlers(res)]
+    return [h.id for h in handlers_of(kopf.get_default_registry()._changing, res)]
 
 
 def test_watch_only_kinds_have_no_change_handler() -> None:
@@ -42,10 +48,11 @@ def test_watch_only_kinds_get_an_empty_diff_base() -> None:
     assert storage.build(body=body) == {}
 
 
-def test_no_handler_needs_a_finalizer() -> None:
-    """No timers or daemons (kopf adds a finalizer for them), so deleting works without the operator."""
+def test_deployments_need_no_finalizer() -> None:
+    """No timer, daemon or deletion handler for ModelDeployments and ToolDeployments (kopf adds a
+    finalizer for those), so deleting one works while the operator is down."""
     registry = kopf.get_default_registry()
-    assert not registry._spawning.get_all_handlers()
     for kind in ("ModelDeployment", "ToolDeployment"):
-        assert not any(h.requires_finalizer for h in registry._changing.get_resource_handlers(
-            resource("dockyard.dev/v1alpha1", kind)))  # fmt: skip
+        res = resource("dockyard.dev/v1alpha1", kind)
+        assert not [h.id for h in handlers_of(registry._spawning, res)], kind
+        assert not any(h.requires_finalizer for h in handlers_of(registry._changing, res)), kind

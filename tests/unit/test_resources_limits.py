@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
+import jsonschema
 import pytest
 from pydantic import ValidationError
 
+from dockyard_api.app import create_app
 from dockyard_api.crdgen import openapi_schema
 from dockyard_api.devices import DEVICE_TYPES
+from dockyard_api.resources.structural import Schema, to_structural
 from dockyard_api.resources.v1alpha1 import ModelDeployment, ModelDeploymentSpec
-from tests.limits import ABSENT, LIMITS, Limit, manifest, schema_at, valid_spec
+from dockyard_api.schemas.public import SPEC_MODEL_DEPLOY_SAMPLE, ModelDeployBody
+from tests.limits import ABSENT, LIMITS, Limit, deploy_request, manifest, schema_at, valid_spec
 from tests.unit.crd_validator import CrdValidator
 
 # SPEC.md "Limits" and §4, retyped on purpose: the table derives its numbers from the types.
@@ -123,3 +128,68 @@ def test_minimal_deploy_body_is_accepted(crd: CrdValidator) -> None:
     spec = {"modelRef": "m", "modelType": "fineTune", "name": "m", "deviceType": "g4dn.xlarge"}
     assert _pydantic_accepts(spec)
     assert crd.errors(manifest(spec)) == []
+
+
+# --- the public deploy call (SPEC.md §4) checks the same table --------------------------------------
+
+DEPLOY_PATH = "/e/{namespace}/{environment}/api/public/models/{modelId}/deploy"
+
+
+@cache
+def _deploy_parameters() -> dict[str, Schema]:
+    """The path and query parameter schemas the facade enforces, from its OpenAPI document."""
+    operation = create_app().openapi()["paths"][DEPLOY_PATH]["post"]
+    return {p["name"]: p for p in operation["parameters"]}
+
+
+def _public_call_accepts(spec: dict[str, Any]) -> bool:
+    """Offline twin of the facade's validation: path and query parameters as its OpenAPI document declares
+    them (what FastAPI enforces), the body with its pydantic model."""
+    call = deploy_request(spec)
+    params = _deploy_parameters()
+    values = {"modelId": call.model_id, **call.params}
+    for name in ("modelId", "modelType"):
+        if name not in values:
+            return False
+        try:
+            jsonschema.validate(values[name], params[name]["schema"])
+        except jsonschema.ValidationError:
+            return False
+    try:
+        ModelDeployBody.model_validate(call.body)
+    except ValidationError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize(("limit", "value", "accepted"), CASES)
+def test_public_deploy_call(limit: Limit, value: Any, accepted: bool) -> None:
+    assert _public_call_accepts(limit.spec(value)) is accepted
+
+
+def _without_docs(schema: Any) -> Any:
+    """A schema without descriptions and defaults (the API's docs may word a field differently)."""
+    if isinstance(schema, dict):
+        return {k: _without_docs(v) for k, v in schema.items() if k not in ("description", "default")}
+    if isinstance(schema, list):
+        return [_without_docs(v) for v in schema]
+    return schema
+
+
+def test_the_deploy_body_is_made_of_the_resource_types() -> None:
+    """One source of truth: every body member but name has exactly the schema of the CRD's field."""
+    body = to_structural(ModelDeployBody.model_json_schema(by_alias=True, mode="validation"))
+    spec = to_structural(ModelDeploymentSpec.model_json_schema(by_alias=True, mode="validation"))
+    assert set(body["properties"]) == set(spec["properties"]) - {"modelRef", "modelType", "replicas"}
+    for field, schema in body["properties"].items():
+        if field != "name":
+            assert _without_docs(schema) == _without_docs(spec["properties"][field]), field
+    # name also names the ModelDeployment (and is a label value of its pods): a DNS-1123 label
+    assert body["properties"]["name"]["maxLength"] == 63
+    assert set(body["required"]) == {"name", "deviceType"}
+
+
+def test_the_spec_sample_body_is_accepted_as_sent() -> None:
+    parsed = ModelDeployBody.model_validate(SPEC_MODEL_DEPLOY_SAMPLE)
+    assert parsed.optimization_info is not None
+    assert (parsed.optimization_info.optimization_type, parsed.optimization_info.quantization_type) == ("", "")

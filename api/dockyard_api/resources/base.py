@@ -20,7 +20,7 @@ from pydantic.alias_generators import to_camel
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, core_schema
 
-from dockyard_api.resources.cel import Rule, validations
+from dockyard_api.resources.cel import Rule, RuleViolation, validations
 from dockyard_api.resources.crdinfo import CrdInfo
 
 
@@ -51,7 +51,7 @@ class DockyardModel(BaseModel):
     def _check_cel_rules(self) -> Self:
         for rule in type(self).cel_rules:
             if rule.check is not None and not rule.check(self):
-                raise ValueError(rule.message)
+                raise RuleViolation(rule)
         return self
 
 

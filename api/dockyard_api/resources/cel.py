@@ -49,6 +49,19 @@ class Rule:
         return entry
 
 
+class RuleViolation(ValueError):
+    """A failed :class:`Rule` in pydantic: the message, and the field the API server would name."""
+
+    def __init__(self, rule: Rule) -> None:
+        super().__init__(rule.message)
+        self.rule = rule
+
+    @property
+    def field_path(self) -> tuple[str, ...]:
+        """The rule's fieldPath as path segments (``.minReplicas`` -> ``("minReplicas",)``)."""
+        return tuple(p for p in (self.rule.field_path or "").split(".") if p)
+
+
 def validations(*rules: Rule) -> dict[str, Any]:
     """``json_schema_extra`` that attaches ``rules`` to a field's schema."""
     return {"x-kubernetes-validations": [r.to_schema() for r in rules]}

@@ -26,12 +26,18 @@ from dockyard_api.resources.v1alpha1.app import (
     ToolVersionRef,
 )
 from dockyard_api.resources.v1alpha1.common import (
+    API_KEY_LABEL,
     API_VERSION,
+    APP_LABEL,
+    AUDIT_LABEL,
+    DEPLOYED_AT_ANNOTATION,
     DEPLOYED_BY_ANNOTATION,
     DOCK_STATUS_ID_LABEL,
+    ENVIRONMENT_LABEL,
     FAILED,
     PROGRESSING,
     READY,
+    RESTORED_FROM_ANNOTATION,
     VERSION,
     Condition,
     DeviceType,
@@ -44,6 +50,7 @@ from dockyard_api.resources.v1alpha1.common import (
     WorkloadStatus,
 )
 from dockyard_api.resources.v1alpha1.environment import (
+    ChecklistItem,
     Environment,
     EnvironmentSpec,
     EnvironmentStatus,
@@ -81,13 +88,19 @@ KINDS: tuple[type[KubeObject], ...] = (Model, ModelDeployment, Tool, ToolDeploym
 """Every kind of this API version, in the order DESIGN.md lists them."""
 
 __all__ = [
+    "API_KEY_LABEL",
     "API_VERSION",
+    "APP_LABEL",
+    "AUDIT_LABEL",
+    "DEPLOYED_AT_ANNOTATION",
     "DEPLOYED_BY_ANNOTATION",
     "DOCK_STATUS_ID_LABEL",
+    "ENVIRONMENT_LABEL",
     "FAILED",
     "KINDS",
     "PROGRESSING",
     "READY",
+    "RESTORED_FROM_ANNOTATION",
     "VERSION",
     "Agent",
     "App",
@@ -96,6 +109,7 @@ __all__ = [
     "AppVersion",
     "AppVersionSpec",
     "AppVersionStatus",
+    "ChecklistItem",
     "Condition",
     "DeviceType",
     "DockJob",

@@ -23,6 +23,25 @@ DEPLOYED_BY_ANNOTATION = f"{GROUP}/deployed-by"
 """Annotation naming the user who last changed an Environment's appVersion. The facade (acting as the
 calling user) or an admission webhook sets it; the operator copies it into the deployment history."""
 
+DEPLOYED_AT_ANNOTATION = f"{GROUP}/deployed-at"
+"""Annotation with the time (RFC 3339) an Environment's appVersion was last changed; set by the
+Environment mutating webhook together with deployed-by. It identifies one deployment in the history."""
+
+RESTORED_FROM_ANNOTATION = f"{GROUP}/restored-from"
+"""Annotation on an App: the version its draft was last restored from (with restored-by/-at)."""
+
+APP_LABEL = f"{GROUP}/app"
+"""Label naming the App an object belongs to (API-key Secrets, audit records, tool deployments)."""
+
+ENVIRONMENT_LABEL = f"{GROUP}/environment"
+"""Label naming the Environment an object belongs to (API-key Secrets, audit records, tool deployments)."""
+
+API_KEY_LABEL = f"{GROUP}/api-key"
+"""Label (value "true") on the Secrets that hold an environment's API-key hashes."""
+
+AUDIT_LABEL = f"{GROUP}/audit-record"
+"""Label (value "true") on the ConfigMaps that keep a deleted environment's history and usage."""
+
 # --- field types ------------------------------------------------------------------------------------
 
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"

@@ -21,6 +21,8 @@ from dockyard_api.resources.v1alpha1.common import (
 
 EnvironmentPhase = Literal["Pending", "Deploying", "Active", "Failed"]
 HistoryStatus = Literal["Active", "Previous"]
+ChecklistCategory = Literal["Configuration", "Testing", "Security", "Monitoring"]
+ChecklistState = Literal["Done", "NotDone", "Manual"]
 
 
 class EnvironmentSpec(DockyardModel):
@@ -69,6 +71,19 @@ class EnvironmentUrls(DockyardModel):
     """The embeddable widget's loader script ({widget_url}/v1/loader.js)."""
 
 
+class ChecklistItem(DockyardModel):
+    """One item of SPEC.md's pre-production checklist."""
+
+    category: ChecklistCategory
+    """Configuration, Testing, Security or Monitoring."""
+    item: Annotated[str, Field(min_length=1, max_length=128)]
+    """What is checked, e.g. "API keys generated"."""
+    state: ChecklistState
+    """Done or NotDone where Dockyard can tell from the cluster's state; Manual where a person must."""
+    detail: Annotated[str, Field(max_length=1024)] = ""
+    """How the state was computed, or what to check by hand."""
+
+
 class EnvironmentStatus(StatusBase):
     """Observed state of an Environment."""
 
@@ -84,6 +99,8 @@ class EnvironmentStatus(StatusBase):
     """A cURL command calling the deployed app by API (the API key left as a placeholder)."""
     history: Annotated[list[HistoryEntry], Field(max_length=100)] = Field(default_factory=list)
     """Deployments, newest first: one Active entry, then Previous ones."""
+    checklist: Annotated[list[ChecklistItem], Field(max_length=64)] = Field(default_factory=list)
+    """The pre-production checklist (SPEC.md), recomputed on every reconcile."""
 
 
 class Environment(Resource):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, StrictBool, StrictInt
@@ -127,6 +128,14 @@ class ToolDeploymentSpec(DockyardModel):
     returned at once with status IN_PROGRESS."""
     replicas: Annotated[StrictInt, Field(ge=1, le=50)] = 1
     """Pods of an image tool (ignored for an endpoint tool); scale subresource."""
+
+
+def tool_deployment_name(environment: str, tool: str, version: str) -> str:
+    """The ToolDeployment of version ``version`` of tool ``tool`` in an environment: one per tool VERSION (a
+    ToolDeployment's toolRef is immutable). Both the environment's reconciler and the public deploy API use
+    it, so a tool deployed through the API and later made part of the environment's version is one object."""
+    name = f"{environment}-{tool}-{version.replace('.', '-')}"
+    return name if len(name) <= 63 else f"{name[:54]}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
 
 
 class ToolDeployment(Resource):

@@ -1,0 +1,243 @@
+"""Who is calling: environment API keys (public API, deployed apps) and Kubernetes users (management).
+
+- Public API: ``x-api-key`` carries an environment's key. The environment is the one in the path
+  (``/e/{namespace}/{environment}/api/public/...``, SPEC's ``{base_url}``): a missing, malformed or
+  unknown key is 401, a valid key of another environment is 403.
+- Deployed-app calls: ``Authorization: Bearer <API key>``, same rules.
+- Management endpoints: ``Authorization: Bearer <Kubernetes token>``. The facade asks the API server
+  who that is (TokenReview) and then acts AS that user (impersonation), so Kubernetes RBAC decides
+  and admission webhooks record the real user. Keys, which are Secrets no user is granted directly, are
+  authorised with a SubjectAccessReview on the virtual subresource ``environments/apikeys``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from fastapi import Depends, Header, Path, Request
+
+from dockyard_api import apikeys
+from dockyard_api.errors import ForbiddenError, UnauthenticatedError, UpstreamError
+from dockyard_api.kubehttp import AsyncKube, KubeError, User
+from dockyard_api.resources import GROUP
+from dockyard_api.settings import ApiSettings
+
+NamespaceParam = Annotated[str, Path(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
+NameParam = Annotated[str, Path(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")]
+
+
+@dataclass(frozen=True)
+class EnvironmentCaller:
+    """A caller holding a valid API key of this environment."""
+
+    namespace: str
+    environment: str
+    app: str
+    key_id: str
+
+
+class _TtlCache:
+    """A tiny time-bounded cache: revocations and RBAC changes take effect within ``ttl`` seconds."""
+
+    def __init__(self, ttl: float, size: int = 10_000) -> None:
+        self.ttl = ttl
+        self.size = size
+        self._items: dict[Any, tuple[float, Any]] = {}
+
+    def get(self, key: Any) -> tuple[bool, Any]:
+        hit = self._items.get(key)
+        if hit is None or hit[0] < time.monotonic():
+            return False, None
+        return True, hit[1]
+
+    def put(self, key: Any, value: Any) -> None:
+        if self.ttl <= 0:
+            return
+        if len(self._items) >= self.size:
+            self._items.clear()
+        self._items[key] = (time.monotonic() + self.ttl, value)
+
+    def drop(self, key: Any) -> None:
+        self._items.pop(key, None)
+
+
+class Authenticator:
+    """Verifies API keys and Kubernetes tokens against the API server, with short-lived caches."""
+
+    def __init__(self, kube: AsyncKube, settings: ApiSettings) -> None:
+        self.kube = kube
+        self.settings = settings
+        self._keys = _TtlCache(settings.api_key_cache_seconds)
+        self._tokens = _TtlCache(settings.token_cache_seconds)
+        self._last_used_written: dict[str, float] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def key_caller(self, namespace: str, environment: str, value: str | None) -> EnvironmentCaller:
+        if not value:
+            raise UnauthenticatedError("an API key is required", {"header": "x-api-key"})
+        key_id = apikeys.key_id_of(value)
+        stored = await self._stored(namespace, key_id) if key_id else None
+        verdict = stored.verify(value, environment) if stored else apikeys.Verdict.UNKNOWN
+        if verdict is apikeys.Verdict.UNKNOWN:
+            raise UnauthenticatedError("the API key is not valid (unknown or revoked)")
+        assert stored is not None
+        if verdict is apikeys.Verdict.OTHER_ENVIRONMENT:
+            raise ForbiddenError(
+                f"this API key belongs to environment {stored.environment!r}, not {environment!r}",
+                {"keyEnvironment": stored.environment, "environment": environment},
+            )
+        self._touch(namespace, stored.key_id)
+        return EnvironmentCaller(namespace, environment, stored.app, stored.key_id)
+
+    def forget_key(self, namespace: str, key_id: str) -> None:
+        self._keys.drop((namespace, key_id))
+
+    async def _stored(self, namespace: str, key_id: str) -> apikeys.StoredKey | None:
+        hit, cached = self._keys.get((namespace, key_id))
+        if hit:
+            stored: apikeys.StoredKey | None = cached
+            return stored
+        try:
+            secret = await self.kube.request(
+                "GET", AsyncKube.core_path(namespace, "secrets", apikeys.secret_name(key_id))
+            )
+        except KubeError as exc:
+            if exc.status != 404:
+                raise UpstreamError(f"cannot verify the API key: {exc.message}") from exc
+            secret = {}
+        stored = apikeys.stored_key(secret) if secret else None
+        self._keys.put((namespace, key_id), stored)
+        return stored
+
+    def _touch(self, namespace: str, key_id: str) -> None:
+        """Record the key's last use, at most once per ``last_used_interval`` per key, off the request path."""
+        now = time.monotonic()
+        if now - self._last_used_written.get(key_id, -1e9) < self.settings.last_used_interval_seconds:
+            return
+        self._last_used_written[key_id] = now
+        stamp = datetime.now(UTC).isoformat(timespec="seconds")
+        patch = {"metadata": {"annotations": {apikeys.LAST_USED_ANNOTATION: stamp}}}
+        path = AsyncKube.core_path(namespace, "secrets", apikeys.secret_name(key_id))
+        task = asyncio.create_task(self._patch_quietly(path, patch))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _patch_quietly(self, path: str, patch: dict[str, Any]) -> None:
+        # best effort: the key was valid; last-used is informational
+        with contextlib.suppress(KubeError, OSError):
+            await self.kube.request("PATCH", path, json=patch, content_type="application/merge-patch+json")
+
+    async def user(self, authorization: str | None) -> User:
+        token = _bearer(authorization)
+        if not token:
+            raise UnauthenticatedError(
+                "a Kubernetes bearer token is required (Authorization: Bearer $(kubectl create token ...))"
+            )
+        digest = hashlib.sha256(token.encode()).hexdigest()
+        hit, cached = self._tokens.get(digest)
+        if hit:
+            user: User = cached
+            return user
+        review = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}}
+        try:
+            result = await self.kube.request("POST", "/apis/authentication.k8s.io/v1/tokenreviews", json=review)
+        except KubeError as exc:
+            raise UpstreamError(f"cannot review the token: {exc.message}") from exc
+        status = result.get("status") or {}
+        if not status.get("authenticated"):
+            raise UnauthenticatedError("the bearer token is not valid for this cluster")
+        info = status.get("user") or {}
+        user = User(
+            username=info.get("username", ""),
+            uid=info.get("uid", ""),
+            groups=tuple(info.get("groups") or ()),
+            extra={k: tuple(v) for k, v in (info.get("extra") or {}).items()},
+        )
+        self._tokens.put(digest, user)
+        return user
+
+    async def allowed(self, user: User, *, verb: str, namespace: str, resource: str, subresource: str = "") -> bool:
+        review = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {
+                "user": user.username,
+                "uid": user.uid,
+                "groups": list(user.groups),
+                "extra": {k: list(v) for k, v in user.extra.items()},
+                "resourceAttributes": {
+                    "group": GROUP,
+                    "verb": verb,
+                    "namespace": namespace,
+                    "resource": resource,
+                    "subresource": subresource,
+                },
+            },
+        }
+        try:
+            result = await self.kube.request("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", json=review)
+        except KubeError as exc:
+            raise UpstreamError(f"cannot check permissions: {exc.message}") from exc
+        return bool((result.get("status") or {}).get("allowed"))
+
+    async def require(self, user: User, *, verb: str, namespace: str, resource: str, subresource: str = "") -> None:
+        if not await self.allowed(user, verb=verb, namespace=namespace, resource=resource, subresource=subresource):
+            what = f"{resource}/{subresource}" if subresource else resource
+            raise ForbiddenError(
+                f'user "{user.username}" cannot {verb} {what}.{GROUP} in namespace "{namespace}"',
+                {"verb": verb, "resource": what, "namespace": namespace},
+            )
+
+
+def _bearer(authorization: str | None) -> str | None:
+    if not authorization:
+        return None
+    scheme, _, value = authorization.partition(" ")
+    return value.strip() or None if scheme.lower() == "bearer" else None
+
+
+async def authenticator(request: Request) -> Authenticator:  # async: no thread-pool hop per request
+    auth: Authenticator = request.app.state.authenticator
+    return auth
+
+
+Auth = Annotated[Authenticator, Depends(authenticator)]
+
+
+async def public_caller(
+    namespace: NamespaceParam,
+    environment: NameParam,
+    auth: Auth,
+    x_api_key: Annotated[str | None, Header(description="An API key of this environment")] = None,
+) -> EnvironmentCaller:
+    return await auth.key_caller(namespace, environment, x_api_key)
+
+
+async def app_caller(
+    namespace: NamespaceParam,
+    environment: NameParam,
+    auth: Auth,
+    authorization: Annotated[str | None, Header(description="Bearer <API key of this environment>")] = None,
+) -> EnvironmentCaller:
+    return await auth.key_caller(namespace, environment, _bearer(authorization))
+
+
+async def kube_user(
+    auth: Auth,
+    authorization: Annotated[str | None, Header(description="Bearer <Kubernetes token>")] = None,
+) -> User:
+    return await auth.user(authorization)
+
+
+PublicCaller = Annotated[EnvironmentCaller, Depends(public_caller)]
+"""A public-API caller (``x-api-key``) of the environment in the path."""
+AppCaller = Annotated[EnvironmentCaller, Depends(app_caller)]
+"""A deployed-app caller (``Authorization: Bearer <API key>``) of the environment in the path."""
+KubeUser = Annotated[User, Depends(kube_user)]
+"""A Kubernetes user (``Authorization: Bearer <token>``), for the management endpoints."""

@@ -1,0 +1,192 @@
+"""Streaming parser of one chunk upload (``multipart/form-data`` with the fields ``file`` and
+``chunkNumber``): the file part goes straight from the request stream to a temporary file of the model
+store, in batches of at most :data:`FLUSH_BYTES`, so no chunk is ever held in memory (the pieces received are written as
+they are, without copying them into a buffer first).
+
+The ``file`` part may come before or after ``chunkNumber``; when ``chunkNumber`` comes first it is
+checked before the file is read. Past the chunk limit the parser stops reading and the temporary file
+is deleted (413); the server discards the rest of the request body without storing it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, cast
+
+import anyio
+from python_multipart.exceptions import FormParserError
+from python_multipart.multipart import MultipartParser, parse_options_header
+
+from dockyard_api.modelstore import ChunkTooLarge, ChunkWriter, InvalidUpload, ReceivedChunk
+
+if TYPE_CHECKING:
+    from python_multipart.multipart import MultipartCallbacks
+
+FLUSH_BYTES = 1024 * 1024
+"""Bytes gathered before a write to disk (in a worker thread)."""
+MAX_FIELD_BYTES = 64
+MAX_HEADER_BYTES = 8 * 1024
+MAX_PARTS = 16
+
+
+class UnsupportedMediaType(InvalidUpload):
+    status_code = 415
+    code = "unsupported_media_type"
+
+
+class ChunkUpload:
+    """One request's parse state. ``open_writer`` creates the temporary file when the file part starts;
+    ``check_number`` validates ``chunkNumber`` as soon as it is complete."""
+
+    def __init__(self, open_writer: Callable[[], ChunkWriter], check_number: Callable[[str], int]) -> None:
+        self.open_writer = open_writer
+        self.check_number = check_number
+        self.number: int | None = None
+        self.writer: ChunkWriter | None = None
+        self.file_done = False
+        self._parts = 0
+        self._header_bytes = 0
+        self._header_name = b""
+        self._header_value = b""
+        self._disposition = b""
+        self._part: str | None = None  # "file", "chunkNumber" or "other"
+        self._field = bytearray()
+        self._pending: list[memoryview] = []  # views of the received pieces: no copy before the disk
+        self._pending_bytes = 0
+        self._writing: asyncio.Future[None] | None = None
+        self._received = 0
+
+    # -- python-multipart callbacks (synchronous, called from parser.write) --
+
+    def _on_part_begin(self) -> None:
+        self._parts += 1
+        if self._parts > MAX_PARTS:
+            raise InvalidUpload(f"more than {MAX_PARTS} form parts")
+        self._header_bytes = 0
+        self._disposition = b""
+        self._part = None
+        self._field = bytearray()
+
+    def _on_header_field(self, data: bytes, start: int, end: int) -> None:
+        self._header_name += data[start:end]
+        self._count_header(end - start)
+
+    def _on_header_value(self, data: bytes, start: int, end: int) -> None:
+        self._header_value += data[start:end]
+        self._count_header(end - start)
+
+    def _count_header(self, n: int) -> None:
+        self._header_bytes += n
+        if self._header_bytes > MAX_HEADER_BYTES:
+            raise InvalidUpload(f"a form part has more than {MAX_HEADER_BYTES} bytes of headers")
+
+    def _on_header_end(self) -> None:
+        if self._header_name.strip().lower() == b"content-disposition":
+            self._disposition = self._header_value
+        self._header_name = b""
+        self._header_value = b""
+
+    def _on_headers_finished(self) -> None:
+        _, options = parse_options_header(self._disposition)
+        name = options.get(b"name")
+        if name == b"file":
+            if self.writer is not None:
+                raise InvalidUpload("the form has more than one file part", {"field": "file"})
+            self.writer = self.open_writer()
+            self._part = "file"
+        elif name == b"chunkNumber":
+            self._part = "chunkNumber"
+        else:
+            self._part = "other"
+
+    def _on_part_data(self, data: bytes, start: int, end: int) -> None:
+        if self._part == "file":
+            assert self.writer is not None
+            self._received += end - start
+            if self._received > self.writer.limit:
+                raise ChunkTooLarge(
+                    f"the chunk is larger than {self.writer.limit} bytes", {"maxChunkBytes": self.writer.limit}
+                )
+            self._pending.append(memoryview(data)[start:end])
+            self._pending_bytes += end - start
+        else:
+            self._field += data[start:end]
+            if len(self._field) > MAX_FIELD_BYTES:
+                if self._part == "chunkNumber":
+                    raise InvalidUpload("chunkNumber is too long", {"field": "chunkNumber"})
+                self._field.clear()  # other fields are ignored
+
+    def _on_part_end(self) -> None:
+        if self._part == "file":
+            self.file_done = True
+        elif self._part == "chunkNumber":
+            if self.number is not None:
+                raise InvalidUpload("chunkNumber is given twice", {"field": "chunkNumber"})
+            self.number = self.check_number(self._field.decode("utf-8", "replace"))
+        self._part = None
+
+    # -- driving --
+
+    async def read(self, content_type: str | None, stream: AsyncIterator[bytes]) -> tuple[int, ReceivedChunk]:
+        """Parse the whole request; return the chunk number and the received chunk (its temporary file).
+        On any error the temporary file is deleted and the error raised."""
+        kind, params = parse_options_header(content_type or "")
+        if kind != b"multipart/form-data" or not params.get(b"boundary"):
+            raise UnsupportedMediaType(
+                "the chunk must be sent as multipart/form-data with the fields file and chunkNumber",
+                {"contentType": (content_type or "")[:200]},
+            )
+        callbacks = {
+            "on_part_begin": self._on_part_begin,
+            "on_part_data": self._on_part_data,
+            "on_part_end": self._on_part_end,
+            "on_header_field": self._on_header_field,
+            "on_header_value": self._on_header_value,
+            "on_header_end": self._on_header_end,
+            "on_headers_finished": self._on_headers_finished,
+        }
+        parser = MultipartParser(params[b"boundary"], cast("MultipartCallbacks", callbacks))
+        try:
+            async for data in stream:
+                parser.write(data)
+                if self._pending_bytes >= FLUSH_BYTES:
+                    await self._flush()
+            parser.finalize()
+            await self._flush()
+            await self._written()
+            if self.writer is None or not self.file_done:
+                raise InvalidUpload("the form field file is missing or incomplete", {"field": "file"})
+            if self.number is None:
+                raise InvalidUpload("the form field chunkNumber is missing", {"field": "chunkNumber"})
+            writer = self.writer
+            return self.number, await anyio.to_thread.run_sync(writer.finish)
+        except FormParserError as exc:
+            await self._discard()
+            raise InvalidUpload(f"the multipart body is malformed: {exc}") from exc
+        except BaseException:
+            await self._discard()
+            raise
+
+    async def _flush(self) -> None:
+        """Hand the pending pieces to a worker thread and go on receiving while it writes them (at most
+        one batch is being written and one gathered: memory stays within 2 x FLUSH_BYTES per upload)."""
+        if self._pending:
+            await self._written()
+            assert self.writer is not None
+            pieces, self._pending, self._pending_bytes = self._pending, [], 0
+            self._writing = asyncio.ensure_future(anyio.to_thread.run_sync(self.writer.write_all, pieces))
+
+    async def _written(self) -> None:
+        """Wait for the batch being written (raising its error, e.g. ChunkTooLarge)."""
+        if self._writing is not None:
+            writing, self._writing = self._writing, None
+            await writing
+
+    async def _discard(self) -> None:
+        with contextlib.suppress(Exception):
+            await self._written()  # the thread cannot be interrupted: let it finish before deleting the file
+        if self.writer is not None:
+            writer = self.writer
+            await anyio.to_thread.run_sync(writer.discard)

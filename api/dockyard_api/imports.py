@@ -1,0 +1,526 @@
+"""Chunked model import (SPEC.md §1 to §3): sessions in the model store, Models in Kubernetes.
+
+The facade keeps no state of its own: a session is a directory of the model store (shared by every
+replica) and a Model object; the job that completion starts is recorded on the Model (status.job and
+the dock-status-id label), and the operator does the rest (assembly, verification, extraction).
+
+Every method here is blocking (file system and Kubernetes client); the router runs them in threads.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import secrets
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any, NoReturn
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError as Urllib3Error
+
+from dockyard_api import importstatus
+from dockyard_api.errors import DockyardError, UpstreamError
+from dockyard_api.importstatus import IMPORT_ENVIRONMENT_ANNOTATION, IMPORT_SESSION_LABEL
+from dockyard_api.modelstore import (
+    SESSION_ID_RE,
+    MissingChunks,
+    ModelStore,
+    SessionCompleted,
+    SessionGone,
+    SessionMeta,
+    SessionNotFound,
+    SizeMismatch,
+    age_seconds,
+    check_file_name,
+    check_sizes,
+    check_text,
+    iso,
+    normalize_extension,
+)
+from dockyard_api.resources import GROUP
+from dockyard_api.resources.v1alpha1 import (
+    DOCK_STATUS_ID_LABEL,
+    VERSION,
+    Model,
+    ModelSource,
+    ModelSpec,
+    ObjectMeta,
+    UploadSource,
+)
+from dockyard_api.settings import ApiSettings
+
+log = logging.getLogger("dockyard.imports")
+PLURAL = "models"
+MERGE = "application/merge-patch+json"
+MISSING_LISTED = 1000
+"""At most this many missing chunk numbers are listed in a 409 (the count is always given)."""
+
+
+@dataclass(frozen=True)
+class StartRequest:
+    """The validated body of POST /api/public/files/session/start."""
+
+    file_context: str
+    total_chunks: int
+    file_extension: str
+    file_name: str
+    file_size: int
+    is_adapter: bool = False
+    sha256: str | None = None
+
+
+def model_id_for(file_name: str) -> str:
+    """A new modelId: a DNS-1123 label made of the file's name and 8 random hex digits,
+    e.g. ``llama-3-8b-lora-3f9a1c2e``."""
+    stem = file_name.lower()
+    for ext in (".tar.gz", ".tgz", ".tar", ".zip", ".safetensors", ".gguf", ".bin", ".pth", ".pt"):
+        stem = stem.removesuffix(ext)
+    slug = re.sub(r"[^a-z0-9]+", "-", stem).strip("-")[:40].strip("-")
+    return f"{slug or 'model'}-{secrets.token_hex(4)}"
+
+
+def _kube(fn: Callable[[], Any], what: str) -> Any:
+    """Run one Kubernetes call; an unreachable or refusing API server is a 502, never a 500."""
+    try:
+        return fn()
+    except ApiException as exc:
+        if exc.status in (404, 409):
+            raise
+        raise UpstreamError(
+            f"the Kubernetes API refused to {what}", {"status": exc.status, "reason": exc.reason}
+        ) from exc
+    except (Urllib3Error, OSError) as exc:
+        raise UpstreamError(f"the Kubernetes API is not reachable ({what})", str(exc)) from exc
+
+
+class Models:
+    """The few Model calls of the import, as plain JSON (no client-side deserialisation)."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self.objects = client.CustomObjectsApi(api)
+
+    def create(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        created: dict[str, Any] = _kube(
+            lambda: self.objects.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body),
+            "create the Model",
+        )
+        return created
+
+    def delete(self, namespace: str, name: str) -> None:
+        """Best effort (used to undo a half-done start)."""
+        try:
+            self.objects.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+        except Exception:  # the start fails anyway; the sweeper and kubectl remain
+            log.warning("could not delete Model %s/%s after a failed start", namespace, name, exc_info=True)
+
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            found: dict[str, Any] = _kube(
+                lambda: self.objects.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name),
+                "read the Model",
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return found
+
+    def by_session(self, namespace: str, session_id: str) -> dict[str, Any] | None:
+        found = _kube(
+            lambda: self.objects.list_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, label_selector=f"{IMPORT_SESSION_LABEL}={session_id}"
+            ),
+            "list Models",
+        )
+        items: list[dict[str, Any]] = found.get("items") or []
+        return items[0] if items else None
+
+    def importing(self) -> list[dict[str, Any]]:
+        """Every uploaded Model (all namespaces)."""
+        found = _kube(
+            lambda: self.objects.list_cluster_custom_object(
+                GROUP, VERSION, PLURAL, label_selector=IMPORT_SESSION_LABEL
+            ),
+            "list Models",
+        )
+        items: list[dict[str, Any]] = found.get("items") or []
+        return items
+
+    def patch_status(self, model: dict[str, Any], status: dict[str, Any], *, guarded: bool = True) -> dict[str, Any]:
+        """Merge-patch the status; ``guarded``: only if the Model is still at the version read (else
+        ApiException 409)."""
+        meta = model["metadata"]
+        body: dict[str, Any] = {"status": status}
+        if guarded:
+            body["metadata"] = {"resourceVersion": meta["resourceVersion"]}
+        patched: dict[str, Any] = _kube(
+            lambda: self.objects.patch_namespaced_custom_object_status(
+                GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], body, _content_type=MERGE
+            ),
+            "update the Model's status",
+        )
+        return patched
+
+    def label(self, namespace: str, name: str, labels: dict[str, str]) -> None:
+        _kube(
+            lambda: self.objects.patch_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, name, {"metadata": {"labels": labels}}, _content_type=MERGE
+            ),
+            "label the Model",
+        )
+
+
+def _job(model: dict[str, Any]) -> dict[str, Any] | None:
+    job = (model.get("status") or {}).get("job")
+    return job if job and job.get("action") == "EXPORT" else None
+
+
+def _session_of(model: dict[str, Any]) -> str | None:
+    return (model["metadata"].get("labels") or {}).get(IMPORT_SESSION_LABEL)
+
+
+class ImportService:
+    """The import endpoints' logic over the model store and the Kubernetes API."""
+
+    def __init__(self, settings: ApiSettings, api: client.ApiClient) -> None:
+        self.settings = settings
+        self.store = ModelStore(settings.model_store)
+        self.models = Models(api)
+
+    # -- start --
+
+    def start(self, namespace: str, environment: str, req: StartRequest) -> dict[str, Any]:
+        check_text(req.file_context, "fileContext", 64)
+        check_file_name(req.file_name)
+        extension = normalize_extension(req.file_extension)
+        check_sizes(req.file_size, req.total_chunks, self.settings.max_chunk_bytes, self.settings.max_file_bytes)
+        self.store.ensure()
+        at = importstatus.now()
+        expires = at + timedelta(seconds=self.settings.session_lifetime_seconds)
+        session_id = uuid.uuid4().hex
+        meta = SessionMeta(
+            session_id=session_id,
+            namespace=namespace,
+            environment=environment,
+            model_id="",
+            file_context=req.file_context,
+            file_name=req.file_name,
+            file_extension=extension,
+            file_size=req.file_size,
+            total_chunks=req.total_chunks,
+            is_adapter=req.is_adapter,
+            sha256=req.sha256,
+            created_at=at,
+            expires_at=expires,
+        )
+        model, meta = self._create_model(meta)
+        try:
+            # unguarded: the Model is new and only this call sets its first status (the operator may have
+            # added its annotations meanwhile)
+            self.models.patch_status(model, importstatus.started(session_id, expires, at), guarded=False)
+        except BaseException:
+            self.store.remove(session_id)
+            self.models.delete(namespace, meta.model_id)
+            raise
+        return {"sessionId": session_id, "modelId": meta.model_id, "expirationDate": iso(expires)}
+
+    def _create_model(self, meta: SessionMeta) -> tuple[dict[str, Any], SessionMeta]:
+        """Session directory first, then the Model: a Model never names a session that does not exist,
+        and a directory whose Model was never created is deleted by the sweeper once expired."""
+        for _ in range(5):
+            model_id = model_id_for(meta.file_name)
+            meta = replace(meta, model_id=model_id)
+            if self.store.load(meta.session_id) is None:
+                self.store.create(meta)
+            else:
+                self.store.save(meta)
+            body = Model(
+                metadata=ObjectMeta(
+                    name=model_id,
+                    namespace=meta.namespace,
+                    labels={IMPORT_SESSION_LABEL: meta.session_id},
+                    annotations={IMPORT_ENVIRONMENT_ANNOTATION: meta.environment},
+                ),
+                spec=ModelSpec(
+                    source=ModelSource(
+                        upload=UploadSource(
+                            file_context=meta.file_context,
+                            file_name=meta.file_name,
+                            file_extension=meta.file_extension,
+                            file_size=meta.file_size,
+                            total_chunks=meta.total_chunks,
+                            sha256=meta.sha256,
+                        )
+                    ),
+                    is_adapter=meta.is_adapter,
+                ),
+            ).to_manifest()
+            try:
+                return self.models.create(meta.namespace, body), meta
+            except ApiException as exc:
+                if exc.status == 409:  # that name is taken: draw another
+                    continue
+                self.store.remove(meta.session_id)
+                raise DockyardError(f"the Model could not be created: {exc.reason}", {"status": exc.status}) from exc
+            except BaseException:
+                self.store.remove(meta.session_id)
+                raise
+        self.store.remove(meta.session_id)
+        raise UpstreamError("no free Model name was found")
+
+    # -- sessions --
+
+    def open_session(self, namespace: str, environment: str, session_id: str) -> SessionMeta:
+        """The session, if it may still receive chunks; else the error that says why not."""
+        meta = self._meta(namespace, environment, session_id)
+        if meta is None:
+            self._gone(namespace, environment, session_id)
+        if meta.dock_status_id:
+            raise SessionCompleted(
+                f"import session {session_id} is completed; it takes no more chunks",
+                {"sessionId": session_id, "dockStatusId": meta.dock_status_id},
+            )
+        if meta.expired():
+            raise SessionGone(
+                f"import session {session_id} expired at {iso(meta.expires_at)}",
+                {"sessionId": session_id, "expirationDate": iso(meta.expires_at)},
+            )
+        return meta
+
+    def _meta(self, namespace: str, environment: str, session_id: str) -> SessionMeta | None:
+        meta = self.store.load(session_id)  # validates the id's format first (404)
+        if meta is not None and (meta.namespace, meta.environment) != (namespace, environment):
+            raise SessionNotFound(f"no import session {session_id!r}", {"sessionId": session_id})
+        return meta
+
+    def _model_of(self, namespace: str, environment: str, session_id: str) -> dict[str, Any] | None:
+        model = self.models.by_session(namespace, session_id)
+        if model is None:
+            return None
+        annotations = model["metadata"].get("annotations") or {}
+        if annotations.get(IMPORT_ENVIRONMENT_ANNOTATION) != environment:
+            return None
+        return model
+
+    def _gone(self, namespace: str, environment: str, session_id: str, model: dict[str, Any] | None = None) -> NoReturn:
+        """Raise the answer for a session whose files are gone: 409 if completed, 410 if it expired or
+        was aborted, 404 if it never existed here."""
+        model = model or self._model_of(namespace, environment, session_id)
+        if model is None:
+            raise SessionNotFound(f"no import session {session_id!r}", {"sessionId": session_id})
+        job = _job(model)
+        if job is not None:
+            raise SessionCompleted(
+                f"import session {session_id} is completed",
+                {"sessionId": session_id, "dockStatusId": job["dockStatusId"]},
+            )
+        status = model.get("status") or {}
+        reason = importstatus.failed_reason(status)
+        details = {"sessionId": session_id, "modelId": model["metadata"]["name"], "reason": reason}
+        if reason == importstatus.IMPORT_ABORTED:
+            raise SessionGone(f"import session {session_id} was aborted", details, code="session_aborted")
+        if reason == importstatus.IMPORT_EXPIRED:
+            raise SessionGone(f"import session {session_id} expired", details)
+        raise SessionGone(f"the files of import session {session_id} are gone", details, code="session_lost")
+
+    def describe(self, namespace: str, environment: str, session_id: str) -> dict[str, Any]:
+        """What a client needs to resume: the chunks received (number and size) and those missing."""
+        meta = self._meta(namespace, environment, session_id)
+        if meta is None:
+            model = self._model_of(namespace, environment, session_id)
+            job = _job(model) if model else None
+            if model is None or job is None:
+                self._gone(namespace, environment, session_id, model)
+            upload = model["spec"]["source"]["upload"]
+            return {
+                "sessionId": session_id,
+                "modelId": model["metadata"]["name"],
+                "state": "completed",
+                "dockStatusId": job["dockStatusId"],
+                "fileName": upload["fileName"],
+                "fileSize": upload["fileSize"],
+                "totalChunks": upload["totalChunks"],
+                "receivedChunks": [],
+                "receivedBytes": upload["fileSize"],
+                "missingChunks": [],
+            }
+        if not meta.dock_status_id and meta.expired():
+            self.open_session(namespace, environment, session_id)  # raises 410
+        chunks = self.store.chunks(session_id)
+        have = {c.number for c in chunks}
+        return {
+            "sessionId": session_id,
+            "modelId": meta.model_id,
+            "state": "completed" if meta.dock_status_id else "open",
+            "dockStatusId": meta.dock_status_id,
+            "expirationDate": iso(meta.expires_at),
+            "fileName": meta.file_name,
+            "fileExtension": meta.file_extension,
+            "fileSize": meta.file_size,
+            "totalChunks": meta.total_chunks,
+            "receivedChunks": [{"chunkNumber": c.number, "size": c.size} for c in chunks],
+            "receivedBytes": sum(c.size for c in chunks),
+            "missingChunks": [n for n in range(meta.total_chunks) if n not in have],
+        }
+
+    # -- abort --
+
+    def abort(self, namespace: str, environment: str, session_id: str) -> dict[str, Any]:
+        """Delete the session's chunks; its Model becomes Failed (reason ImportAborted) and stays, so
+        that ``kubectl get models`` tells what happened (delete it like any object)."""
+        meta = self._meta(namespace, environment, session_id)
+        if meta is None:
+            self._gone(namespace, environment, session_id)
+        if meta.dock_status_id:
+            raise SessionCompleted(
+                f"import session {session_id} is completed; its import job owns the files",
+                {"sessionId": session_id, "dockStatusId": meta.dock_status_id},
+            )
+        for _ in range(5):
+            model = self.models.get(namespace, meta.model_id)
+            if model is None or _session_of(model) != session_id:
+                break
+            if _job(model) is not None:
+                raise SessionCompleted(f"import session {session_id} is completed", {"sessionId": session_id})
+            status = model.get("status") or {}
+            if status.get("phase") == "Failed":
+                break
+            patch = importstatus.failed(
+                None,
+                importstatus.IMPORT_ABORTED,
+                f"import session {session_id} was aborted by the client",
+                status.get("conditions"),
+                importstatus.now(),
+            )
+            try:
+                self.models.patch_status(model, patch)
+                break
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+        freed = self.store.remove(session_id)
+        log.info("import session %s aborted, %d bytes freed", session_id, freed)
+        return {"sessionId": session_id, "modelId": meta.model_id, "freedBytes": freed}
+
+    # -- complete --
+
+    def complete(self, namespace: str, environment: str, session_id: str) -> dict[str, Any]:
+        meta = self._meta(namespace, environment, session_id)
+        if meta is None:
+            model = self._model_of(namespace, environment, session_id)
+            job = _job(model) if model else None
+            if model is None or job is None:
+                self._gone(namespace, environment, session_id, model)
+            return importstatus.job_record(job, model["metadata"]["name"])
+        if not meta.dock_status_id:
+            if meta.expired():
+                self.open_session(namespace, environment, session_id)  # raises 410
+            missing = self.store.missing(meta)
+            if missing:
+                raise MissingChunks(
+                    f"{len(missing)} of {meta.total_chunks} chunks are missing",
+                    {"missingChunks": missing[:MISSING_LISTED], "missingCount": len(missing)},
+                )
+            received = self.store.received_bytes(session_id)
+            if received != meta.file_size:
+                raise SizeMismatch(
+                    f"the chunks hold {received} bytes, fileSize is {meta.file_size}; abort the session "
+                    "(DELETE) and upload the file again",
+                    {"fileSize": meta.file_size, "receivedBytes": received},
+                )
+        for _ in range(5):
+            model = self.models.get(namespace, meta.model_id)
+            if model is None or _session_of(model) != session_id:
+                raise SessionGone(
+                    f"the Model {meta.model_id} of import session {session_id} was deleted",
+                    {"sessionId": session_id, "modelId": meta.model_id},
+                    code="model_deleted",
+                )
+            job = _job(model)
+            if job is None:
+                status = model.get("status") or {}
+                if status.get("phase") == "Failed":
+                    self._gone(namespace, environment, session_id, model)
+                at = importstatus.now()
+                new = importstatus.new_job(str(uuid.uuid4()), at)
+                try:
+                    model = self.models.patch_status(model, importstatus.completed(new, status.get("conditions"), at))
+                except ApiException as exc:
+                    if exc.status == 409:  # changed meanwhile (another replica completing?): read again
+                        continue
+                    raise
+                job = _job(model)
+                assert job is not None
+                log.info("import session %s completed: job %s", session_id, job["dockStatusId"])
+            labels = model["metadata"].get("labels") or {}
+            if labels.get(DOCK_STATUS_ID_LABEL) != job["dockStatusId"]:
+                self.models.label(namespace, meta.model_id, {DOCK_STATUS_ID_LABEL: job["dockStatusId"]})
+            if meta.dock_status_id != job["dockStatusId"] and self.store.load(session_id) is not None:
+                self.store.mark_completed(meta, job["dockStatusId"])
+            return importstatus.job_record(job, meta.model_id)
+        raise UpstreamError("the Model kept changing; try again")
+
+    # -- sweeper --
+
+    def sweep(self, now: datetime | None = None) -> dict[str, int]:
+        """Delete what expired sessions leave behind; their Models become Failed (ImportExpired).
+
+        Level-based and idempotent (every replica may run it): a session directory goes when it expired
+        and was never completed, when its Model is gone, or when its import job is over (the operator
+        removes it itself; this catches a crash in between). A Model still Importing without a job whose
+        session expired becomes Failed even when its directory is gone already."""
+        now = now or importstatus.now()
+        counts = {"sessions_removed": 0, "bytes_freed": 0, "models_expired": 0}
+        models = {(m["metadata"]["namespace"], _session_of(m)): m for m in self.models.importing()}
+        for session_id in self.store.session_ids():
+            try:
+                meta = self.store.load(session_id)
+            except (ValueError, KeyError, TypeError):
+                meta = None
+            if meta is None:
+                if age_seconds(self.store.session_dir(session_id)) > self.settings.session_lifetime_seconds:
+                    counts["bytes_freed"] += self.store.remove(session_id)
+                    counts["sessions_removed"] += 1
+                continue
+            model = models.get((meta.namespace, session_id))
+            job = _job(model) if model else None
+            expired = meta.expired(now)
+            if job is not None:
+                remove = job.get("status") != "IN_PROGRESS"
+            elif model is None:
+                remove = expired
+            else:
+                remove = expired or (model.get("status") or {}).get("phase") == "Failed"
+            if remove:
+                counts["bytes_freed"] += self.store.remove(session_id)
+                counts["sessions_removed"] += 1
+        for model in models.values():
+            status = model.get("status") or {}
+            session = status.get("importSession") or {}
+            if status.get("phase") != "Importing" or _job(model) is not None or not session.get("expirationDate"):
+                continue
+            expires = datetime.fromisoformat(session["expirationDate"].replace("Z", "+00:00"))
+            if expires > now:
+                continue
+            patch = importstatus.failed(
+                None,
+                importstatus.IMPORT_EXPIRED,
+                f"import session {session.get('sessionId')} expired at {session['expirationDate']} before it was "
+                "completed",
+                status.get("conditions"),
+                now,
+            )
+            try:
+                self.models.patch_status(model, patch)
+                counts["models_expired"] += 1
+            except ApiException as exc:
+                if exc.status not in (404, 409):  # gone, or changed: the next sweep looks again
+                    raise
+            session_id = session.get("sessionId") or _session_of(model) or ""
+            if SESSION_ID_RE.match(session_id):
+                self.store.remove(session_id)
+        return counts

@@ -1,0 +1,177 @@
+"""The status of an imported Model at each step of its import, as merge patches of ``.status``.
+
+Shared by the facade (start, complete, expiry, abort) and the operator (the import job's outcome), so
+that both write the same phase, conditions and job record. Pure functions: no FastAPI, no kopf.
+
+Steps (phase, conditions):
+
+- started: ``Importing``; Progressing=True ``AwaitingUpload``; importSession set.
+- completed (job created): ``Importing``; Progressing=True ``Importing``; job IN_PROGRESS.
+- imported: ``ReadyToDeploy``; Ready=True ``Imported``; storage set; job SUCCESS; importSession removed.
+- failed: ``Failed``; Failed=True with the reason (e.g. ChecksumMismatch, UnsafeArchive); job FAILED.
+- expired / aborted before completion: ``Failed``; Failed=True ``ImportExpired`` / ``ImportAborted``;
+  no job (none was ever returned to the caller).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from dockyard_api.resources import GROUP
+from dockyard_api.resources.v1alpha1 import FAILED, PROGRESSING, READY, DockJob, ModelStorage
+
+IMPORT_SESSION_LABEL = f"{GROUP}/import-session"
+"""Label on an uploaded Model: the sessionId that imports it (the facade finds a session's Model with it
+after the session's files are gone)."""
+IMPORT_ENVIRONMENT_ANNOTATION = f"{GROUP}/import-environment"
+"""Annotation on an uploaded Model: the environment whose API key started the import."""
+
+AWAITING_UPLOAD = "AwaitingUpload"
+IMPORTING = "Importing"
+IMPORTED = "Imported"
+IMPORT_EXPIRED = "ImportExpired"
+IMPORT_ABORTED = "ImportAborted"
+
+
+def now() -> datetime:
+    return datetime.now(UTC).replace(microsecond=0)
+
+
+def _time(moment: datetime) -> str:
+    return moment.astimezone(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def conditions(
+    previous: Sequence[Mapping[str, Any]] | None,
+    states: Mapping[str, tuple[bool, str, str]],
+    at: datetime,
+    generation: int | None = None,
+) -> list[dict[str, Any]]:
+    """Ready, Progressing and Failed as ``states`` says ({type: (true?, reason, message)}); a condition
+    whose status did not change keeps its lastTransitionTime."""
+    before = {c.get("type"): c for c in previous or ()}
+    out = []
+    for kind in (READY, PROGRESSING, FAILED):
+        true, reason, message = states.get(kind, (False, "Importing" if kind == READY else "NotFailed", ""))
+        status = "True" if true else "False"
+        old = before.get(kind) or {}
+        transition = old.get("lastTransitionTime") if old.get("status") == status else None
+        cond: dict[str, Any] = {
+            "type": kind,
+            "status": status,
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": transition or _time(at),
+        }
+        if generation is not None:
+            cond["observedGeneration"] = generation
+        out.append(cond)
+    return out
+
+
+def _dump(model: Any) -> Any:
+    return model.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def started(session_id: str, expiration: datetime, at: datetime) -> dict[str, Any]:
+    return {
+        "phase": "Importing",
+        "importSession": {"sessionId": session_id, "expirationDate": _time(expiration)},
+        "conditions": conditions(
+            None,
+            {
+                READY: (False, AWAITING_UPLOAD, "the model file is being uploaded"),
+                PROGRESSING: (True, AWAITING_UPLOAD, f"waiting for the chunks of import session {session_id}"),
+            },
+            at,
+        ),
+    }
+
+
+def new_job(dock_status_id: str, at: datetime) -> DockJob:
+    return DockJob(
+        dock_status_id=dock_status_id,
+        job_type="MODELS",
+        action="EXPORT",
+        status="IN_PROGRESS",
+        reason=IMPORTING,
+        message="all chunks received; assembling, verifying and storing the model",
+        start_time=at,
+    )
+
+
+def completed(job: DockJob, previous: Sequence[Mapping[str, Any]] | None, at: datetime) -> dict[str, Any]:
+    return {
+        "phase": "Importing",
+        "job": _dump(job),
+        "conditions": conditions(
+            previous,
+            {
+                READY: (False, IMPORTING, "the model is being imported"),
+                PROGRESSING: (True, IMPORTING, job.message),
+            },
+            at,
+        ),
+    }
+
+
+def imported(
+    job: DockJob, storage: ModelStorage, previous: Sequence[Mapping[str, Any]] | None, at: datetime
+) -> dict[str, Any]:
+    message = f"{storage.size_bytes} bytes verified and stored at {storage.path}"
+    done = job.model_copy(update={"status": "SUCCESS", "reason": IMPORTED, "message": message, "completion_time": at})
+    return {
+        "phase": "ReadyToDeploy",
+        "job": _dump(done),
+        "storage": _dump(storage),
+        "importSession": None,
+        "conditions": conditions(
+            previous,
+            {READY: (True, IMPORTED, message), PROGRESSING: (False, IMPORTED, "the import is done")},
+            at,
+        ),
+    }
+
+
+def failed(
+    job: DockJob | None, reason: str, message: str, previous: Sequence[Mapping[str, Any]] | None, at: datetime
+) -> dict[str, Any]:
+    patch: dict[str, Any] = {
+        "phase": "Failed",
+        "importSession": None,
+        "conditions": conditions(
+            previous,
+            {
+                READY: (False, reason, message),
+                PROGRESSING: (False, reason, "the import stopped"),
+                FAILED: (True, reason, message),
+            },
+            at,
+        ),
+    }
+    if job is not None:
+        done = job.model_copy(update={"status": "FAILED", "reason": reason, "message": message, "completion_time": at})
+        patch["job"] = _dump(done)
+    return patch
+
+
+def failed_reason(status: Mapping[str, Any]) -> str | None:
+    """The reason of the Failed=True condition, if any."""
+    for cond in status.get("conditions") or ():
+        if cond.get("type") == FAILED and cond.get("status") == "True":
+            return str(cond.get("reason"))
+    return None
+
+
+def job_record(job: Mapping[str, Any], model_id: str) -> dict[str, Any]:
+    """SPEC.md's job record, with both spellings of the id (``dockStatusId`` and ``dock-statusId``)."""
+    return {
+        "dockStatusId": job["dockStatusId"],
+        "dock-statusId": job["dockStatusId"],
+        "modelId": model_id,
+        "jobType": job["jobType"],
+        "action": job["action"],
+        "status": job["status"],
+    }

@@ -1,0 +1,546 @@
+"""The model store: a directory on a volume shared by every facade replica and the operator.
+
+Layout (relative to the store root)::
+
+    sessions/<sessionId>/session.json        the session's metadata (written atomically)
+    sessions/<sessionId>/chunks/<n>          chunk n, complete or absent
+    sessions/<sessionId>/chunks/.part-*      chunks being received (never read as chunks)
+    models/<namespace>/<modelId>/            an imported model (written by the operator)
+
+Nothing is kept in memory: every replica sees the same sessions, chunks arrive in any order and in
+parallel, and a restart loses nothing but the chunks in flight. A chunk is streamed to a temporary file
+in its session's ``chunks/`` directory, flushed to disk, then published with ``link(2)``, which creates
+the chunk's name atomically and only if it does not exist yet: the first complete copy of a chunk wins,
+a re-sent identical copy is accepted (idempotent), a different one is refused (:class:`ChunkConflict`).
+A rename would let a later copy silently replace an accepted one.
+
+This module is pure file-system logic (no FastAPI, no Kubernetes); its errors carry the HTTP status and
+error code the facade answers with.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import math
+import os
+import re
+import shutil
+import tempfile
+import time
+import unicodedata
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+SESSION_ID_RE = re.compile(r"^[0-9a-f]{32}$")
+CHUNK_NAME_RE = re.compile(r"^(0|[1-9][0-9]{0,8})$")
+CHUNK_NUMBER_RE = re.compile(r"^\s*(0|[1-9][0-9]{0,8})\s*$")
+EXTENSION_RE = re.compile(r"^[a-z0-9]{1,16}(\.[a-z0-9]{1,16})?$")
+
+ARCHIVE_EXTENSIONS = ("tar", "tar.gz", "tgz", "zip")
+"""Archives of a model directory; extracted by the operator."""
+WEIGHT_EXTENSIONS = ("safetensors", "gguf", "bin", "pt", "pth")
+"""Single model files; stored as they are."""
+SUPPORTED_EXTENSIONS = ARCHIVE_EXTENSIONS + WEIGHT_EXTENSIONS
+
+MAX_FILE_NAME_BYTES = 255
+MAX_TOTAL_CHUNKS = 1_000_000
+COPY_BUFFER = 1024 * 1024
+IOV_MAX = 1024
+
+# --- errors -----------------------------------------------------------------------------------------
+
+
+class StoreError(Exception):
+    """An import request the store refuses; ``status_code`` and ``code`` are the facade's answer."""
+
+    status_code = 400
+    code = "bad_request"
+
+    def __init__(self, message: str, details: Any = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details
+
+
+class InvalidUpload(StoreError):
+    status_code = 422
+    code = "invalid_request"
+
+
+class FileTooLarge(StoreError):
+    status_code = 413
+    code = "file_too_large"
+
+
+class SessionNotFound(StoreError):
+    status_code = 404
+    code = "session_not_found"
+
+
+class SessionGone(StoreError):
+    """The session existed but is over: expired, aborted, or (for uploads) already completed."""
+
+    status_code = 410
+    code = "session_expired"
+
+    def __init__(self, message: str, details: Any = None, code: str = "session_expired") -> None:
+        super().__init__(message, details)
+        self.code = code
+
+
+class SessionCompleted(StoreError):
+    status_code = 409
+    code = "session_completed"
+
+
+class InvalidChunkNumber(StoreError):
+    status_code = 422
+    code = "invalid_chunk_number"
+
+
+class ChunkTooLarge(StoreError):
+    status_code = 413
+    code = "chunk_too_large"
+
+
+class EmptyChunk(StoreError):
+    status_code = 422
+    code = "empty_chunk"
+
+
+class ChunkConflict(StoreError):
+    status_code = 409
+    code = "chunk_conflict"
+
+
+class SizeExceeded(StoreError):
+    status_code = 409
+    code = "size_exceeded"
+
+
+class MissingChunks(StoreError):
+    status_code = 409
+    code = "missing_chunks"
+
+
+class SizeMismatch(StoreError):
+    status_code = 409
+    code = "size_mismatch"
+
+
+# --- validation of the start body -------------------------------------------------------------------
+
+
+def check_text(value: str, field: str, max_bytes: int) -> str:
+    """A name that is safe to show and to use as a file name: no control characters, bounded length."""
+    if not value or not value.strip():
+        raise InvalidUpload(f"{field} must not be empty", {"field": field})
+    if len(value.encode("utf-8")) > max_bytes:
+        raise InvalidUpload(f"{field} is longer than {max_bytes} bytes", {"field": field})
+    if any(unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Zl", "Zp") for ch in value):
+        raise InvalidUpload(f"{field} must not contain control characters", {"field": field})
+    return value
+
+
+def check_file_name(value: str) -> str:
+    check_text(value, "fileName", MAX_FILE_NAME_BYTES)
+    if "/" in value or "\\" in value:
+        raise InvalidUpload("fileName must not contain a path separator", {"field": "fileName"})
+    if ".." in value or value.strip() in (".", ""):
+        raise InvalidUpload("fileName must not contain '..' or be '.'", {"field": "fileName"})
+    return value
+
+
+def normalize_extension(value: str) -> str:
+    """``tar``, ``.TAR.GZ`` -> ``tar``, ``tar.gz``; only :data:`SUPPORTED_EXTENSIONS` pass."""
+    check_text(value, "fileExtension", 32)
+    ext = value.strip().lower().removeprefix(".")
+    if not EXTENSION_RE.match(ext):
+        raise InvalidUpload("fileExtension must be letters and digits, e.g. tar or tar.gz", {"field": "fileExtension"})
+    if ext not in SUPPORTED_EXTENSIONS:
+        raise InvalidUpload(
+            f"fileExtension {ext!r} is not supported",
+            {"field": "fileExtension", "supported": list(SUPPORTED_EXTENSIONS)},
+        )
+    return ext
+
+
+def check_sizes(file_size: int, total_chunks: int, max_chunk_bytes: int, max_file_bytes: int) -> None:
+    """``fileSize`` within the limit; ``totalChunks`` such that every chunk has at least one byte and
+    none needs more than the chunk limit: ``ceil(fileSize / maxChunk) <= totalChunks <= fileSize``."""
+    if file_size > max_file_bytes:
+        raise FileTooLarge(
+            f"fileSize {file_size} exceeds the limit of {max_file_bytes} bytes",
+            {"field": "fileSize", "maxFileBytes": max_file_bytes},
+        )
+    fewest = math.ceil(file_size / max_chunk_bytes)
+    most = min(file_size, MAX_TOTAL_CHUNKS)
+    if not fewest <= total_chunks <= most:
+        raise InvalidUpload(
+            f"totalChunks must be between {fewest} and {most} for a file of {file_size} bytes "
+            f"(chunks of at most {max_chunk_bytes} bytes, at least 1 byte each)",
+            {"field": "totalChunks", "min": fewest, "max": most, "maxChunkBytes": max_chunk_bytes},
+        )
+
+
+def parse_chunk_number(raw: str | None, total_chunks: int) -> int:
+    """The multipart field ``chunkNumber``: a decimal integer (form fields are text; SPEC's sample sends a
+    string), in ``[0, totalChunks)``."""
+    if raw is None:
+        raise InvalidChunkNumber("the form field chunkNumber is missing", {"field": "chunkNumber"})
+    match = CHUNK_NUMBER_RE.match(raw)
+    if not match:
+        raise InvalidChunkNumber(
+            "chunkNumber must be a non-negative integer", {"field": "chunkNumber", "value": raw[:32]}
+        )
+    number = int(match.group(1))
+    if number >= total_chunks:
+        raise InvalidChunkNumber(
+            f"chunkNumber {number} is outside [0, {total_chunks})",
+            {"field": "chunkNumber", "value": number, "totalChunks": total_chunks},
+        )
+    return number
+
+
+# --- sessions ---------------------------------------------------------------------------------------
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def iso(moment: datetime) -> str:
+    """ISO 8601 in UTC with a ``Z``, e.g. 2026-11-23T10:00:00Z."""
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+@dataclass(frozen=True)
+class SessionMeta:
+    """What a session is: written once at start, rewritten (atomically) when it completes."""
+
+    session_id: str
+    namespace: str
+    environment: str
+    model_id: str
+    file_context: str
+    file_name: str
+    file_extension: str
+    file_size: int
+    total_chunks: int
+    is_adapter: bool
+    sha256: str | None
+    created_at: datetime
+    expires_at: datetime
+    dock_status_id: str | None = None
+    """Set when the session is completed: the import job it became."""
+
+    def expired(self, now: datetime | None = None) -> bool:
+        return (now or utcnow()) >= self.expires_at
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        data["created_at"] = iso(self.created_at)
+        data["expires_at"] = iso(self.expires_at)
+        return json.dumps(data, indent=1, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> SessionMeta:
+        data = json.loads(text)
+        data["created_at"] = datetime.fromisoformat(data["created_at"])
+        data["expires_at"] = datetime.fromisoformat(data["expires_at"])
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class ChunkInfo:
+    number: int
+    size: int
+
+
+@dataclass(frozen=True)
+class ReceivedChunk:
+    """A chunk streamed to its temporary file."""
+
+    path: Path
+    size: int
+
+
+def check_session_id(session_id: str) -> str:
+    if not SESSION_ID_RE.match(session_id):
+        raise SessionNotFound(f"no import session {session_id[:64]!r}", {"sessionId": session_id[:64]})
+    return session_id
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so that readers see the old content or the new one, never a part."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def same_bytes(a: Path, b: Path) -> bool:
+    """Whether two files hold the same bytes (read block by block, never whole)."""
+    if a.stat().st_size != b.stat().st_size:
+        return False
+    with a.open("rb") as fa, b.open("rb") as fb:
+        while True:
+            block = fa.read(COPY_BUFFER)
+            if block != fb.read(COPY_BUFFER):
+                return False
+            if not block:
+                return True
+
+
+class ChunkWriter:
+    """Streams one uploaded chunk to a temporary file, refusing more than ``limit`` bytes.
+
+    No checksum is computed on the way: a re-sent chunk is compared byte for byte with the stored one
+    (:func:`same_bytes`), which is exact and costs nothing for the chunks sent once (hashing every
+    chunk while streaming took about a fifth of the facade's CPU time per byte; see docs/benchmarks.md).
+    The whole file's SHA-256 is computed and verified by the import job."""
+
+    def __init__(self, directory: Path, limit: int, *, fsync: bool = True) -> None:
+        fd, name = tempfile.mkstemp(dir=directory, prefix=".part-")
+        self._file = os.fdopen(fd, "wb", buffering=0)
+        self.path = Path(name)
+        self.limit = limit
+        self.size = 0
+        self.fsync = fsync
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        """Append ``data``; past ``limit`` the partial file is deleted and :class:`ChunkTooLarge` raised."""
+        if self.size + len(data) > self.limit:
+            self.discard()
+            raise ChunkTooLarge(f"the chunk is larger than {self.limit} bytes", {"maxChunkBytes": self.limit})
+        view = memoryview(data)
+        while view:
+            written = self._file.write(view)
+            view = view[written or 0 :]
+        self.size += len(data)
+
+    def write_all(self, pieces: list[memoryview]) -> None:
+        """Append the pieces with as few system calls as possible (``writev``)."""
+        total = sum(len(p) for p in pieces)
+        if self.size + total > self.limit:
+            self.discard()
+            raise ChunkTooLarge(f"the chunk is larger than {self.limit} bytes", {"maxChunkBytes": self.limit})
+        fd = self._file.fileno()
+        views = [memoryview(p) for p in pieces]
+        while views:
+            written = os.writev(fd, views[:IOV_MAX])
+            while views and written >= len(views[0]):
+                written -= len(views[0])
+                views.pop(0)
+            if views and written:
+                views[0] = views[0][written:]
+        self.size += total
+
+    def finish(self) -> ReceivedChunk:
+        if self.fsync:
+            os.fsync(self._file.fileno())
+        self._file.close()
+        return ReceivedChunk(self.path, self.size)
+
+    def discard(self) -> None:
+        if not self._file.closed:
+            self._file.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+
+
+class ModelStore:
+    """The model store under ``root`` (see the module docstring for the layout)."""
+
+    def __init__(self, root: Path | str) -> None:
+        self.root = Path(root)
+        self.sessions = self.root / "sessions"
+        self.models = self.root / "models"
+
+    def ensure(self) -> None:
+        self.sessions.mkdir(parents=True, exist_ok=True)
+        self.models.mkdir(parents=True, exist_ok=True)
+
+    # -- sessions --
+
+    def session_dir(self, session_id: str) -> Path:
+        return self.sessions / check_session_id(session_id)
+
+    def chunks_dir(self, session_id: str) -> Path:
+        return self.session_dir(session_id) / "chunks"
+
+    def create(self, meta: SessionMeta) -> None:
+        directory = self.session_dir(meta.session_id)
+        (directory / "chunks").mkdir(parents=True)
+        write_atomically(directory / "session.json", meta.to_json())
+
+    def load(self, session_id: str) -> SessionMeta | None:
+        """The session's metadata; None when there is no such session (never created, or removed)."""
+        try:
+            text = (self.session_dir(session_id) / "session.json").read_text(encoding="utf-8")
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        return SessionMeta.from_json(text)
+
+    def save(self, meta: SessionMeta) -> None:
+        write_atomically(self.session_dir(meta.session_id) / "session.json", meta.to_json())
+
+    def mark_completed(self, meta: SessionMeta, dock_status_id: str) -> SessionMeta:
+        done = replace(meta, dock_status_id=dock_status_id)
+        self.save(done)
+        return done
+
+    def session_ids(self) -> list[str]:
+        try:
+            return sorted(e.name for e in os.scandir(self.sessions) if SESSION_ID_RE.match(e.name))
+        except FileNotFoundError:
+            return []
+
+    def remove(self, session_id: str) -> int:
+        """Delete the session and its chunks; returns the bytes freed (0 if it was gone already)."""
+        directory = self.session_dir(session_id)
+        freed = 0
+        for chunk in _scan(directory / "chunks"):
+            with contextlib.suppress(FileNotFoundError):
+                freed += chunk.stat().st_size
+        shutil.rmtree(directory, ignore_errors=True)
+        return freed
+
+    def bytes_on_disk(self, session_id: str) -> int:
+        return sum(_size(e) for e in _scan(self.chunks_dir(session_id)))
+
+    # -- chunks --
+
+    def chunks(self, session_id: str) -> list[ChunkInfo]:
+        """The chunks received so far, by number."""
+        entries = _scan(self.chunks_dir(session_id))
+        found = [ChunkInfo(int(e.name), _size(e)) for e in entries if CHUNK_NAME_RE.match(e.name)]
+        return sorted(found, key=lambda c: c.number)
+
+    def missing(self, meta: SessionMeta) -> list[int]:
+        have = {c.number for c in self.chunks(meta.session_id)}
+        return [n for n in range(meta.total_chunks) if n not in have]
+
+    def chunk_path(self, session_id: str, number: int) -> Path:
+        return self.chunks_dir(session_id) / str(number)
+
+    def writer(self, meta: SessionMeta, max_chunk_bytes: int, *, fsync: bool = True) -> ChunkWriter:
+        """A writer for one chunk of ``meta``: at most ``max_chunk_bytes`` and at most the file's size."""
+        try:
+            return ChunkWriter(self.chunks_dir(meta.session_id), min(max_chunk_bytes, meta.file_size), fsync=fsync)
+        except FileNotFoundError:
+            raise SessionGone(f"import session {meta.session_id} was aborted", code="session_aborted") from None
+
+    def publish(self, meta: SessionMeta, number: int, chunk: ReceivedChunk) -> bool:
+        """Make ``chunk`` chunk ``number`` of the session. True: stored now; False: the same bytes were
+        there already. Raises :class:`ChunkConflict` when different bytes are there, :class:`EmptyChunk`,
+        or :class:`SizeExceeded` when the chunks would hold more than ``fileSize`` bytes. The temporary
+        file is gone afterwards in every case."""
+        try:
+            if chunk.size == 0:
+                raise EmptyChunk("the chunk is empty", {"chunkNumber": number})
+            final = self.chunk_path(meta.session_id, number)
+            if final.exists():
+                return self._same(final, number, chunk)
+            others = sum(c.size for c in self.chunks(meta.session_id) if c.number != number)
+            if others + chunk.size > meta.file_size:
+                raise SizeExceeded(
+                    f"with this chunk the session would hold {others + chunk.size} bytes, more than fileSize "
+                    f"{meta.file_size}",
+                    {"chunkNumber": number, "fileSize": meta.file_size, "received": others, "chunkSize": chunk.size},
+                )
+            try:
+                _link_exclusive(chunk.path, final)
+            except FileExistsError:
+                return self._same(final, number, chunk)  # a parallel upload of the same chunk won
+            except FileNotFoundError:
+                raise SessionGone(f"import session {meta.session_id} was aborted", code="session_aborted") from None
+            _fsync_dir(final.parent)
+            return True
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(chunk.path)
+
+    def _same(self, final: Path, number: int, chunk: ReceivedChunk) -> bool:
+        if same_bytes(final, chunk.path):
+            return False
+        raise ChunkConflict(
+            f"chunk {number} was already received with different bytes",
+            {"chunkNumber": number},
+        )
+
+    def received_bytes(self, session_id: str) -> int:
+        return sum(c.size for c in self.chunks(session_id))
+
+    # -- models --
+
+    def model_dir(self, namespace: str, model_id: str) -> Path:
+        return self.models / namespace / model_id
+
+    def relative(self, path: Path) -> str:
+        return path.relative_to(self.root).as_posix()
+
+
+def _link_exclusive(src: Path, dst: Path) -> None:
+    """Create ``dst`` as ``src`` atomically, failing with FileExistsError if it exists.
+
+    ``link(2)`` where the file system has hard links; elsewhere a rename after an existence check (a
+    narrow race between two different copies of one chunk remains there)."""
+    try:
+        os.link(src, dst)
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK):
+            raise
+        if dst.exists():
+            raise FileExistsError(errno.EEXIST, "chunk exists", str(dst)) from exc
+        os.replace(src, dst)
+
+
+def _scan(directory: Path) -> Iterator[os.DirEntry[str]]:
+    try:
+        with os.scandir(directory) as entries:
+            yield from entries
+    except FileNotFoundError:
+        return
+
+
+def _size(entry: os.DirEntry[str]) -> int:
+    try:
+        return entry.stat(follow_symlinks=False).st_size
+    except FileNotFoundError:
+        return 0
+
+
+def age_seconds(path: Path) -> float:
+    try:
+        return time.time() - path.stat().st_mtime
+    except FileNotFoundError:
+        return 0.0
+
+
+def default_root() -> Path:
+    """``<checkout>/.dockyard/model-store`` for local runs (beside the local control plane's state);
+    the working directory's ``.dockyard/model-store`` when not run from a checkout."""
+    here = Path(__file__).resolve().parents[2]
+    base = here if (here / "pyproject.toml").is_file() else Path.cwd()
+    return base / ".dockyard" / "model-store"

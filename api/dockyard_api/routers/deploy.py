@@ -1,0 +1,359 @@
+"""Public deploy endpoints: ``POST /api/public/models/{modelId}/deploy`` (SPEC.md §4) and
+``POST /api/public/tools/{toolId}/deploy`` (SPEC.md §5).
+
+Each call starts a NEW dock job: the facade writes a new ``dockyard.dev/dock-status-id`` label on the
+ModelDeployment / ToolDeployment it creates or updates, the operator starts the job with that id
+(status.job), and ``GET /api/public/dock-status/{id}`` follows it. Nothing is kept in the facade.
+
+Model deploy, per call: one read of the Model (from a watch-fed cache when it shows the Model
+ReadyToDeploy, else from the API server) and one create (or, for an existing deployment, one read and
+one patch) of the ModelDeployment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import Annotated, Any
+
+import orjson
+from fastapi import APIRouter, Body, Path, Query, Request
+from fastapi.responses import Response
+
+from dockyard_api import apikeys
+from dockyard_api.auth import EnvironmentCaller, PublicCaller
+from dockyard_api.cache import ObjectCache
+from dockyard_api.errors import ConflictError, InvalidRequestError, NotFoundError
+from dockyard_api.kubehttp import AsyncKube, KubeError
+from dockyard_api.resources.v1alpha1 import (
+    API_VERSION,
+    APP_LABEL,
+    DOCK_STATUS_ID_LABEL,
+    ModelDeploymentSpec,
+    ModelType,
+    ScalingParameters,
+)
+from dockyard_api.resources.v1alpha1.common import DNS_SUBDOMAIN_PATTERN
+from dockyard_api.resources.v1alpha1.tool import tool_deployment_name
+from dockyard_api.routers.dock_status import job_record, pending_record
+from dockyard_api.schemas.public import (
+    MODEL_DEPLOY_EXAMPLES,
+    MODEL_DEPLOY_RESPONSE_EXAMPLES,
+    TOOL_DEPLOY_EXAMPLES,
+    TOOL_DEPLOY_RESPONSE_EXAMPLES,
+    ModelDeployBody,
+    ToolDeployBody,
+    error_responses,
+    job_responses,
+)
+from dockyard_api.settings import ApiSettings
+
+router = APIRouter(prefix="/api/public", tags=["deploy"])
+
+REQUESTED_BY_ANNOTATION = "dockyard.dev/requested-by"
+"""Who asked for the latest deployment through the public API: the API key's prefix and its environment."""
+READY_TO_DEPLOY = "ReadyToDeploy"
+PENDING_MESSAGE = "deployment requested; poll GET {base_url}/api/public/dock-status/{dockStatusId}"
+
+ModelId = Annotated[
+    str,
+    Path(
+        alias="modelId",
+        min_length=1,
+        max_length=253,
+        pattern=DNS_SUBDOMAIN_PATTERN,
+        description="The model's id (the name of its Model object), e.g. llama-3-8b-instruct",
+        examples=["llama-3-8b-instruct"],
+    ),
+]
+ToolId = Annotated[
+    str,
+    Path(
+        alias="toolId",
+        min_length=1,
+        max_length=253,
+        pattern=DNS_SUBDOMAIN_PATTERN,
+        description="The tool version's id (<name>-<version>, the name of its Tool object), e.g. weather-1.2.0",
+        examples=["weather-1.2.0"],
+    ),
+]
+ModelTypeQuery = Annotated[
+    ModelType, Query(alias="modelType", description="openSource or fineTune (required)", examples=["openSource"])
+]
+
+
+def _json_response(record: dict[str, Any]) -> Response:
+    return Response(orjson.dumps(record), media_type="application/json")
+
+
+def _kube(request: Request) -> AsyncKube:
+    kube: AsyncKube = request.app.state.kube
+    return kube
+
+
+def _requested_by(caller: EnvironmentCaller) -> str:
+    return f"{apikeys.display_prefix(caller.key_id)} (environment {caller.environment})"
+
+
+# --- model deploy -------------------------------------------------------------------------------------
+
+
+@router.post(
+    "/models/{modelId}/deploy",
+    summary="Deploy a model that is Ready to Deploy (SPEC.md §4)",
+    description="Creates or updates the ModelDeployment named `name` and starts a new dock job: the answer is "
+    "the job record (IN_PROGRESS, action DEPLOY); follow it with `GET {base_url}/api/public/dock-status/"
+    "{dockStatusId}`. `isDeployedPreviously` false (default): a new deployment, or an update of this "
+    "model's deployment of that name (409 when the name serves another model); true: a redeploy of an "
+    "existing deployment (404 when there is none).",
+    response_model=None,
+    responses={
+        **job_responses(MODEL_DEPLOY_RESPONSE_EXAMPLES, "The deployment job started"),
+        **error_responses(401, 403, 404, 409, 422, 502),
+    },
+)
+async def deploy_model(
+    model_id: ModelId,
+    model_type: ModelTypeQuery,
+    body: Annotated[ModelDeployBody, Body(openapi_examples=MODEL_DEPLOY_EXAMPLES)],
+    caller: PublicCaller,
+    request: Request,
+) -> Response:
+    kube = _kube(request)
+    namespace = caller.namespace
+    await _check_model(request, namespace, model_id, model_type)
+    spec = ModelDeploymentSpec(
+        model_ref=model_id,
+        model_type=model_type,
+        name=body.name,
+        is_deployed_previously=body.is_deployed_previously,
+        hyper_parameters=body.hyper_parameters,
+        scaling_parameters=body.scaling_parameters or ScalingParameters(),
+        device_type=body.device_type,
+        optimization_info=body.optimization_info,
+    )
+    job_id = str(uuid.uuid4())
+    metadata = {
+        "labels": {DOCK_STATUS_ID_LABEL: job_id},
+        "annotations": {REQUESTED_BY_ANNOTATION: _requested_by(caller)},
+    }
+    collection = kube.custom_path(namespace, "modeldeployments")
+    if not body.is_deployed_previously:
+        manifest = {
+            "apiVersion": API_VERSION,
+            "kind": "ModelDeployment",
+            "metadata": {"name": body.name, **metadata},
+            "spec": spec.model_dump(mode="json", by_alias=True, exclude_none=True),
+        }
+        try:
+            created = await kube.request("POST", collection, json=manifest)
+            return _json_response(pending_record(created, "modelId", job_id, PENDING_MESSAGE))
+        except KubeError as exc:
+            if exc.status != 409:
+                raise
+    # an existing deployment: check it serves this model, then replace its spec (spec.replicas, which the
+    # autoscaler and kubectl scale own, stays)
+    path = kube.custom_path(namespace, "modeldeployments", body.name)
+    try:
+        existing = await kube.request("GET", path)
+    except KubeError as exc:
+        if exc.status != 404:
+            raise
+        if body.is_deployed_previously:
+            raise NotFoundError(
+                f"no model deployment {body.name!r} to redeploy (isDeployedPreviously is true); "
+                "send isDeployedPreviously: false to create it",
+                {"name": body.name},
+            ) from exc
+        raise ConflictError(f"model deployment {body.name!r} was deleted meanwhile; retry") from exc
+    current_model = (existing.get("spec") or {}).get("modelRef")
+    if current_model != model_id:
+        raise ConflictError(
+            f"the name {body.name!r} is taken by the deployment of model {current_model!r}: choose another name "
+            f"for model {model_id!r}",
+            {"name": body.name, "modelId": current_model},
+        )
+    if existing["metadata"].get("deletionTimestamp"):
+        raise ConflictError(f"model deployment {body.name!r} is being deleted; retry when it is gone")
+    patch = {"metadata": metadata, "spec": spec.model_dump(mode="json", by_alias=True, exclude={"replicas"})}
+    try:
+        patched = await kube.request("PATCH", path, json=patch, content_type="application/merge-patch+json")
+    except KubeError as exc:
+        if exc.status == 404:
+            raise ConflictError(f"model deployment {body.name!r} was deleted meanwhile; retry") from exc
+        raise
+    return _json_response(pending_record(patched, "modelId", job_id, PENDING_MESSAGE))
+
+
+async def _check_model(request: Request, namespace: str, model_id: str, model_type: str) -> None:
+    """404 for an unknown model, 409 unless it is ReadyToDeploy, 422 when modelType contradicts it."""
+    cache: ObjectCache | None = getattr(request.app.state, "models", None)
+    model = cache.get(namespace, model_id) if cache is not None else None
+    if model is None or _phase(model) != READY_TO_DEPLOY:
+        try:
+            model = await _kube(request).request("GET", AsyncKube.custom_path(namespace, "models", model_id))
+        except KubeError as exc:
+            if exc.status == 404:
+                raise NotFoundError(f"model {model_id!r} not found", {"modelId": model_id}) from exc
+            raise
+    phase = _phase(model)
+    if phase != READY_TO_DEPLOY:
+        shown = phase or "not assessed yet"
+        raise ConflictError(
+            f"model {model_id!r} is {shown}, not ReadyToDeploy: only a model in the Ready to Deploy state can be "
+            "deployed",
+            {"modelId": model_id, "phase": phase},
+        )
+    declared = (model.get("spec") or {}).get("modelType")
+    if declared and declared != model_type:
+        why = f"must be {declared}: model {model_id!r} is {declared}"
+        raise InvalidRequestError(
+            f"the request is not valid: query.modelType: {why}", [{"field": "query.modelType", "message": why}]
+        )
+
+
+def _phase(model: dict[str, Any]) -> str | None:
+    phase: str | None = (model.get("status") or {}).get("phase")
+    return phase
+
+
+# --- tool deploy --------------------------------------------------------------------------------------
+
+
+@router.post(
+    "/tools/{toolId}/deploy",
+    summary="Deploy a tool (SPEC.md §5), synchronously or asynchronously",
+    description="Creates or updates the environment's ToolDeployment of this tool version and starts a new dock "
+    "job. `isAsync: true` answers at once (IN_PROGRESS). `isAsync: false` waits until the job is SUCCESS or "
+    "FAILED and answers with it; when the facade's bound (DOCKYARD_API_SYNC_DEPLOY_TIMEOUT_SECONDS, default "
+    "120 s) passes first, it answers with the job still IN_PROGRESS and a message saying so. Either way, "
+    "`GET {base_url}/api/public/dock-status/{dockStatusId}` follows the job.",
+    response_model=None,
+    responses={
+        **job_responses(TOOL_DEPLOY_RESPONSE_EXAMPLES, "The deployment job: finished (isAsync false) or started"),
+        **error_responses(401, 403, 404, 409, 422, 502),
+    },
+)
+async def deploy_tool(
+    tool_id: ToolId,
+    body: Annotated[ToolDeployBody, Body(openapi_examples=TOOL_DEPLOY_EXAMPLES)],
+    caller: PublicCaller,
+    request: Request,
+) -> Response:
+    kube = _kube(request)
+    namespace = caller.namespace
+    try:
+        tool = await kube.request("GET", kube.custom_path(namespace, "tools", tool_id))
+    except KubeError as exc:
+        if exc.status == 404:
+            raise NotFoundError(f"tool {tool_id!r} not found", {"toolId": tool_id}) from exc
+        raise
+    name = tool_deployment_name(caller.environment, tool["spec"]["name"], tool["spec"]["version"])
+    job_id = str(uuid.uuid4())
+    metadata = {
+        "labels": {DOCK_STATUS_ID_LABEL: job_id},
+        "annotations": {REQUESTED_BY_ANNOTATION: _requested_by(caller)},
+    }
+    obj = await _update_tool_deployment(kube, namespace, name, metadata, body.is_async)
+    if obj is None:
+        obj = await _create_tool_deployment(kube, caller, name, tool_id, metadata, body.is_async)
+    if (obj.get("spec") or {}).get("toolRef") != tool_id:
+        raise ConflictError(
+            f"tool deployment {name!r} deploys {obj['spec'].get('toolRef')!r}, not {tool_id!r}", {"name": name}
+        )
+    if body.is_async:
+        return _json_response(pending_record(obj, "toolId", job_id, PENDING_MESSAGE))
+    settings: ApiSettings = request.app.state.settings
+    return _json_response(await _wait_for_job(kube, obj, job_id, settings))
+
+
+async def _update_tool_deployment(
+    kube: AsyncKube, namespace: str, name: str, metadata: dict[str, Any], is_async: bool
+) -> dict[str, Any] | None:
+    patch = {"metadata": metadata, "spec": {"isAsync": is_async}}
+    try:
+        return await kube.request(
+            "PATCH",
+            kube.custom_path(namespace, "tooldeployments", name),
+            json=patch,
+            content_type="application/merge-patch+json",
+        )
+    except KubeError as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+async def _create_tool_deployment(
+    kube: AsyncKube, caller: EnvironmentCaller, name: str, tool_id: str, metadata: dict[str, Any], is_async: bool
+) -> dict[str, Any]:
+    """A ToolDeployment owned by the caller's Environment (deleted with it). It does not carry the
+    environment label: the environment's own reconciler manages only the tools of its deployed version,
+    and adopts this object (same name) if a later version includes the tool."""
+    try:
+        env = await kube.request("GET", kube.custom_path(caller.namespace, "environments", caller.environment))
+    except KubeError as exc:
+        if exc.status == 404:
+            raise NotFoundError(f"environment {caller.environment!r} no longer exists") from exc
+        raise
+    owner = {
+        "apiVersion": API_VERSION,
+        "kind": "Environment",
+        "name": caller.environment,
+        "uid": env["metadata"]["uid"],
+        "blockOwnerDeletion": False,
+    }
+    labels = {**metadata["labels"], APP_LABEL: caller.app, "app.kubernetes.io/managed-by": "dockyard"}
+    manifest = {
+        "apiVersion": API_VERSION,
+        "kind": "ToolDeployment",
+        "metadata": {**metadata, "name": name, "labels": labels, "ownerReferences": [owner]},
+        "spec": {"toolRef": tool_id, "isAsync": is_async},
+    }
+    try:
+        created: dict[str, Any] = await kube.request(
+            "POST", kube.custom_path(caller.namespace, "tooldeployments"), json=manifest
+        )
+        return created
+    except KubeError as exc:
+        if exc.status != 409:
+            raise
+    # created by someone else in between (another call, the environment): label that one
+    again = await _update_tool_deployment(kube, caller.namespace, name, metadata, is_async)
+    if again is None:
+        raise ConflictError(f"tool deployment {name!r} changed concurrently; retry")
+    return again
+
+
+async def _wait_for_job(kube: AsyncKube, obj: dict[str, Any], job_id: str, settings: ApiSettings) -> dict[str, Any]:
+    """Poll the object until its job ``job_id`` is SUCCESS or FAILED, at most the sync deploy timeout."""
+    meta = obj["metadata"]
+    path = kube.custom_path(meta["namespace"], "tooldeployments", meta["name"])
+    deadline = time.monotonic() + settings.sync_deploy_timeout_seconds
+    while True:
+        job = (obj.get("status") or {}).get("job") or {}
+        started = job.get("dockStatusId") == job_id
+        superseded = (obj["metadata"].get("labels") or {}).get(DOCK_STATUS_ID_LABEL) != job_id and not started
+        if superseded:
+            return pending_record(
+                obj, "toolId", job_id, "a newer deployment of this tool replaced this job before it started"
+            )
+        if started and job.get("status") in ("SUCCESS", "FAILED"):
+            return job_record(obj, "toolId")
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            waited = f"still IN_PROGRESS after {settings.sync_deploy_timeout_seconds:g}s (the synchronous bound)"
+            hint = "poll GET {base_url}/api/public/dock-status/{dockStatusId}"
+            if started:
+                record = job_record(obj, "toolId")
+                record["message"] = f"{waited}: {job.get('message', '')}; {hint}"
+                return record
+            return pending_record(obj, "toolId", job_id, f"{waited}: the operator has not started the job; {hint}")
+        await asyncio.sleep(min(settings.sync_deploy_poll_seconds, remaining))
+        try:
+            obj = await kube.request("GET", path)
+        except KubeError as exc:
+            if exc.status == 404:
+                raise ConflictError(f"tool deployment {meta['name']!r} was deleted while deploying") from exc
+            raise

@@ -1,0 +1,278 @@
+"""Management: Environments (deploy, rollback, history, delete) and their API keys.
+
+Deploying and rolling back both set the Environment's ``spec.appVersion`` as the calling user; the
+operator's mutating webhook records who and when from the request's userInfo, and the operator
+appends the history entry. API keys are Secrets no user touches directly: the facade checks
+``environments/apikeys`` permissions with a SubjectAccessReview and writes them itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query, status
+
+from dockyard_api import apikeys, audit
+from dockyard_api.auth import Auth, KubeUser, NamespaceParam
+from dockyard_api.errors import ConflictError, InvalidError, NotFoundError
+from dockyard_api.events import record_event
+from dockyard_api.kubehttp import AsyncKube, KubeError, User
+from dockyard_api.resources.v1alpha1 import API_KEY_LABEL, API_VERSION, ENVIRONMENT_LABEL
+from dockyard_api.routers.apps import AppName, Kube
+from dockyard_api.schemas.management import Deploy, EnvironmentCreate, KeyCreate, KeyView, NewKeyView, Rollback
+
+router = APIRouter(prefix="/api/v1/namespaces/{namespace}", tags=["environments and API keys"])
+
+EnvName = Annotated[str, Path(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")]
+KeyId = Annotated[str, Path(pattern=r"^[a-z0-9]{12}$")]
+KEYS_CHANGED_ANNOTATION = "dockyard.dev/api-keys-changed-at"
+
+
+def environment_view(obj: dict[str, Any]) -> dict[str, Any]:
+    meta, spec, st = obj["metadata"], obj.get("spec") or {}, obj.get("status") or {}
+    urls = st.get("urls") or {}
+    return {
+        "name": spec.get("displayName") or meta["name"],
+        "objectName": meta["name"],
+        "namespace": meta["namespace"],
+        "app": spec.get("appRef"),
+        "description": spec.get("description", ""),
+        "appVersion": spec.get("appVersion") or "draft",
+        "activeVersion": st.get("activeVersion"),
+        "phase": st.get("phase"),
+        "webClientUrl": urls.get("webClientUrl"),
+        "apiBaseUrl": urls.get("apiBaseUrl"),
+        "widgetScriptUrl": urls.get("widgetScriptUrl"),
+        "appId": st.get("appId"),
+        "curlScript": st.get("curlScript"),
+        "history": st.get("history", []),
+        "checklist": st.get("checklist", []),
+        "conditions": st.get("conditions", []),
+        "configuration": spec.get("configuration", {}),
+    }
+
+
+@router.post(
+    "/apps/{app}/environments",
+    status_code=status.HTTP_201_CREATED,
+    summary="Create an environment (name, description, app version)",
+)
+async def create_environment(
+    namespace: NamespaceParam, app: AppName, body: EnvironmentCreate, user: KubeUser, kube: Kube
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {"appRef": app, "displayName": body.name, "description": body.description}
+    if body.app_version:
+        spec["appVersion"] = body.app_version
+    if body.configuration:
+        spec["configuration"] = body.configuration
+    obj = {"apiVersion": API_VERSION, "kind": "Environment", "metadata": {"name": f"{app}-{body.name}"}, "spec": spec}
+    created = await kube.request("POST", kube.custom_path(namespace, "environments"), json=obj, as_user=user)
+    return environment_view(created)
+
+
+@router.get("/apps/{app}/environments", summary="List an App's environments (draft and all created ones)")
+async def list_environments(namespace: NamespaceParam, app: AppName, user: KubeUser, kube: Kube) -> dict[str, Any]:
+    found = await kube.request(
+        "GET", kube.custom_path(namespace, "environments"), params={"fieldSelector": f"spec.appRef={app}"}, as_user=user
+    )
+    return {"items": [environment_view(o) for o in found.get("items", [])]}
+
+
+@router.get(
+    "/environments/{environment}",
+    summary="An environment: linked version, URLs, cURL script, deployment history, pre-production checklist",
+)
+async def get_environment(
+    namespace: NamespaceParam, environment: EnvName, user: KubeUser, kube: Kube
+) -> dict[str, Any]:
+    return environment_view(await _environment(kube, user, namespace, environment))
+
+
+@router.post(
+    "/environments/{environment}/deploy",
+    status_code=status.HTTP_202_ACCEPTED,
+    summary="Deploy a version to the environment (recorded in its history)",
+)
+async def deploy(
+    namespace: NamespaceParam, environment: EnvName, body: Deploy, user: KubeUser, kube: Kube, auth: Auth
+) -> dict[str, Any]:
+    await auth.require(user, verb="create", namespace=namespace, resource="environments", subresource="deploy")
+    await _environment(kube, user, namespace, environment)
+    return environment_view(await _set_version(kube, user, namespace, environment, body.version))
+
+
+@router.post(
+    "/environments/{environment}/rollback",
+    status_code=status.HTTP_202_ACCEPTED,
+    summary="Roll back to a previous version from the history (a new history entry)",
+)
+async def rollback(
+    namespace: NamespaceParam, environment: EnvName, body: Rollback, user: KubeUser, kube: Kube, auth: Auth
+) -> dict[str, Any]:
+    await auth.require(user, verb="create", namespace=namespace, resource="environments", subresource="deploy")
+    if not body.confirm:
+        raise InvalidError("a rollback must be confirmed: send confirm: true", [{"field": "confirm"}])
+    env = await _environment(kube, user, namespace, environment)
+    history = (env.get("status") or {}).get("history", [])
+    previous = [h["version"] for h in history if h.get("status") == "Previous"]
+    if body.version not in previous:
+        raise ConflictError(
+            f"version {body.version} is not a previous deployment of {environment}",
+            {"previousVersions": sorted(set(previous))},
+        )
+    return environment_view(await _set_version(kube, user, namespace, environment, body.version))
+
+
+@router.delete(
+    "/environments/{environment}",
+    status_code=status.HTTP_202_ACCEPTED,
+    summary="Delete an environment (confirm with its name): endpoints off, keys revoked, workloads released",
+)
+async def delete_environment(
+    namespace: NamespaceParam,
+    environment: EnvName,
+    user: KubeUser,
+    kube: Kube,
+    auth: Auth,
+    confirm: Annotated[str | None, Query(description="the environment's name, echoed back to confirm")] = None,
+) -> dict[str, Any]:
+    env = await _environment(kube, user, namespace, environment)
+    names = {environment, (env.get("spec") or {}).get("displayName")}
+    if confirm not in names:
+        raise InvalidError(
+            f"deleting an environment cannot be undone: confirm by sending ?confirm={environment}",
+            [{"field": "confirm", "message": f"must be {environment!r}"}],
+        )
+    if (env.get("spec") or {}).get("displayName") == "draft":
+        raise ConflictError("the draft environment exists as long as its App; delete the App instead")
+    # revoke the keys first: from now on nothing authenticates at this environment
+    keys = await _key_secrets(kube, namespace, environment)
+    await kube.request("DELETE", kube.custom_path(namespace, "environments", environment), as_user=user)
+    for secret in keys:
+        with contextlib.suppress(KubeError):
+            await kube.request("DELETE", kube.core_path(namespace, "secrets", secret["metadata"]["name"]))
+        stored = apikeys.stored_key(secret)
+        if stored:
+            auth.forget_key(namespace, stored.key_id)
+    stamp = audit.deletion_record(env["metadata"], env["spec"]["appRef"], datetime.now(UTC), user.username)
+    with contextlib.suppress(KubeError):
+        await kube.request(
+            "PATCH",
+            kube.core_path(namespace, "configmaps", stamp["metadata"]["name"]),
+            json=stamp,
+            params={"fieldManager": audit.DELETION_MANAGER, "force": "true"},
+            content_type="application/apply-patch+yaml",
+        )
+    return {
+        "deleted": environment,
+        "auditRecord": f"ConfigMap {namespace}/{audit.audit_record_name(env['metadata'])}",
+        "message": "endpoints deactivated and API keys revoked; the audit log and usage statistics are kept",
+    }
+
+
+# --- API keys ----------------------------------------------------------------------------------------
+
+
+@router.post(
+    "/environments/{environment}/apikeys",
+    status_code=status.HTTP_201_CREATED,
+    summary="Generate an API key (the key is in this answer only: it cannot be viewed again)",
+)
+async def create_key(
+    namespace: NamespaceParam, environment: EnvName, body: KeyCreate, user: KubeUser, kube: Kube, auth: Auth
+) -> NewKeyView:
+    await auth.require(user, verb="create", namespace=namespace, resource="environments", subresource="apikeys")
+    env = await _environment(kube, user, namespace, environment)
+    key = apikeys.generate()
+    secret = apikeys.key_secret(
+        key=key, name=body.name, environment=env, created_by=user.username, created_at=datetime.now(UTC)
+    )
+    created = await kube.request("POST", kube.core_path(namespace, "secrets"), json=secret)
+    await _keys_changed(kube, env, f'API key "{body.name}" ({key.prefix}) generated by {user.username}')
+    info = apikeys.key_info(created)
+    assert info is not None
+    return NewKeyView(key=key.value, **info.__dict__)
+
+
+@router.get("/environments/{environment}/apikeys", summary="List API keys (name, prefix, created, last used)")
+async def list_keys(
+    namespace: NamespaceParam, environment: EnvName, user: KubeUser, kube: Kube, auth: Auth
+) -> dict[str, list[KeyView]]:
+    await auth.require(user, verb="list", namespace=namespace, resource="environments", subresource="apikeys")
+    await _environment(kube, user, namespace, environment)
+    infos = [i for i in map(apikeys.key_info, await _key_secrets(kube, namespace, environment)) if i is not None]
+    return {"items": [KeyView(**i.__dict__) for i in sorted(infos, key=lambda i: i.created_at or "")]}
+
+
+@router.delete(
+    "/environments/{environment}/apikeys/{key_id}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    summary="Revoke an API key",
+)
+async def revoke_key(
+    namespace: NamespaceParam, environment: EnvName, key_id: KeyId, user: KubeUser, kube: Kube, auth: Auth
+) -> None:
+    await auth.require(user, verb="delete", namespace=namespace, resource="environments", subresource="apikeys")
+    env = await _environment(kube, user, namespace, environment)
+    path = kube.core_path(namespace, "secrets", apikeys.secret_name(key_id))
+    try:
+        secret = await kube.request("GET", path)
+    except KubeError as exc:
+        if exc.status == 404:
+            raise NotFoundError(f"environment {environment!r} has no API key {key_id!r}") from exc
+        raise
+    stored = apikeys.stored_key(secret)
+    if stored is None or stored.environment != environment:
+        raise NotFoundError(f"environment {environment!r} has no API key {key_id!r}")
+    await kube.request("DELETE", path)
+    auth.forget_key(namespace, key_id)
+    await _keys_changed(kube, env, f"API key {apikeys.display_prefix(key_id)} revoked by {user.username}")
+
+
+# --- helpers -----------------------------------------------------------------------------------------
+
+
+async def _environment(kube: AsyncKube, user: User, namespace: str, name: str) -> dict[str, Any]:
+    try:
+        env: dict[str, Any] = await kube.request("GET", kube.custom_path(namespace, "environments", name), as_user=user)
+    except KubeError as exc:
+        if exc.status == 404:
+            raise NotFoundError(f"environment {name!r} not found in namespace {namespace!r}") from exc
+        raise
+    return env
+
+
+async def _key_secrets(kube: AsyncKube, namespace: str, environment: str) -> list[dict[str, Any]]:
+    found = await kube.request(
+        "GET",
+        kube.core_path(namespace, "secrets"),
+        params={"labelSelector": f"{API_KEY_LABEL}=true,{ENVIRONMENT_LABEL}={environment}"},
+    )
+    items: list[dict[str, Any]] = found.get("items", [])
+    return items
+
+
+async def _set_version(kube: AsyncKube, user: User, namespace: str, name: str, version: str) -> dict[str, Any]:
+    patched: dict[str, Any] = await kube.request(
+        "PATCH",
+        kube.custom_path(namespace, "environments", name),
+        json={"spec": {"appVersion": version}},
+        content_type="application/merge-patch+json",
+        as_user=user,
+    )
+    return patched
+
+
+async def _keys_changed(kube: AsyncKube, env: dict[str, Any], message: str) -> None:
+    """Tell the operator (which recomputes the checklist) and kubectl describe that the keys changed."""
+    meta = env["metadata"]
+    stamp = datetime.now(UTC).isoformat(timespec="microseconds")
+    await kube.request(
+        "PATCH",
+        kube.custom_path(meta["namespace"], "environments", meta["name"]),
+        json={"metadata": {"annotations": {KEYS_CHANGED_ANNOTATION: stamp}}},
+        content_type="application/merge-patch+json",
+    )
+    await record_event(kube, env, reason="ApiKeysChanged", message=message)

@@ -1,0 +1,225 @@
+"""Public API: chunked model import (SPEC.md §1 to §3), plus session status and abort.
+
+Mounted under ``/e/{namespace}/{environment}``: SPEC's {base_url} is the environment's address.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import partial
+from typing import Annotated, Any, TypeVar
+
+import anyio
+from fastapi import APIRouter, Path, Request
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
+
+from dockyard_api.auth import PublicCaller
+from dockyard_api.chunkupload import ChunkUpload
+from dockyard_api.errors import DockyardError
+from dockyard_api.imports import ImportService, StartRequest
+from dockyard_api.modelstore import ChunkWriter, StoreError, parse_chunk_number
+from dockyard_api.schemas.public import error_responses, ok_responses
+
+router = APIRouter(prefix="/api/public/files/session", tags=["model import"])
+T = TypeVar("T")
+
+SessionId = Annotated[str, Path(description="sessionId returned by the start call", max_length=128)]
+
+
+class StartBody(BaseModel):
+    """Body of the start call (SPEC.md §1). ``sha256`` is a Dockyard extension."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    fileContext: str = Field(min_length=1, max_length=64, description="context of the file, e.g. model")
+    totalChunks: StrictInt = Field(ge=1, description="number of chunks the file is divided into")
+    fileExtension: str = Field(min_length=1, max_length=32, description="file extension, e.g. tar")
+    fileName: str = Field(min_length=1, max_length=255, description="name of the file")
+    fileSize: StrictInt = Field(ge=1, description="size of the whole file in bytes")
+    isAdapter: StrictBool = Field(default=False, description="whether the file is an adapter model")
+    sha256: str | None = Field(
+        default=None,
+        description="Dockyard extension: hex SHA-256 of the whole file; the import job FAILS when it differs",
+    )
+
+    @field_validator("sha256")
+    @classmethod
+    def _hex(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        value = value.strip().lower()
+        if len(value) != 64 or any(c not in "0123456789abcdef" for c in value):
+            raise ValueError("sha256 must be 64 hexadecimal digits")
+        return value
+
+
+class StartResponse(BaseModel):
+    sessionId: str
+    modelId: str
+    expirationDate: str = Field(description="ISO 8601 timestamp (UTC) after which the session takes no chunks")
+
+
+class ChunkResponse(BaseModel):
+    chunkNumber: int
+    sessionId: str
+
+
+class JobRecord(BaseModel):
+    """SPEC.md's job record; the id is given under both spellings."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    dockStatusId: str
+    dock_statusId: str = Field(alias="dock-statusId", serialization_alias="dock-statusId")
+    modelId: str
+    jobType: str
+    action: str
+    status: str
+
+
+def service(request: Request) -> ImportService:
+    svc: ImportService = request.app.state.imports
+    return svc
+
+
+@contextmanager
+def answers() -> Iterator[None]:
+    """The store's errors as the facade's error answers (same status, code, message and details)."""
+    try:
+        yield
+    except StoreError as exc:
+        err = DockyardError(exc.message, exc.details)
+        err.status_code = exc.status_code
+        err.code = exc.code
+        raise err from exc
+
+
+async def blocking(fn: Callable[..., T], *args: Any) -> T:
+    with answers():
+        return await anyio.to_thread.run_sync(partial(fn, *args))
+
+
+SESSION_EXAMPLE = {
+    "sessionId": "7c9e6679-7425-40de-944b-e07fc1f90ae7",
+    "modelId": "llama-lora-3f9a1c2e",
+    "expirationDate": "2026-11-24T10:00:00Z",
+}
+IMPORT_JOB_EXAMPLE = {
+    "dockStatusId": "5b0f7c3e-4a53-4a0e-9a39-2b7f0d7e9a11",
+    "dock-statusId": "5b0f7c3e-4a53-4a0e-9a39-2b7f0d7e9a11",
+    "modelId": "llama-lora-3f9a1c2e",
+    "jobType": "MODELS",
+    "action": "EXPORT",
+    "status": "IN_PROGRESS",
+}
+SESSION_STATE_EXAMPLE = {
+    **SESSION_EXAMPLE,
+    "state": "open",
+    "fileSize": 50331648,
+    "totalChunks": 3,
+    "receivedChunks": [{"chunkNumber": 0, "size": 16777216}],
+    "receivedBytes": 16777216,
+    "missingChunks": [1, 2],
+}
+
+
+@router.post(
+    "/start",
+    response_model=StartResponse,
+    summary="Start an import session (SPEC.md §1)",
+    responses={**ok_responses(SESSION_EXAMPLE, "The session"), **error_responses(401, 403, 404, 422, 502)},
+)
+async def start(body: StartBody, caller: PublicCaller, request: Request) -> Any:
+    req = StartRequest(
+        file_context=body.fileContext,
+        total_chunks=body.totalChunks,
+        file_extension=body.fileExtension,
+        file_name=body.fileName,
+        file_size=body.fileSize,
+        is_adapter=body.isAdapter,
+        sha256=body.sha256,
+    )
+    return await blocking(service(request).start, caller.namespace, caller.environment, req)
+
+
+@router.post(
+    "/{sessionId}",
+    response_model=ChunkResponse,
+    summary="Upload one chunk (SPEC.md §2): multipart fields file and chunkNumber",
+    responses={
+        **ok_responses({"chunkNumber": 0, "sessionId": "7c9e6679-7425-40de-944b-e07fc1f90ae7"}, "The chunk is stored"),
+        **error_responses(401, 403, 404, 409, 410, 413, 422, 502),
+    },
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "multipart/form-data": {
+                    "schema": {
+                        "type": "object",
+                        "required": ["file", "chunkNumber"],
+                        "properties": {
+                            "file": {"type": "string", "format": "binary", "description": "the chunk"},
+                            "chunkNumber": {"type": "integer", "minimum": 0, "description": "0 .. totalChunks-1"},
+                        },
+                    }
+                }
+            },
+        }
+    },
+)
+async def upload_chunk(sessionId: SessionId, caller: PublicCaller, request: Request) -> Any:
+    svc = service(request)
+    meta = await blocking(svc.open_session, caller.namespace, caller.environment, sessionId)
+    fsync = svc.settings.fsync_chunks
+
+    def open_writer() -> ChunkWriter:
+        with answers():
+            return svc.store.writer(meta, svc.settings.max_chunk_bytes, fsync=fsync)
+
+    def check_number(raw: str) -> int:
+        with answers():
+            return parse_chunk_number(raw, meta.total_chunks)
+
+    with answers():
+        number, chunk = await ChunkUpload(open_writer, check_number).read(
+            request.headers.get("content-type"), request.stream()
+        )
+    await blocking(svc.store.publish, meta, number, chunk)
+    return {"chunkNumber": number, "sessionId": sessionId}
+
+
+@router.get(
+    "/{sessionId}",
+    summary="Which chunks the session has received (to resume an upload)",
+    responses={**ok_responses(SESSION_STATE_EXAMPLE, "The session"), **error_responses(401, 403, 404, 410, 422)},
+)
+async def describe(sessionId: SessionId, caller: PublicCaller, request: Request) -> dict[str, Any]:
+    return await blocking(service(request).describe, caller.namespace, caller.environment, sessionId)
+
+
+@router.delete(
+    "/{sessionId}",
+    summary="Abort the session: its chunks are deleted, its Model becomes Failed",
+    responses={
+        **ok_responses({**SESSION_EXAMPLE, "freedBytes": 16777216}, "The session is aborted"),
+        **error_responses(401, 403, 404, 409, 422),
+    },
+)
+async def abort(sessionId: SessionId, caller: PublicCaller, request: Request) -> dict[str, Any]:
+    return await blocking(service(request).abort, caller.namespace, caller.environment, sessionId)
+
+
+@router.post(
+    "/{sessionId}/complete",
+    response_model=JobRecord,
+    response_model_by_alias=True,
+    summary="Complete the import (SPEC.md §3): starts the import job; calling it again returns the same job",
+    responses={
+        **ok_responses(IMPORT_JOB_EXAMPLE, "The import job"),
+        **error_responses(401, 403, 404, 409, 410, 422, 502),
+    },
+)
+async def complete(sessionId: SessionId, caller: PublicCaller, request: Request) -> Any:
+    return await blocking(service(request).complete, caller.namespace, caller.environment, sessionId)

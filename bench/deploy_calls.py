@@ -1,0 +1,294 @@
+"""Model-deploy calls through the facade vs creating the same ModelDeployments directly.
+
+One local control plane of its own, one run, the paths side by side and alternated in rounds (so a
+load change on the shared machine hits all of them):
+
+- ``direct``: the Kubernetes Python client (``CustomObjectsApi.create_namespaced_custom_object``) from
+  a pool of ``concurrency`` threads, creating the exact object the facade creates;
+- ``facade``: ``POST /e/<ns>/<env>/api/public/models/<modelId>/deploy?modelType=openSource`` with
+  SPEC.md's sample body (a new ``name`` per call) from ``concurrency`` concurrent asyncio clients (aiohttp), to
+  the facade running as its own process (``python -m dockyard_api``, one uvicorn process);
+- ``direct-async``: the same create as ``direct``, sent with the same async HTTP client as the facade
+  path (a reference that shows what the Python Kubernetes client itself costs).
+
+Each call creates a new ModelDeployment (the facade: auth from its key cache, the Model from its
+watch-fed cache, one create). No operator runs, so nothing but the calls loads the API server.
+Targets: facade requests/s >= 0.8 x direct, facade p99 < 100 ms.
+
+    .venv/bin/python -m bench.deploy_calls [--calls 1000 --concurrency 32 --rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import aiohttp
+from kubernetes import client
+from tests.support.runners import free_port, wait_http_ok
+
+from bench.common import api_for, bench_cluster, namespace
+from dockyard_api import apikeys
+from dockyard_api.kubehttp import AsyncKube, KubeError
+from dockyard_api.resources import GROUP
+from dockyard_api.resources.v1alpha1 import API_VERSION, DOCK_STATUS_ID_LABEL, VERSION
+from dockyard_api.routers.deploy import REQUESTED_BY_ANNOTATION
+from dockyard_api.schemas.public import SPEC_MODEL_DEPLOY_SAMPLE
+from dockyard_localcluster.cluster import LocalCluster
+
+MODEL = "llama-3-8b-instruct"
+
+
+@dataclass
+class Result:
+    path: str
+    round: int
+    calls: int
+    seconds: float
+    latencies_ms: list[float]
+    errors: int
+
+    @property
+    def rps(self) -> float:
+        return self.calls / self.seconds
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
+
+
+def manifest(name: str) -> dict[str, Any]:
+    """The object the facade creates for SPEC's sample body named ``name`` (same labels and annotation)."""
+    body = copy.deepcopy(SPEC_MODEL_DEPLOY_SAMPLE)
+    body.pop("name")
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ModelDeployment",
+        "metadata": {
+            "name": name,
+            "labels": {DOCK_STATUS_ID_LABEL: f"job-{name}"},
+            "annotations": {REQUESTED_BY_ANNOTATION: "dky_benchmark0000 (environment bench-production)"},
+        },
+        "spec": {"modelRef": MODEL, "modelType": "openSource", "name": name, **body},
+    }
+
+
+def setup(api: client.ApiClient, ns: str) -> str:
+    """A ReadyToDeploy hub Model, an App, an Environment and an API key in ``ns``; returns the key."""
+    objects = client.CustomObjectsApi(api)
+
+    def create(plural: str, kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+        body = {"apiVersion": API_VERSION, "kind": kind, "metadata": {"name": name}, "spec": spec}
+        created: dict[str, Any] = objects.create_namespaced_custom_object(GROUP, VERSION, ns, plural, body)
+        return created
+
+    create("models", "Model", MODEL, {"modelType": "openSource", "source": {"hub": {"id": "meta-llama/x"}}})
+    # no operator runs here: write what it writes for a hub model
+    objects.patch_namespaced_custom_object_status(
+        GROUP, VERSION, ns, "models", MODEL, {"status": {"phase": "ReadyToDeploy"}}
+    )
+    create("apps", "App", "bench", {})
+    env = create("environments", "Environment", "bench-production", {"appRef": "bench"})
+    key = apikeys.generate()
+    secret = apikeys.key_secret(
+        key=key, name="bench", environment=env, created_by="bench", created_at=datetime.now(UTC)
+    )
+    client.CoreV1Api(api).create_namespaced_secret(ns, secret)
+    return key.value
+
+
+@contextmanager
+def facade_process(cluster: LocalCluster) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    port = free_port()
+    env = dict(os.environ, KUBECONFIG=str(cluster.settings.kubeconfig), DOCKYARD_API_HOST="127.0.0.1",
+               DOCKYARD_API_PORT=str(port))  # fmt: skip
+    log = (cluster.settings.state_dir / "facade.log").open("ab")
+    proc = subprocess.Popen([sys.executable, "-m", "dockyard_api"], env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_http_ok(f"http://127.0.0.1:{port}/readyz", timeout=60)
+        yield f"http://127.0.0.1:{port}", proc
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        log.close()
+
+
+def run_direct(api: client.ApiClient, ns: str, names: list[str], concurrency: int) -> tuple[float, list[float], int]:
+    objects = client.CustomObjectsApi(api)
+    latencies: list[float] = []
+    errors = 0
+
+    def one(name: str) -> None:
+        nonlocal errors
+        started = time.perf_counter()
+        try:
+            objects.create_namespaced_custom_object(GROUP, VERSION, ns, "modeldeployments", manifest(name))
+        except client.ApiException:
+            errors += 1
+        latencies.append((time.perf_counter() - started) * 1000)
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(concurrency) as pool:
+        list(pool.map(one, names))
+    return time.perf_counter() - start, latencies, errors
+
+
+async def run_async(
+    names: list[str], concurrency: int, send: Callable[[str], Awaitable[tuple[int, str]]]
+) -> tuple[float, list[float], int]:
+    """``concurrency`` asyncio workers calling ``send(name)`` (-> status, body) until ``names`` are used up."""
+    latencies: list[float] = []
+    errors = 0
+    queue = list(reversed(names))
+
+    async def worker() -> None:
+        nonlocal errors
+        while queue:
+            name = queue.pop()
+            started = time.perf_counter()
+            status, text = await send(name)
+            latencies.append((time.perf_counter() - started) * 1000)
+            if status >= 300:
+                errors += 1
+                if errors <= 3:
+                    print(f"    error {status}: {text[:200]}")
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return time.perf_counter() - start, latencies, errors
+
+
+def run_facade(url: str, ns: str, key: str, names: list[str], concurrency: int) -> tuple[float, list[float], int]:
+    """The load generator is aiohttp too: its per-request cost is small and flat (it shares the CPUs)."""
+    path = f"{url}/e/{ns}/bench-production/api/public/models/{MODEL}/deploy"
+
+    async def main() -> tuple[float, list[float], int]:
+        connector = aiohttp.TCPConnector(limit=concurrency)
+        async with aiohttp.ClientSession(connector=connector, headers={"x-api-key": key}) as http:
+
+            async def send(name: str) -> tuple[int, str]:
+                body = {**SPEC_MODEL_DEPLOY_SAMPLE, "name": name}
+                async with http.post(path, params={"modelType": "openSource"}, json=body) as response:
+                    return response.status, await response.text()
+
+            return await run_async(names, concurrency, send)
+
+    return asyncio.run(main())
+
+
+def run_direct_async(
+    cluster: LocalCluster, ns: str, names: list[str], concurrency: int
+) -> tuple[float, list[float], int]:
+    async def main() -> tuple[float, list[float], int]:
+        kube = AsyncKube(str(cluster.settings.kubeconfig), max_connections=concurrency)
+        collection = kube.custom_path(ns, "modeldeployments")
+
+        async def send(name: str) -> tuple[int, str]:
+            try:
+                await kube.request("POST", collection, json=manifest(name))
+            except KubeError as exc:
+                return exc.status, exc.message
+            return 201, ""
+
+        try:
+            return await run_async(names, concurrency, send)
+        finally:
+            await kube.aclose()
+
+    return asyncio.run(main())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--calls", type=int, default=1000, help="deploy calls per path and round")
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=100, help="calls per path before measuring")
+    parser.add_argument("--sequential", type=int, default=200, help="calls per path at concurrency 1")
+    parser.add_argument("--keep", action="store_true", help="leave the benchmark's control plane running")
+    args = parser.parse_args()
+
+    print(f"inputs: calls={args.calls} per path and round, concurrency={args.concurrency}, rounds={args.rounds}, "
+          f"warmup={args.warmup}, sequential={args.sequential}, cpus={os.cpu_count()}, "
+          f"loadavg={os.getloadavg()}")  # fmt: skip
+    cluster = bench_cluster("bench-deploy-calls", nodes_per_type=1)
+    api = api_for(cluster)
+    ns = namespace(api, "bench-deploy")
+    key = setup(api, ns)
+    results: list[Result] = []
+    sequential: dict[str, list[float]] = {}
+    with facade_process(cluster) as (url, proc):
+        counter = iter(range(10**9))
+
+        def names(count: int, prefix: str) -> list[str]:
+            return [f"{prefix}-{next(counter)}" for _ in range(count)]
+
+        def paths(concurrency: int) -> dict[str, Callable[[list[str]], tuple[float, list[float], int]]]:
+            return {
+                "direct": lambda n: run_direct(api, ns, n, concurrency),
+                "facade": lambda n: run_facade(url, ns, key, n, concurrency),
+                "direct-async": lambda n: run_direct_async(cluster, ns, n, concurrency),
+            }
+
+        for path, run in paths(args.concurrency).items():
+            run(names(args.warmup, f"warm-{path}"))
+        facade_cpu_ms: list[float] = []
+        for round_ in range(1, args.rounds + 1):
+            for path, run in paths(args.concurrency).items():
+                cpu_before = _cpu_seconds(proc.pid)
+                seconds, latencies, errors = run(names(args.calls, path))
+                if path == "facade":
+                    facade_cpu_ms.append((_cpu_seconds(proc.pid) - cpu_before) * 1000 / args.calls)
+                result = Result(path, round_, args.calls, seconds, latencies, errors)
+                results.append(result)
+                print(f"  round {round_} {path:13} {result.rps:7.1f} req/s  p50 {percentile(latencies, 50):6.1f} ms  "
+                      f"p99 {percentile(latencies, 99):6.1f} ms  errors {errors}")  # fmt: skip
+        # one call at a time: the latency the facade adds to its API call, without queueing
+        for path, run in paths(1).items():
+            sequential[path] = run(names(args.sequential, f"seq-{path}"))[1]
+
+    print(f"\nloadavg after: {os.getloadavg()}")
+    print(f"facade CPU per call (its own process, by round): {', '.join(f'{v:.2f} ms' for v in facade_cpu_ms)}")
+    print(f"\nconcurrency {args.concurrency}:")
+    print(f"{'path':13} {'req/s (median of rounds)':>26} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7}")
+    summary: dict[str, tuple[float, float, float]] = {}
+    for path in paths(args.concurrency):
+        mine = [r for r in results if r.path == path]
+        latencies = [v for r in mine for v in r.latencies_ms]
+        rps = statistics.median(r.rps for r in mine)
+        summary[path] = (rps, percentile(latencies, 50), percentile(latencies, 99))
+        print(f"{path:13} {rps:26.1f} {summary[path][1]:8.1f} {summary[path][2]:8.1f} {sum(r.errors for r in mine):7}")
+    print(f"\nconcurrency 1 ({args.sequential} calls each):")
+    for path, latencies in sequential.items():
+        print(f"{path:13} p50 {percentile(latencies, 50):6.1f} ms  p99 {percentile(latencies, 99):6.1f} ms")
+    ratio = summary["facade"][0] / summary["direct"][0]
+    print(f"\nfacade / direct (Kubernetes client) requests/s: {ratio:.2f} (target >= 0.8)")
+    print(f"facade / direct-async requests/s: {summary['facade'][0] / summary['direct-async'][0]:.2f}")
+    print(f"facade p99 at concurrency {args.concurrency}: {summary['facade'][2]:.1f} ms (target < 100 ms); "
+          f"direct p99 {summary['direct'][2]:.1f} ms")  # fmt: skip
+    client.CoreV1Api(api).delete_namespace(ns)
+    if not args.keep:
+        cluster.down()
+
+
+def _cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,527 @@
+"""kopf handlers for Apps, AppVersions and Environments, and the admission webhooks guarding them.
+
+- An App gets its ``draft`` Environment (``<app>-draft``) when it appears.
+- An Environment is reconciled level-based: its deployment history (one entry per change of the
+  linked version, identified by the deployed-at stamp the mutating webhook writes), generated URLs
+  and cURL script, the ToolDeployments of the tool versions it deploys, the pre-production checklist,
+  the AppVersions' ``deployedIn``, and an audit record (ConfigMap) that outlives it.
+- Webhooks: a Tool used by a deployed version cannot be deleted; an AppVersion is validated on
+  create and cannot be deleted while deployed; an Environment can only link an existing version;
+  who deployed (and when) comes from the admission request's userInfo, never from the client.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from datetime import UTC, datetime
+from typing import Any, cast
+
+import kopf
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from dockyard_api import apikeys, audit
+from dockyard_api.resources import GROUP
+from dockyard_api.resources.v1alpha1 import (
+    API_KEY_LABEL,
+    API_VERSION,
+    DEPLOYED_AT_ANNOTATION,
+    DEPLOYED_BY_ANNOTATION,
+    ENVIRONMENT_LABEL,
+    VERSION,
+    HistoryEntry,
+)
+from dockyard_operator import environments as envs
+from dockyard_operator.reconcile import Context, snapshot
+from dockyard_operator.settings import OperatorSettings
+
+SETTINGS = OperatorSettings()
+FIELD_MANAGER = "dockyard-operator"
+APPLY = "application/apply-patch+yaml"
+log = logging.getLogger(__name__)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC).replace(microsecond=0)
+
+
+# --- indexes -----------------------------------------------------------------------------------------
+
+
+@kopf.index(GROUP, VERSION, "appversions")
+def appversions(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> Any:
+    return {(namespace or "", name): snapshot(body)}
+
+
+@kopf.index(GROUP, VERSION, "environments")
+def environment_index(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> Any:
+    return {(namespace or "", name): snapshot(body)}
+
+
+def _in_namespace(index: kopf.Index[Any, Any], namespace: str) -> list[tuple[str, dict[str, Any]]]:
+    out: list[tuple[str, dict[str, Any]]] = []
+    for (ns, name), store in index.items():
+        if ns == namespace:
+            out.extend((name, obj) for obj in store)
+    return out
+
+
+# --- blocking API helpers (run in the operator's API threads) ----------------------------------------
+
+
+class Api:
+    def __init__(self, api: client.ApiClient) -> None:
+        self.api = api
+        self.custom = client.CustomObjectsApi(api)
+        self.core = client.CoreV1Api(api)
+
+    def get(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            found: Any = self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return cast(dict[str, Any], found)
+
+    def create(self, plural: str, namespace: str, obj: dict[str, Any]) -> bool:
+        try:
+            self.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, plural, obj)
+        except ApiException as exc:
+            if exc.status == 409:
+                return False
+            raise
+        return True
+
+    def list_objects(self, plural: str, namespace: str, selector: str) -> list[dict[str, Any]]:
+        found: Any = self.custom.list_namespaced_custom_object(
+            GROUP, VERSION, namespace, plural, label_selector=selector
+        )
+        items: list[dict[str, Any]] = found.get("items", [])
+        return items
+
+    def apply_custom(self, plural: str, obj: dict[str, Any]) -> None:
+        meta = obj["metadata"]
+        self.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, meta["namespace"], plural, meta["name"], obj,
+            field_manager=FIELD_MANAGER, force=True, _content_type=APPLY,
+        )  # fmt: skip
+
+    def delete_custom(self, plural: str, namespace: str, name: str) -> None:
+        with contextlib.suppress(ApiException):
+            self.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
+
+    def patch_status(
+        self, plural: str, namespace: str, name: str, status: dict[str, Any], resource_version: str | None = None
+    ) -> bool:
+        """Merge-patch the status; with ``resource_version``, only if the object is still at it (False if
+        not: a newer version exists and its own event reconciles it)."""
+        body: dict[str, Any] = {"status": status}
+        if resource_version:
+            body["metadata"] = {"resourceVersion": resource_version}
+        try:
+            self.custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, namespace, plural, name, body, _content_type="application/merge-patch+json"
+            )
+        except ApiException as exc:
+            if exc.status == 409 and resource_version:
+                return False
+            raise
+        return True
+
+    def key_secrets(self, namespace: str, environment: str) -> list[dict[str, Any]]:
+        found = self.core.list_namespaced_secret(
+            namespace, label_selector=f"{API_KEY_LABEL}=true,{ENVIRONMENT_LABEL}={environment}"
+        )
+        return [self.api.sanitize_for_serialization(s) for s in found.items]
+
+    def delete_secret(self, namespace: str, name: str) -> None:
+        with contextlib.suppress(ApiException):
+            self.core.delete_namespaced_secret(name, namespace)
+
+    def apply_config_map(self, obj: dict[str, Any], manager: str = FIELD_MANAGER) -> None:
+        meta = obj["metadata"]
+        self.core.patch_namespaced_config_map(
+            meta["name"], meta["namespace"], obj, field_manager=manager, force=True, _content_type=APPLY
+        )
+
+    def recorded_keys(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        """The keys the environment's audit record already lists (none when there is no record yet)."""
+        try:
+            found = self.core.read_namespaced_config_map(name, namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return []
+            raise
+        return audit.recorded_keys(found.data)
+
+    def deletion_stamped(self, namespace: str, name: str) -> bool:
+        """Whether the facade already wrote who deleted the environment (it knows; kubectl deletes do not tell)."""
+        try:
+            found = self.core.read_namespaced_config_map(name, namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return "deletion.json" in (found.data or {})
+
+
+def _api(memo: kopf.Memo) -> Api:
+    if "apps_api" not in memo:
+        memo.apps_api = Api(memo.api)
+    api: Api = memo.apps_api
+    return api
+
+
+# --- Apps: the draft environment ---------------------------------------------------------------------
+
+
+@kopf.on.create(GROUP, VERSION, "apps")
+@kopf.on.resume(GROUP, VERSION, "apps")
+async def ensure_draft_environment(name: str, namespace: str | None, body: kopf.Body, memo: Any, **_: Any) -> None:
+    """Every App has a default environment named draft, for development and testing."""
+    ctx: Context = memo.ctx
+    env = {
+        "apiVersion": API_VERSION,
+        "kind": "Environment",
+        "metadata": {
+            "name": f"{name}-draft",
+            "ownerReferences": [
+                {"apiVersion": API_VERSION, "kind": "App", "name": name, "uid": body["metadata"]["uid"],
+                 "blockOwnerDeletion": True}
+            ],
+        },
+        "spec": {"appRef": name, "displayName": "draft", "description": "Development and testing (the App's draft)"},
+    }  # fmt: skip
+    if await ctx.call(_api(memo).create, "environments", namespace or "", env):
+        kopf.info(body, reason="DraftEnvironment", message=f"created the draft environment {name}-draft")
+
+
+# --- Environments ------------------------------------------------------------------------------------
+
+
+@kopf.on.event(GROUP, VERSION, "environments")
+async def environment_changed(type: str | None, body: kopf.Body, memo: kopf.Memo, **kw: Any) -> None:
+    if type == "DELETED" or body["metadata"].get("deletionTimestamp"):
+        return
+    await reconcile_environment(memo, snapshot(body), kw)
+
+
+@kopf.timer(GROUP, VERSION, "environments", interval=SETTINGS.environment_interval_seconds)
+async def environment_timer(body: kopf.Body, memo: kopf.Memo, **kw: Any) -> None:
+    if not body["metadata"].get("deletionTimestamp"):
+        await reconcile_environment(memo, snapshot(body), kw)
+
+
+@kopf.on.event(GROUP, VERSION, "tooldeployments", labels={ENVIRONMENT_LABEL: kopf.PRESENT})
+async def environment_tool_changed(namespace: str | None, labels: kopf.Labels, memo: Any, **kw: Any) -> None:
+    for env in kw["environment_index"].get((namespace, labels[ENVIRONMENT_LABEL]), []):
+        await reconcile_environment(memo, env, kw)
+
+
+async def reconcile_environment(memo: kopf.Memo, env: dict[str, Any], kw: dict[str, Any]) -> None:
+    ctx: Context = memo.ctx
+    api = _api(memo)
+    meta, spec = env["metadata"], env["spec"]
+    namespace, name, app = meta["namespace"], meta["name"], spec["appRef"]
+    if meta.get("deletionTimestamp") or meta["uid"] in _deleted(ctx):
+        return  # an index or timer may still hold the object: its last word is the deletion record
+    async with ctx.lock(meta["uid"]):
+        version = envs.desired_version(spec)
+        app_obj = await ctx.call(api.get, "apps", namespace, app)
+        content: dict[str, Any] | None = None
+        problem: tuple[str, str] | None = None
+        if app_obj is None:
+            problem = ("AppNotFound", f"app {app!r} does not exist")
+        elif version == envs.DRAFT:
+            content = app_obj.get("spec") or {}
+        else:
+            found = await ctx.call(api.get, "appversions", namespace, envs.version_object(app, version))
+            if found is None:
+                problem = ("VersionNotFound", f"app {app!r} has no version {version}")
+            else:
+                content = found["spec"]
+
+        status = env.get("status") or {}
+        history = [HistoryEntry.model_validate(h) for h in status.get("history") or []]
+        notes = meta.get("annotations") or {}
+        deployed_at = _parse_time(notes.get(DEPLOYED_AT_ANNOTATION)) or _parse_time(meta.get("creationTimestamp"))
+        deployed_by = notes.get(DEPLOYED_BY_ANNOTATION) or "unknown (no admission record)"
+        new_history = history
+        if content is not None and deployed_at is not None:
+            new_history = envs.next_history(history, version, deployed_at, deployed_by)
+
+        tool_jobs: dict[str, str | None] = {}
+        if content is not None:
+            wanted = envs.tool_deployments(env, content)
+            for tdep in wanted:
+                try:
+                    await ctx.call(api.apply_custom, "tooldeployments", tdep)
+                except ApiException as exc:
+                    problem = ("ToolDeploymentRejected", f"{tdep['metadata']['name']}: {_reason(exc)}")
+            wanted_names = {t["metadata"]["name"] for t in wanted}
+            for tdep in await ctx.call(api.list_objects, "tooldeployments", namespace, f"{ENVIRONMENT_LABEL}={name}"):
+                tname = tdep["metadata"]["name"]
+                if tname not in wanted_names:
+                    await ctx.call(api.delete_custom, "tooldeployments", namespace, tname)
+                else:
+                    tool_jobs[tname] = ((tdep.get("status") or {}).get("job") or {}).get("status")
+        keys = await ctx.call(api.key_secrets, namespace, name)
+        items = envs.checklist(
+            content=content, tool_jobs=tool_jobs, key_count=len(keys), version_found=content is not None
+        )
+        urls = envs.urls(ctx.settings.public_url, namespace, name)
+        if problem:
+            phase, reason, message = "Failed", problem[0], problem[1]
+        elif any(s == "FAILED" for s in tool_jobs.values()):
+            phase, reason, message = "Failed", "ToolDeploymentFailed", "a tool deployment FAILED: see its dock status"
+        elif any(s != "SUCCESS" for s in tool_jobs.values()):
+            phase, reason, message = "Deploying", "ToolsDeploying", f"version {version}: tools are being deployed"
+        else:
+            phase, reason, message = "Active", "Deployed", f"version {version} is deployed"
+        new_status = {
+            "observedGeneration": meta.get("generation"),
+            "phase": phase,
+            "activeVersion": version if content is not None else status.get("activeVersion"),
+            "appId": app,
+            "urls": {
+                "webClientUrl": urls.web_client,
+                "apiBaseUrl": urls.api_base,
+                "widgetScriptUrl": urls.widget_script,
+            },
+            "curlScript": envs.curl_script(urls.api_base, app),
+            "history": [h.model_dump(mode="json", by_alias=True) for h in new_history],
+            "checklist": [c.model_dump(mode="json", by_alias=True) for c in items],
+            "conditions": _conditions(status.get("conditions") or [], phase, reason, message, meta.get("generation")),
+        }
+        if _differs(status, new_status):
+            # guarded: a reconcile from an older snapshot (an index may lag) must not roll history back
+            if not await ctx.call(
+                api.patch_status, "environments", namespace, name, new_status, meta.get("resourceVersion")
+            ):
+                return
+            if new_history is not history:
+                kopf.info(cast(Any, env), reason="Deployed", message=f"version {version} deployed by {deployed_by}")
+            if problem and status.get("phase") != "Failed":
+                kopf.warn(cast(Any, env), reason=problem[0], message=problem[1])
+        await _sync_deployed_in(
+            ctx, api, namespace, app, kw.get("appversions"), kw.get("environment_index"), env, new_status
+        )
+        await _keep_audit_record(ctx, api, env, new_status, keys)
+
+
+def _deleted(ctx: Context) -> set[str]:
+    """UIDs of environments whose deletion was handled (kept for the operator's lifetime; tiny)."""
+    deleted: set[str] = ctx.__dict__.setdefault("deleted_environments", set())
+    return deleted
+
+
+def _reason(exc: ApiException) -> str:
+    try:
+        return str(json.loads(exc.body or "{}").get("message") or exc.reason)
+    except ValueError:
+        return str(exc.reason)
+
+
+def _conditions(
+    current: list[dict[str, Any]], phase: str, reason: str, message: str, generation: int | None
+) -> list[dict[str, Any]]:
+    ready = "True" if phase == "Active" else "False"
+    old = next((c for c in current if c.get("type") == "Ready"), None)
+    if old and (old.get("status"), old.get("reason"), old.get("message")) == (ready, reason, message):
+        return current
+    stamp = _now().isoformat().replace("+00:00", "Z")
+    cond: dict[str, Any] = {
+        "type": "Ready",
+        "status": ready,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": stamp,
+    }
+    if generation is not None:
+        cond["observedGeneration"] = generation
+    return [cond]
+
+
+def _differs(current: dict[str, Any], new: dict[str, Any]) -> bool:
+    return any(json.dumps(current.get(k), sort_keys=True) != json.dumps(v, sort_keys=True) for k, v in new.items())
+
+
+def _parse_time(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).replace(microsecond=0)
+    except ValueError:
+        return None
+
+
+async def _sync_deployed_in(
+    ctx: Context,
+    api: Api,
+    namespace: str,
+    app: str,
+    versions_index: kopf.Index[Any, Any] | None,
+    env_index: kopf.Index[Any, Any] | None,
+    env: dict[str, Any],
+    new_status: dict[str, Any],
+) -> None:
+    """Each AppVersion of the App lists the environments where it is Active (level-based)."""
+    if versions_index is None or env_index is None:
+        return
+    name = env["metadata"]["name"]
+    current = {n: o for n, o in _in_namespace(env_index, namespace)}
+    current[name] = {**env, "status": new_status}
+    for vname, version in _in_namespace(versions_index, namespace):
+        vspec = version.get("spec") or {}
+        if vspec.get("appRef") != app:
+            continue
+        active = sorted(
+            n
+            for n, e in current.items()
+            if (e.get("spec") or {}).get("appRef") == app
+            and (e.get("status") or {}).get("activeVersion") == vspec.get("version")
+        )
+        if sorted((version.get("status") or {}).get("deployedIn") or []) != active:
+            with contextlib.suppress(ApiException):
+                await ctx.call(api.patch_status, "appversions", namespace, vname, {"deployedIn": active})
+
+
+async def _keep_audit_record(
+    ctx: Context, api: Api, env: dict[str, Any], status: dict[str, Any], keys: list[dict[str, Any]]
+) -> None:
+    """The record that outlives the environment: kept current, never owned by it."""
+    infos = [i.__dict__ for i in map(apikeys.key_info, keys) if i is not None]
+    record = audit.audit_record({**env, "status": status}, infos)
+    digest = json.dumps(record, sort_keys=True)
+    cache: dict[str, str] = ctx.__dict__.setdefault("audit_digests", {})
+    if cache.get(env["metadata"]["uid"]) != digest:
+        await ctx.call(api.apply_config_map, record)
+        cache[env["metadata"]["uid"]] = digest
+
+
+@kopf.on.delete(GROUP, VERSION, "environments", optional=True)
+async def environment_deleted(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """Best effort on top of garbage collection: revoke the keys now and stamp the audit record."""
+    ctx: Context = memo.ctx
+    api = _api(memo)
+    env = snapshot(body)
+    meta = env["metadata"]
+    _deleted(ctx).add(meta["uid"])
+    keys: list[dict[str, Any]] = await ctx.call(api.key_secrets, meta["namespace"], meta["name"])
+    infos = [i.__dict__ for i in map(apikeys.key_info, keys) if i is not None]
+    try:
+        # the facade may have revoked keys already: what the record listed stays part of the usage
+        recorded = await ctx.call(api.recorded_keys, meta["namespace"], audit.audit_record_name(meta))
+        await ctx.call(api.apply_config_map, audit.audit_record(env, audit.merged_keys(recorded, infos)))
+        if not await ctx.call(api.deletion_stamped, meta["namespace"], audit.audit_record_name(meta)):
+            stamp = audit.deletion_record(meta, env["spec"].get("appRef", ""), _now(), None)
+            await ctx.call(api.apply_config_map, stamp, audit.DELETION_MANAGER)
+    except ApiException as exc:  # e.g. the namespace is going: the record kept by the reconciles stays as it was
+        log.warning("audit record of %s/%s not stamped: %s", meta["namespace"], meta["name"], _reason(exc))
+    for key in keys:
+        await ctx.call(api.delete_secret, meta["namespace"], key["metadata"]["name"])
+    for tdep in await ctx.call(
+        api.list_objects, "tooldeployments", meta["namespace"], f"{ENVIRONMENT_LABEL}={meta['name']}"
+    ):
+        await ctx.call(api.delete_custom, "tooldeployments", meta["namespace"], tdep["metadata"]["name"])
+
+
+# --- admission webhooks ------------------------------------------------------------------------------
+
+IGNORE_FAILURES = SETTINGS.webhook_managed  # local runs: a stopped operator must not block deletes
+
+
+async def _read_from_api(memo: Any, namespace: str) -> tuple[list[dict[str, Any]], list[tuple[str, dict[str, Any]]]]:
+    """AppVersions and Environments as the API server has them now (not the indexes, which may lag
+    behind a status change by a moment: a refusal or a permission must not depend on that)."""
+    ctx: Context = memo.ctx
+    api = _api(memo)
+    versions = await ctx.call(api.list_objects, "appversions", namespace, "")
+    environments = await ctx.call(api.list_objects, "environments", namespace, "")
+    return versions, [(e["metadata"]["name"], e) for e in environments]
+
+
+@kopf.on.validate(GROUP, VERSION, "tools", id="validate-tool", operations=["DELETE"], ignore_failures=IGNORE_FAILURES)
+async def validate_tool(body: kopf.Body, memo: Any, **kw: Any) -> None:
+    tool = kw.get("old") or body
+    namespace, spec = tool["metadata"]["namespace"], tool.get("spec") or {}
+    versions, environments = await _read_from_api(memo, namespace)
+    holders = envs.tool_holders(spec.get("name", ""), spec.get("version", ""), versions, environments)
+    if holders:
+        used = "; ".join(f"app version {v} (deployed in {', '.join(e)})" for v, e in sorted(holders.items()))
+        raise kopf.AdmissionError(
+            f"tool {tool['metadata']['name']} is linked to an active version and cannot be deleted: used by {used}",
+            code=409,
+        )
+
+
+@kopf.on.validate(
+    GROUP, VERSION, "appversions", id="validate-appversion", operations=["CREATE", "DELETE"],
+    ignore_failures=IGNORE_FAILURES,
+)  # fmt: skip
+async def validate_appversion(body: kopf.Body, memo: Any, **kw: Any) -> None:
+    if kw.get("operation") == "DELETE":
+        version = kw.get("old") or body
+        namespace, spec = version["metadata"]["namespace"], version.get("spec") or {}
+        _, environments = await _read_from_api(memo, namespace)
+        held = envs.environments_deploying(spec.get("appRef", ""), spec.get("version", ""), environments)
+        if held:
+            raise kopf.AdmissionError(
+                f"app version {version['metadata']['name']} is deployed in environment(s) {', '.join(held)}: "
+                "deploy another version there (or delete those environments) first",
+                code=409,
+            )
+        return
+    ctx: Context = memo.ctx
+    api = _api(memo)
+    namespace, spec = body["metadata"]["namespace"], dict(body.get("spec") or {})
+    tools = {f"{t['name']}-{t['version']}" for t in spec.get("toolVersions") or []}
+    models = {a["model"] for a in spec.get("agents") or [] if a.get("model")}
+    tool_exists = {t: await ctx.call(api.get, "tools", namespace, t) is not None for t in tools}
+    model_exists = {m: await ctx.call(api.get, "modeldeployments", namespace, m) is not None for m in models}
+    app_exists = await ctx.call(api.get, "apps", namespace, spec.get("appRef", "")) is not None
+    problems = envs.version_problems(spec, tool_exists=tool_exists, model_exists=model_exists, app_exists=app_exists)
+    if problems:
+        raise kopf.AdmissionError("the version is not valid: " + "; ".join(problems), code=422)
+
+
+@kopf.on.validate(
+    GROUP, VERSION, "environments", id="validate-environment", operations=["CREATE", "UPDATE"],
+    ignore_failures=IGNORE_FAILURES,
+)  # fmt: skip
+async def validate_environment(body: kopf.Body, memo: Any, **kw: Any) -> None:
+    spec = body.get("spec") or {}
+    version = spec.get("appVersion")
+    old = kw.get("old")
+    if not version or (old is not None and (old.get("spec") or {}).get("appVersion") == version):
+        return
+    ctx: Context = memo.ctx
+    found = await ctx.call(_api(memo).get, "appversions", body["metadata"]["namespace"], f"{spec['appRef']}-{version}")
+    if found is None:
+        raise kopf.AdmissionError(
+            f"spec.appVersion: app {spec['appRef']!r} has no version {version} (create the AppVersion first)", code=422
+        )
+
+
+@kopf.on.mutate(
+    GROUP, VERSION, "environments", id="mutate-environment", operations=["CREATE", "UPDATE"],
+    ignore_failures=IGNORE_FAILURES,
+)  # fmt: skip
+def stamp_deployment(body: kopf.Body, userinfo: kopf.UserInfo, patch: kopf.Patch, **kw: Any) -> None:
+    """Who deployed and when: from the request's userInfo when the linked version changes; otherwise
+    the recorded values are kept (a client cannot rewrite them)."""
+    old = kw.get("old")
+    notes = dict(body["metadata"].get("annotations") or {})
+    old_notes: dict[str, Any] = dict(old["metadata"].get("annotations") or {}) if old is not None else {}
+    version = (body.get("spec") or {}).get("appVersion")
+    changed = kw.get("operation") == "CREATE" or old is None or (old.get("spec") or {}).get("appVersion") != version
+    if changed:
+        patch.metadata.annotations[DEPLOYED_BY_ANNOTATION] = str(userinfo.get("username") or "")
+        patch.metadata.annotations[DEPLOYED_AT_ANNOTATION] = _now().isoformat().replace("+00:00", "Z")
+        return
+    for key in (DEPLOYED_BY_ANNOTATION, DEPLOYED_AT_ANNOTATION):
+        if notes.get(key) != old_notes.get(key):
+            patch.metadata.annotations[key] = old_notes.get(key)

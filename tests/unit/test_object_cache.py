@@ -1,0 +1,138 @@
+"""The facade's watch-fed object cache: list, then follow ADDED / MODIFIED / DELETED; list again when the
+watch's version expires (410) or the connection fails; give up (every lookup live) on 403."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from dockyard_api.cache import ObjectCache
+from dockyard_api.kubehttp import KubeError
+
+
+def model(namespace: str, name: str, phase: str | None, version: str) -> dict[str, Any]:
+    return {
+        "metadata": {"namespace": namespace, "name": name, "resourceVersion": version, "managedFields": [{}]},
+        "status": {"phase": phase} if phase else {},
+    }
+
+
+class FakeKube:
+    """Answers lists from ``lists`` and watches from ``watches`` (each a list of events or an exception)."""
+
+    def __init__(self, lists: list[Any], watches: list[Any]) -> None:
+        self.lists = lists
+        self.watches = watches
+        self.list_calls = 0
+        self.watch_params: list[dict[str, str]] = []
+        self.done = asyncio.Event()
+
+    async def request(self, method: str, path: str, **_: Any) -> dict[str, Any]:
+        assert (method, path) == ("GET", "/apis/dockyard.dev/v1alpha1/models")
+        self.list_calls += 1
+        answer = self.lists.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        result: dict[str, Any] = answer
+        return result
+
+    async def watch(self, path: str, params: dict[str, str]) -> AsyncIterator[dict[str, Any]]:
+        self.watch_params.append(dict(params))
+        if not self.watches:
+            self.done.set()
+            await asyncio.Event().wait()  # a quiet watch: nothing happens any more
+        events = self.watches.pop(0)
+        if isinstance(events, Exception):
+            raise events
+        for event in events:
+            yield event
+
+
+async def follow(kube: FakeKube) -> ObjectCache:
+    cache = ObjectCache(kube, "models")  # type: ignore[arg-type]
+    cache.start()
+    await asyncio.wait_for(kube.done.wait(), timeout=10)
+    return cache
+
+
+def test_list_then_follow_the_watch() -> None:
+    async def scenario() -> None:
+        kube = FakeKube(
+            lists=[{"metadata": {"resourceVersion": "10"}, "items": [model("a", "m1", "Importing", "5")]}],
+            watches=[
+                [
+                    {"type": "MODIFIED", "object": model("a", "m1", "ReadyToDeploy", "11")},
+                    {"type": "ADDED", "object": model("b", "m2", None, "12")},
+                    {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "13"}}},
+                ],
+                [{"type": "DELETED", "object": model("b", "m2", None, "14")}],
+            ],
+        )
+        cache = await follow(kube)
+        assert cache.synced
+        m1 = cache.get("a", "m1")
+        assert m1 is not None
+        assert m1["status"]["phase"] == "ReadyToDeploy"
+        assert "managedFields" not in m1["metadata"]
+        assert cache.get("b", "m2") is None
+        assert cache.get("a", "nope") is None
+        # the watch resumes (after the server ends it) from the last version seen
+        assert [p["resourceVersion"] for p in kube.watch_params] == ["10", "13", "14"]
+        assert kube.list_calls == 1
+        await cache.stop()
+
+    asyncio.run(scenario())
+
+
+def test_an_expired_watch_lists_again() -> None:
+    async def scenario() -> None:
+        expired = {"type": "ERROR", "object": {"code": 410, "reason": "Expired", "message": "too old"}}
+        kube = FakeKube(
+            lists=[
+                {"metadata": {"resourceVersion": "1"}, "items": [model("a", "gone", "ReadyToDeploy", "1")]},
+                {"metadata": {"resourceVersion": "50"}, "items": [model("a", "new", "ReadyToDeploy", "49")]},
+            ],
+            watches=[[expired]],
+        )
+        cache = await follow(kube)
+        assert kube.list_calls == 2
+        assert cache.get("a", "gone") is None  # the second list replaced everything
+        assert cache.get("a", "new") is not None
+        await cache.stop()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("failure", [KubeError(502, "Unreachable", "down"), ValueError("garbled event")])
+def test_a_failed_watch_backs_off_and_lists_again(failure: Exception) -> None:
+    async def scenario() -> None:
+        kube = FakeKube(
+            lists=[
+                {"metadata": {"resourceVersion": "1"}, "items": []},
+                {"metadata": {"resourceVersion": "2"}, "items": [model("a", "m", "ReadyToDeploy", "2")]},
+            ],
+            watches=[failure],
+        )
+        cache = await follow(kube)
+        assert kube.list_calls == 2
+        assert cache.get("a", "m") is not None
+        await cache.stop()
+
+    asyncio.run(scenario())
+
+
+def test_without_permission_to_list_every_lookup_is_live() -> None:
+    async def scenario() -> None:
+        kube = FakeKube(lists=[KubeError(403, "Forbidden", "cannot list models at the cluster scope")], watches=[])
+        cache = ObjectCache(kube, "models")  # type: ignore[arg-type]
+        cache.start()
+        await asyncio.sleep(0.1)
+        assert not cache.synced
+        assert cache.get("a", "m") is None
+        assert kube.list_calls == 1
+        await cache.stop()
+
+    asyncio.run(scenario())
