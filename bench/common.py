@@ -64,6 +64,37 @@ def operator_process(cluster: LocalCluster, env: dict[str, str] | None = None) -
             proc.kill()
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time the process has used so far (Linux /proc), NaN when unknown."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def control_plane_cpu(cluster: LocalCluster) -> float:
+    """CPU seconds used so far by the cluster's processes (kube-apiserver, etcd, controller manager,
+    scheduler, kwok): what a benchmark phase costs the control plane, whatever else runs on the box."""
+    marker = str(cluster.settings.kwok_workdir)
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if marker in command:
+            total += cpu_seconds(int(entry.name))
+    return total
+
+
+def load() -> str:
+    """The 1-, 5- and 15-minute load averages (the machines are shared: read figures with them)."""
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def peak_rss_mib(pid: int) -> float:
     """VmHWM: the process's peak resident memory so far."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():

@@ -5,6 +5,9 @@ operator, then plain again to expose drift), and the ratio compares the time fro
 to "all ready" (plain: every Deployment available; Dockyard: every dock job SUCCESS, which itself
 requires the Deployment available with its pods Ready). Target: ratio <= 1.3.
 
+Each phase also prints the load average and the CPU seconds it cost the control plane (and the
+operator): on a shared machine the wall times move with other work, the CPU seconds much less.
+
     .venv/bin/python bench/operator_overhead.py [--count 200]
 """
 
@@ -17,7 +20,17 @@ from typing import Any
 
 from kubernetes import client
 
-from bench.common import api_for, bench_cluster, delete_namespace, namespace, operator_process, wait_until
+from bench.common import (
+    api_for,
+    bench_cluster,
+    control_plane_cpu,
+    cpu_seconds,
+    delete_namespace,
+    load,
+    namespace,
+    operator_process,
+    wait_until,
+)
 from dockyard_api.devices import DEVICE_TYPES
 from dockyard_api.resources import GROUP
 from dockyard_api.resources.v1alpha1 import VERSION, Model, ModelDeployment
@@ -93,26 +106,41 @@ def main() -> None:
     print(f"inputs: N={args.count} (1 replica each, device types round-robin), {nodes} fake GPU nodes, "
           "local control plane (kwok)", flush=True)  # fmt: skip
 
+    cpu = control_plane_cpu(cluster)
     plain_ns = namespace(api, "bench-plain")
     plain_1 = run_plain(api, plain_ns, names)
+    plain_1_cpu = control_plane_cpu(cluster) - cpu
     delete_namespace(api, plain_ns)
-    print(f"plain Deployments (1st): {plain_1:.1f}s", flush=True)
+    print(
+        f"plain Deployments (1st): {plain_1:.1f}s  [control plane {plain_1_cpu:.1f} CPU-s; load {load()}]", flush=True
+    )
 
-    with operator_process(cluster):
+    with operator_process(cluster) as operator:
         dock_ns = namespace(api, "bench-dockyard")
+        cpu, operator_cpu = control_plane_cpu(cluster), cpu_seconds(operator.pid)
         dockyard = run_dockyard(api, dock_ns, names)
-        print(f"ModelDeployments via the operator: {dockyard:.1f}s", flush=True)
+        dockyard_cpu = control_plane_cpu(cluster) - cpu
+        operator_cpu = cpu_seconds(operator.pid) - operator_cpu
+        print(f"ModelDeployments via the operator: {dockyard:.1f}s  [control plane {dockyard_cpu:.1f} CPU-s, "
+              f"operator {operator_cpu:.1f} CPU-s; load {load()}]", flush=True)  # fmt: skip
         delete_namespace(api, dock_ns)
 
+    cpu = control_plane_cpu(cluster)
     plain_ns = namespace(api, "bench-plain")
     plain_2 = run_plain(api, plain_ns, names)
+    plain_2_cpu = control_plane_cpu(cluster) - cpu
     delete_namespace(api, plain_ns)
-    print(f"plain Deployments (2nd): {plain_2:.1f}s", flush=True)
+    print(
+        f"plain Deployments (2nd): {plain_2:.1f}s  [control plane {plain_2_cpu:.1f} CPU-s; load {load()}]", flush=True
+    )
 
     baseline = (plain_1 + plain_2) / 2
     ratio = dockyard / baseline
     print(f"ratio (ModelDeployments / mean of plain runs) = {dockyard:.1f} / {baseline:.1f} = {ratio:.2f} "
           f"(target <= 1.30: {'met' if ratio <= 1.3 else 'NOT met'})")  # fmt: skip
+    plain_cpu = (plain_1_cpu + plain_2_cpu) / 2
+    print(f"CPU seconds (control plane, + operator) = {dockyard_cpu + operator_cpu:.1f} / {plain_cpu:.1f} = "
+          f"{(dockyard_cpu + operator_cpu) / plain_cpu:.2f} (informational)")  # fmt: skip
 
 
 if __name__ == "__main__":

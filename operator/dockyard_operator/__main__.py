@@ -14,10 +14,17 @@ import kopf
 
 import dockyard_operator.handlers  # noqa: F401  (registers the handlers)
 
+WATCH_HANDLERS = frozenset(
+    {"model_deployment_event", "tool_deployment_event", "workload_event", "model_event", "tool_event"}
+)
 
-def _quiet_timers(record: logging.LogRecord) -> bool:
+
+def _quiet_watch_handlers(record: logging.LogRecord) -> bool:
+    """Drop "Handler 'x' succeeded." of the handlers that only queue work: they run on every watch event."""
     message = record.getMessage()
-    return not (message.startswith("Timer ") and message.endswith(" succeeded."))
+    return not (
+        message.startswith("Handler '") and message.endswith("' succeeded.") and message[9:-12] in WATCH_HANDLERS
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -29,8 +36,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--log-format", choices=[f.name.lower() for f in kopf.LogFormat], default="plain")
     args = parser.parse_args(argv)
     kopf.configure(verbose=args.verbose, log_format=kopf.LogFormat[args.log_format.upper()])
-    if not args.verbose:  # the observation timers tick every second per object: keep the log readable
-        logging.getLogger("kopf.objects").addFilter(_quiet_timers)
+    if not args.verbose:  # one line per watch event of every Pod and Deployment would drown the log
+        logging.getLogger("kopf.objects").addFilter(_quiet_watch_handlers)
     asyncio.run(
         kopf.operator(
             standalone=args.standalone,

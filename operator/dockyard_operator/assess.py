@@ -185,6 +185,24 @@ def assess(
     )
 
 
+def seconds_to_deadline(
+    job: DockJob,
+    pods: Sequence[Mapping[str, Any]],
+    *,
+    now: datetime,
+    unschedulable_deadline_seconds: float,
+) -> float | None:
+    """How long until the job's verdict can change with no new event: the unschedulable deadline of a
+    job in flight with a replica that cannot be scheduled (None when no such deadline runs)."""
+    if job.status != "IN_PROGRESS":
+        return None
+    stuck = _unschedulable([p for p in pods if not p.get("metadata", {}).get("deletionTimestamp")])
+    if stuck is None:
+        return None
+    start = max(filter(None, (stuck[0], job.start_time)), default=now)
+    return max(0.0, unschedulable_deadline_seconds - (now - start).total_seconds())
+
+
 def conditions_for(
     verdict: Verdict,
     ready: bool,

@@ -45,6 +45,15 @@ def _body(response: Any) -> dict[str, Any]:
         response.release_conn()
 
 
+def _drain(response: Any) -> None:
+    """Read and drop the answer of a call made with ``_preload_content=False`` (nothing in it is
+    needed: decoding a whole Deployment costs more than the call); frees its connection."""
+    try:
+        response.data  # noqa: B018  (reads the body, so that the connection can be reused)
+    finally:
+        response.release_conn()
+
+
 class Kube:
     def __init__(self, api: client.ApiClient) -> None:
         self.api = api
@@ -66,7 +75,7 @@ class Kube:
             "Service": self.core.patch_namespaced_service,
             "ConfigMap": self.core.patch_namespaced_config_map,
         }
-        _body(calls[obj["kind"]](meta["name"], meta["namespace"], obj, **kwargs))
+        _drain(calls[obj["kind"]](meta["name"], meta["namespace"], obj, **kwargs))
 
     def get_custom(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
         """A dockyard.dev object, or None when it does not exist."""
@@ -96,17 +105,18 @@ class Kube:
 
     def patch_status(
         self, plural: str, namespace: str, name: str, status: dict[str, Any], resource_version: str | None = None
-    ) -> None:
-        """Merge-patch ``status``; with ``resource_version``, only if the object is still at it (else Conflict)."""
+    ) -> dict[str, Any]:
+        """Merge-patch ``status``; with ``resource_version``, only if the object is still at it (else
+        Conflict). Returns the object as it is now."""
         body: dict[str, Any] = {"status": status}
         if resource_version is not None:
             body["metadata"] = {"resourceVersion": resource_version}
-        self._merge(plural, namespace, name, body, status=True)
+        return self._merge(plural, namespace, name, body, status=True)
 
     def patch_object(
         self, plural: str, namespace: str, name: str, patch: dict[str, Any], resource_version: str | None = None
-    ) -> str:
-        """Merge-patch metadata/spec (guarded like :meth:`patch_status`); returns the new resourceVersion."""
+    ) -> dict[str, Any]:
+        """Merge-patch metadata/spec (guarded like :meth:`patch_status`); returns the object as it is now."""
         if resource_version is not None:
             patch = {**patch, "metadata": {**patch.get("metadata", {}), "resourceVersion": resource_version}}
-        return str(self._merge(plural, namespace, name, patch, status=False)["metadata"]["resourceVersion"])
+        return self._merge(plural, namespace, name, patch, status=False)

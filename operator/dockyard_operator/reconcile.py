@@ -1,11 +1,12 @@
 """Level-based reconciliation of ModelDeployments and ToolDeployments.
 
-One function per kind, called by kopf's create/update/resume handlers (react at once) and by a timer
-(observe the rollout; repair drift). Each call reads the current state (the object, and kopf's
-in-memory indexes of Models, Tools, Deployments, Pods and Nodes, which kopf rebuilds from the API
-after a restart), computes what should exist with the pure builders, applies it only where it
-differs, assesses the dock job with :func:`assess.assess`, and patches the status only when it
-changed, guarded by the object's resourceVersion.
+One function per kind, run by the object's :class:`workqueue.WorkQueue` whenever a watch event may
+change its outcome (the object itself, its Deployment or Pods, its Model or Tool) and when the
+reconcile asked to be re-run (a deadline, the periodic re-check). Each call reads the current state
+(the object, and kopf's in-memory indexes of Models, Tools, Deployments, Pods and Nodes, which kopf
+rebuilds from the API after a restart), computes what should exist with the pure builders, applies
+it only where it differs, assesses the dock job with :func:`assess.assess`, and patches the status
+only when it changed, guarded by the object's resourceVersion.
 """
 
 from __future__ import annotations
@@ -29,15 +30,17 @@ from dockyard_api.resources.v1alpha1 import (
     JobType,
     Model,
     ModelDeployment,
+    ModelDeploymentStatus,
     Tool,
     ToolDeployment,
 )
 from dockyard_operator import kube
-from dockyard_operator.assess import NodeFit, Verdict, assess, conditions_for, rolled_out
+from dockyard_operator.assess import NodeFit, Verdict, assess, conditions_for, rolled_out, seconds_to_deadline
 from dockyard_operator.builders import (
     APPLIED_HASH_ANNOTATION,
     TEMPLATE_HASH_ANNOTATION,
     ModelNotDeployable,
+    ModelWorkload,
     child_name,
     endpoint_of,
     hash_of,
@@ -50,6 +53,7 @@ from dockyard_operator.builders import (
 )
 from dockyard_operator.runtimes import InvalidRuntimeChoice, RuntimeCatalog, select_runtime
 from dockyard_operator.settings import OperatorSettings
+from dockyard_operator.workqueue import Outcome
 
 T = TypeVar("T")
 API_CONCURRENCY = 32
@@ -64,19 +68,32 @@ Key = tuple[str, str, str]
 
 @dataclass
 class Context:
-    """What every reconcile needs: settings, the API client, the catalog, the locks, and the threads
-    the (synchronous) Kubernetes client runs in: as many as its connection pool has connections."""
+    """What every reconcile needs: settings, the API client, the catalog, kopf's indexes (``views``, set
+    by the first handler call: kopf hands its indexes to handlers only), per-object caches of derived
+    values, and the threads the (synchronous) Kubernetes client runs in: as many as its connection pool
+    has connections."""
 
     settings: OperatorSettings
     kube: kube.Kube
     catalog: RuntimeCatalog
-    locks: dict[str, asyncio.Lock] = field(default_factory=dict)
+    views: Views | None = None
+    builds: dict[str, ModelBuild] = field(default_factory=dict)
+    """Per ModelDeployment uid, its last :class:`ModelBuild`."""
+    statuses: dict[str, tuple[str | None, ModelDeploymentStatus]] = field(default_factory=dict)
+    """Per ModelDeployment uid, its status as validated for a resourceVersion."""
     executor: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(API_CONCURRENCY, thread_name_prefix="kube")
     )
+    locks: dict[str, asyncio.Lock] = field(default_factory=dict)
+    """Per object uid, for handlers that kopf runs outside a work queue (apps.py)."""
 
     def lock(self, uid: str) -> asyncio.Lock:
         return self.locks.setdefault(uid, asyncio.Lock())
+
+    def forget(self, uid: str) -> None:
+        """Drop the caches of a deleted object."""
+        self.builds.pop(uid, None)
+        self.statuses.pop(uid, None)
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a blocking API call in the API threads."""
@@ -208,19 +225,46 @@ async def _write(
     before: DockJob | None,
     new_job: bool,
     requested: str | None,
-) -> None:
+) -> tuple[Body | None, tuple[str, ...]]:
+    """Write the job label (a new job the facade did not label) and the status, when they changed.
+
+    Returns the object as the API server has it after the last write (None when nothing was written)
+    and the resourceVersions the writes replaced, so the work queue can use the written object until
+    the watch delivers it."""
     meta = body["metadata"]
     version = meta["resourceVersion"]
+    passed = [version]
     if new_job and requested != job.dock_status_id:
         # The lookup of a dockStatusId is one labelled list: keep the label in step with the job.
         labels = {DOCK_STATUS_ID_LABEL: job.dock_status_id}
-        version = await ctx.call(
+        labelled = await ctx.call(
             ctx.kube.patch_object, plural, meta["namespace"], meta["name"], {"metadata": {"labels": labels}}, version
         )
+        version = labelled["metadata"]["resourceVersion"]
+        passed.append(version)
     elif not _changed(body.get("status") or {}, status):
-        return
-    await ctx.call(ctx.kube.patch_status, plural, meta["namespace"], meta["name"], status, version)
+        return None, ()
+    written = await ctx.call(ctx.kube.patch_status, plural, meta["namespace"], meta["name"], status, version)
     _post_events(body, before, job, new_job)
+    return written, tuple(passed)
+
+
+def _outcome(
+    ctx: Context, job: DockJob, pods: Sequence[Mapping[str, Any]], written: tuple[Body | None, tuple[str, ...]]
+) -> Outcome:
+    """When to look again with no event: at the unschedulable deadline of a job in flight, else after
+    the observe interval while the job is in flight, and the settled interval afterwards."""
+    settings = ctx.settings
+    if job.status == "IN_PROGRESS":
+        deadline = seconds_to_deadline(
+            job, pods, now=now(), unschedulable_deadline_seconds=settings.unschedulable_deadline_seconds
+        )
+        # a second past the deadline: the assessment's clock has whole seconds
+        after = settings.observe_interval_seconds if deadline is None else min(settings.observe_interval_seconds,
+                                                                               deadline + 1.0)  # fmt: skip
+    else:
+        after = settings.settled_interval_seconds
+    return Outcome(requeue_after=after, written=written[0], passed=written[1])
 
 
 def snapshot(body: Body) -> dict[str, Any]:
@@ -252,24 +296,52 @@ async def _model(ctx: Context, views: Views, namespace: str, name: str) -> dict[
     return snapshot(cast(Any, fetched)) if fetched else None
 
 
-async def reconcile_model_deployment(ctx: Context, body: Body, views: Views) -> None:
-    mdep = ModelDeployment.model_validate(snapshot(body))
-    meta = body["metadata"]
-    name, namespace = meta["name"], meta["namespace"]
-    spec = mdep.spec
-    model_body = await _model(ctx, views, namespace, spec.model_ref)
-    model = Model.model_validate(model_body) if model_body else None
-    base = None
-    if model is not None and model.spec.base_model:
-        base_body = await _model(ctx, views, namespace, model.spec.base_model)
-        base = Model.model_validate(base_body) if base_body else None
+@dataclass(frozen=True)
+class ModelBuild:
+    """What a ModelDeployment's reconcile derives from its spec, labels and Model(s) with the pure
+    builders: the costliest part of a reconcile, so it is kept per object until one of them changes."""
 
+    inputs: tuple[Any, ...]
+    mdep: ModelDeployment
+    """The object as validated (its status left out: that is read afresh on every reconcile)."""
+    runtime_name: str | None
+    workload: ModelWorkload | None
+    children: list[dict[str, Any]]
+    """The workload's objects with owner reference and applied hash, in apply order."""
+    problem: Verdict | None
+    template_hash: str
+
+
+def _version(body: Body | None) -> str | None:
+    return None if body is None else body["metadata"].get("resourceVersion")
+
+
+async def _model_build(ctx: Context, body: Body, views: Views) -> ModelBuild:
+    meta = body["metadata"]
+    namespace = meta["namespace"]
+    model_ref = (body.get("spec") or {}).get("modelRef", "")
+    model_body = await _model(ctx, views, namespace, model_ref)
+    base_ref = ((model_body or {}).get("spec") or {}).get("baseModel")
+    base_body = await _model(ctx, views, namespace, base_ref) if base_ref else None
+    inputs = (
+        meta.get("generation"),
+        tuple(sorted((meta.get("labels") or {}).items())),
+        _version(model_body),
+        _version(base_body),
+    )
+    cached = ctx.builds.get(meta["uid"])
+    if cached is not None and cached.inputs == inputs:
+        return cached
+
+    mdep = ModelDeployment.model_validate({**snapshot(body), "status": {}})
+    model = Model.model_validate(model_body) if model_body else None
+    base = Model.model_validate(base_body) if base_body else None
     workload = None
     runtime_name = None
     problem: Verdict | None = None
     try:
-        runtime_name, runtime = select_runtime(spec, ctx.catalog)
-        served = resolve_served_model(spec.model_ref, model, base, ctx.settings.model_store_claim)
+        runtime_name, runtime = select_runtime(mdep.spec, ctx.catalog)
+        served = resolve_served_model(mdep.spec.model_ref, model, base, ctx.settings.model_store_claim)
         workload = model_workload(
             mdep, served, runtime_name, runtime, progress_deadline_seconds=ctx.settings.progress_deadline_seconds
         )
@@ -277,34 +349,65 @@ async def reconcile_model_deployment(ctx: Context, body: Body, views: Views) -> 
         problem = Verdict("FAILED", exc.reason, exc.message)
     except InvalidRuntimeChoice as exc:
         problem = Verdict("FAILED", "InvalidOptimization", str(exc))
-
     template_hash = (
         workload.template_hash if workload else hash_of([problem.reason, problem.message] if problem else "")
     )
+    children = _owned(workload.objects(), "ModelDeployment", meta) if workload is not None else []
+    build = ModelBuild(inputs, mdep, runtime_name, workload, children, problem, template_hash)
+    ctx.builds[meta["uid"]] = build
+    return build
+
+
+def _status_of(ctx: Context, body: Body) -> ModelDeploymentStatus:
+    """The object's status, validated once per resourceVersion (most reconciles are triggered by the
+    object's Deployment or Pods, and read the same version of it again)."""
+    meta = body["metadata"]
+    cached = ctx.statuses.get(meta["uid"])
+    if cached is not None and cached[0] == meta.get("resourceVersion"):
+        return cached[1]
+    status = ModelDeploymentStatus.model_validate(body.get("status") or {})
+    ctx.statuses[meta["uid"]] = (meta.get("resourceVersion"), status)
+    return status
+
+
+async def reconcile_model_deployment(ctx: Context, body: Body, views: Views) -> Outcome:
+    meta = body["metadata"]
+    name, namespace = meta["name"], meta["namespace"]
+    build = await _model_build(ctx, body, views)
+    mdep_status = _status_of(ctx, body)
+    spec = build.mdep.spec
+    workload, runtime_name, problem, template_hash = (
+        build.workload,
+        build.runtime_name,
+        build.problem,
+        build.template_hash,
+    )
     requested = (meta.get("labels") or {}).get(DOCK_STATUS_ID_LABEL)
-    before = mdep.status.job
+    before = mdep_status.job
     job, new_job = _job_for(before, requested, template_hash, meta.get("generation", 0), "MODELS")
 
     key: Key = (namespace, "model-server", name)
     deployment = views.one(views.deployments, key)
     min_ready = spec.scaling_parameters.min_replicas
+    pods: list[dict[str, Any]] = []
     if workload is not None:
-        children = _owned(workload.objects(), "ModelDeployment", meta)
-        if await _apply_if_changed(ctx, children, deployment):
+        if await _apply_if_changed(ctx, build.children, deployment):
             deployment = None  # what the index holds is older than what was just applied
         current = deployment if _is_template(deployment, job) else None
         pods = [p for p in views.many(views.pods, key) if _is_template(p, job)]
-        device = DEVICES[spec.device_type]
-        verdict = problem or assess(
-            job,
-            current,
-            pods,
-            min_ready=min_ready,
-            requests=pod_resources(device)["requests"],
-            fit=views.node_fit(spec.device_type),
-            now=now(),
-            unschedulable_deadline_seconds=ctx.settings.unschedulable_deadline_seconds,
-        )
+        if job.status != "IN_PROGRESS":
+            verdict = Verdict(job.status, job.reason, job.message)  # a finished job keeps its verdict
+        else:
+            verdict = assess(
+                job,
+                current,
+                pods,
+                min_ready=min_ready,
+                requests=pod_resources(DEVICES[spec.device_type])["requests"],
+                fit=views.node_fit(spec.device_type),
+                now=now(),
+                unschedulable_deadline_seconds=ctx.settings.unschedulable_deadline_seconds,
+            )
     else:
         assert problem is not None
         verdict = problem if job.status == "IN_PROGRESS" else Verdict(job.status, job.reason, job.message)
@@ -328,14 +431,15 @@ async def reconcile_model_deployment(ctx: Context, body: Body, views: Views) -> 
                 f"{ready} of {min_ready} required replica(s) ready",
                 meta.get("generation", 0),
                 now(),
-                mdep.status.conditions,
+                mdep_status.conditions,
             )
         ],
     }
     if workload is not None:
         status["serviceName"] = resource_name
         status["endpoint"] = endpoint_of(workload.service)
-    await _write(ctx, body, "modeldeployments", status, job, before, new_job, requested)
+    written = await _write(ctx, body, "modeldeployments", status, job, before, new_job, requested)
+    return _outcome(ctx, job, pods, written)
 
 
 def _is_template(obj: dict[str, Any] | None, job: DockJob) -> bool:
@@ -358,7 +462,7 @@ def check_endpoint(url: str, timeout: float) -> str | None:
 
 async def reconcile_tool_deployment(
     ctx: Context, body: Body, views: Views, reach: ReachabilityCheck = check_endpoint
-) -> None:
+) -> Outcome:
     tdep = ToolDeployment.model_validate(snapshot(body))
     meta = body["metadata"]
     name, namespace = meta["name"], meta["namespace"]
@@ -371,6 +475,7 @@ async def reconcile_tool_deployment(
     key: Key = (namespace, "tool", name)
     deployment = views.one(views.deployments, key)
     status: dict[str, Any] = {"observedGeneration": meta.get("generation")}
+    pods: list[dict[str, Any]] = []
 
     if tool is None:
         problem = Verdict("FAILED", "ToolNotFound", f"Tool {tdep.spec.tool_ref} does not exist in this namespace")
@@ -433,4 +538,5 @@ async def reconcile_tool_deployment(
             )
         ],
     }
-    await _write(ctx, body, "tooldeployments", status, job, before, new_job, requested)
+    written = await _write(ctx, body, "tooldeployments", status, job, before, new_job, requested)
+    return _outcome(ctx, job, pods, written)

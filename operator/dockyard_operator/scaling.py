@@ -10,8 +10,10 @@ resizes the Deployment within [minReplicas, maxReplicas].
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, cast
 
 import httpx
 import kopf
@@ -22,11 +24,13 @@ from dockyard_operator.autoscaler import AutoscalerState, Observation, decide
 from dockyard_operator.metrics import LoadSample, parse_load
 from dockyard_operator.reconcile import Context, Key, Views
 from dockyard_operator.runtimes import select_runtime
+from dockyard_operator.workqueue import ObjectKey, WorkQueue
 
 METRICS_URL_ANNOTATION = "dockyard.dev/metrics-url"
+logger = logging.getLogger(__name__)
 
 
-def autoscaling_enabled(spec: kopf.Spec, **_: Any) -> bool:
+def autoscaling_enabled(spec: Mapping[str, Any], **_: Any) -> bool:
     scaling = spec.get("scalingParameters") or {}
     low, high = scaling.get("minReplicas", 1), scaling.get("maxReplicas")
     return high is not None and high > low
@@ -56,7 +60,7 @@ def scrape_targets(mdep: ModelDeployment, views: Views, ctx: Context) -> list[st
     ]
 
 
-async def autoscale(ctx: Context, http: httpx.AsyncClient, body: kopf.Body, views: Views) -> None:
+async def autoscale(ctx: Context, http: httpx.AsyncClient, body: Mapping[str, Any], views: Views) -> None:
     mdep = ModelDeployment.model_validate(
         {
             "apiVersion": body["apiVersion"],
@@ -78,7 +82,24 @@ async def autoscale(ctx: Context, http: httpx.AsyncClient, body: kopf.Body, view
     if decision.replicas != current:
         patch = {"spec": {"replicas": decision.replicas}}
         await ctx.call(ctx.kube.patch_object, "modeldeployments", namespace, name, patch)
-        kopf.info(body, reason=decision.reason, message=decision.message)
+        kopf.info(cast(kopf.Body, body), reason=decision.reason, message=decision.message)
     new_state = decision.new_state.to_dict()
     if new_state != (status.get("autoscaler") or {}):
         await ctx.call(ctx.kube.patch_status, "modeldeployments", namespace, name, {"autoscaler": new_state})
+
+
+async def autoscaler_loop(queue: WorkQueue, key: ObjectKey, ctx: Context, http: httpx.AsyncClient) -> None:
+    """One ModelDeployment's autoscaler: a tick every ``AUTOSCALE_INTERVAL_SECONDS`` while the object
+    exists and its scaling parameters allow more than one replica count. It takes the object's
+    reconcile lock, so a tick and a reconcile of the same object never interleave."""
+    interval = ctx.settings.autoscale_interval_seconds
+    while True:
+        await asyncio.sleep(interval)
+        body = queue.body(key)
+        if body is None or not autoscaling_enabled(body.get("spec") or {}) or ctx.views is None:
+            return
+        try:
+            async with queue.lock(key):
+                await autoscale(ctx, http, body, ctx.views)
+        except Exception:
+            logger.exception("autoscaling ModelDeployment %s/%s failed; next tick in %ss", *key, interval)

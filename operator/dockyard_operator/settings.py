@@ -23,7 +23,10 @@ class OperatorSettings(BaseSettings):
         default=300, gt=0, description="how long a replica may stay unschedulable before the job FAILS"
     )
     observe_interval_seconds: float = Field(
-        default=1.0, gt=0, description="how often a job in flight is assessed (pods Ready, failures, deadlines)"
+        default=5.0,
+        gt=0,
+        description="re-assess a job in flight at least this often (watch events re-assess it at once; "
+        "the unschedulable deadline is checked when it falls due)",
     )
     settled_interval_seconds: float = Field(
         default=10.0, gt=0, description="how often a settled workload is re-checked (replica counts, drift)"

@@ -1,0 +1,174 @@
+"""A per-object work queue: event-driven reconciliation without kopf timers (and so without a finalizer).
+
+kopf hands the operator every watch event; for one ModelDeployment they come in bursts: its creation,
+its own label and status writes, its Deployment's status updates, its Pods' scheduling and readiness.
+The queue turns them into reconciles the way controller-runtime's work queue does:
+
+- at most one reconcile of an object runs at a time, with the newest body known;
+- a reconcile starts a short batch window after its trigger, and triggers that arrive meanwhile or
+  while it runs cause exactly one more run (they coalesce): a Pod turning Ready, its ReplicaSet and
+  its Deployment reporting it arrive within milliseconds and cost one reconcile, not three;
+- a reconcile says when it wants to run again without an event (a deadline, the periodic re-check),
+  and any earlier trigger supersedes that;
+- a reconcile that fails is retried with an exponential backoff.
+
+What the queue keeps is a cache of what the API says plus pending triggers: after a restart kopf's
+initial listing triggers every object again, so nothing here must survive a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+Body = Mapping[str, Any]
+ObjectKey = tuple[str, str]
+"""(namespace, name) of a queued object."""
+
+logger = logging.getLogger(__name__)
+
+BACKOFF_SECONDS = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a reconcile reports back to the queue."""
+
+    requeue_after: float | None = None
+    """Run again after this many seconds unless an event comes first (None: only on events)."""
+    written: Body | None = None
+    """The object as the API server returned it after this reconcile's last write, if it wrote."""
+    passed: tuple[str, ...] = ()
+    """The resourceVersions this reconcile's writes replaced (the body it read, then each write)."""
+
+
+Reconcile = Callable[[Body], Awaitable[Outcome]]
+
+
+def key_of(body: Body) -> ObjectKey:
+    meta = body["metadata"]
+    return meta.get("namespace") or "", meta["name"]
+
+
+class WorkQueue:
+    """Coalescing, per-object serialised reconciles of one kind of object."""
+
+    def __init__(self, kind: str, reconcile: Reconcile, batch_window: float = 0.1) -> None:
+        self.kind = kind
+        self._reconcile = reconcile
+        self.batch_window = batch_window
+        self._bodies: dict[ObjectKey, Body] = {}
+        self._written: dict[ObjectKey, tuple[frozenset[str], Body]] = {}
+        self._pending: set[ObjectKey] = set()
+        self._running: dict[ObjectKey, asyncio.Task[None]] = {}
+        self._timers: dict[ObjectKey, asyncio.TimerHandle] = {}
+        self._failures: dict[ObjectKey, int] = {}
+        self._locks: dict[ObjectKey, asyncio.Lock] = {}
+
+    # --- what the watch says ---------------------------------------------------------------------
+
+    def observe(self, body: Body) -> None:
+        """A watch event of the object (anything but its deletion): remember it and reconcile."""
+        key = key_of(body)
+        self._bodies[key] = body
+        self.trigger(key)
+
+    def forget(self, body: Body) -> None:
+        """The object is gone: drop what is known about it (a running reconcile finishes, then stops)."""
+        key = key_of(body)
+        self._bodies.pop(key, None)
+        self._written.pop(key, None)
+        self._pending.discard(key)
+        self._failures.pop(key, None)
+        self._locks.pop(key, None)
+        if (timer := self._timers.pop(key, None)) is not None:
+            timer.cancel()
+
+    def body(self, key: ObjectKey) -> Body | None:
+        """The newest known state of the object: the watch's, or what our own last write returned
+        while the watch has not delivered that write yet."""
+        seen = self._bodies.get(key)
+        written = self._written.get(key)
+        if seen is None or written is None:
+            return seen
+        passed, body = written
+        if seen["metadata"].get("resourceVersion") in passed:
+            return body  # the watch still shows a version our write chain replaced
+        del self._written[key]  # the watch has caught up (our write, or a newer change)
+        return seen
+
+    def keys(self, namespace: str | None = None) -> list[ObjectKey]:
+        return [k for k in self._bodies if namespace is None or k[0] == namespace]
+
+    def lock(self, key: ObjectKey) -> asyncio.Lock:
+        """Held during each reconcile of the object; other writers of the object (the autoscaler) share it."""
+        return self._locks.setdefault(key, asyncio.Lock())
+
+    # --- triggers --------------------------------------------------------------------------------
+
+    def trigger(self, key: ObjectKey) -> None:
+        """Reconcile the object soon (once, however many triggers arrive meanwhile)."""
+        if key not in self._bodies:
+            return  # not (yet) listed, or gone: its own event will come, or nothing is to be done
+        self._pending.add(key)
+        if key not in self._running:
+            self._running[key] = asyncio.get_running_loop().create_task(self._run(key), name=f"{self.kind} {key}")
+
+    def trigger_all(self, keys: Iterable[ObjectKey]) -> None:
+        for key in keys:
+            self.trigger(key)
+
+    def _after(self, key: ObjectKey, delay: float) -> None:
+        if (timer := self._timers.pop(key, None)) is not None:
+            timer.cancel()
+        self._timers[key] = asyncio.get_running_loop().call_later(delay, self._timer_fired, key)
+
+    def _timer_fired(self, key: ObjectKey) -> None:
+        self._timers.pop(key, None)
+        self.trigger(key)
+
+    async def _run(self, key: ObjectKey) -> None:
+        try:
+            while key in self._pending:
+                if self.batch_window > 0:
+                    await asyncio.sleep(self.batch_window)  # triggers meanwhile join this run
+                self._pending.discard(key)
+                body = self.body(key)
+                if body is None:
+                    return
+                if (timer := self._timers.pop(key, None)) is not None:
+                    timer.cancel()
+                try:
+                    async with self.lock(key):
+                        outcome = await self._reconcile(body)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    failures = self._failures.get(key, 0)
+                    self._failures[key] = failures + 1
+                    delay = BACKOFF_SECONDS[min(failures, len(BACKOFF_SECONDS) - 1)]
+                    logger.exception("reconciling %s %s/%s failed; retrying in %ss", self.kind, *key, delay)
+                    if key in self._bodies:
+                        self._after(key, delay)
+                    continue
+                self._failures.pop(key, None)
+                if key not in self._bodies:
+                    return  # deleted while it was reconciled
+                if outcome.written is not None:
+                    self._written[key] = (frozenset(outcome.passed), outcome.written)
+                if outcome.requeue_after is not None:
+                    self._after(key, outcome.requeue_after)
+        finally:
+            self._running.pop(key, None)
+
+    async def close(self) -> None:
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+        tasks = list(self._running.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
