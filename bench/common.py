@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -11,7 +12,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from kubernetes import client, config
+from kubernetes import client, config, watch
+from kubernetes.client.exceptions import ApiException
 from tests.support.runners import free_port, wait_http_ok
 
 from dockyard_localcluster.cluster import LocalCluster
@@ -104,7 +106,14 @@ def peak_rss_mib(pid: int) -> float:
 
 
 def namespace(api: client.ApiClient, prefix: str) -> str:
-    """A new namespace ``<prefix>-<time>`` (one of an earlier run may still be terminating)."""
+    """A new namespace ``<prefix>-<time>`` (one of an earlier run may still be terminating).
+
+    Namespaces of an earlier, interrupted run with the same prefix are deleted first: their pods would
+    hold the nodes this run needs."""
+    core = client.CoreV1Api(api)
+    for stale in core.list_namespace().items:
+        if stale.metadata.name.startswith(f"{prefix}-") and not stale.metadata.deletion_timestamp:
+            delete_namespace(api, stale.metadata.name)
     name = f"{prefix}-{int(time.time() * 1000) % 10**8}"
     client.CoreV1Api(api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     return name
@@ -114,6 +123,59 @@ def delete_namespace(api: client.ApiClient, name: str, timeout: float = 300) -> 
     core = client.CoreV1Api(api)
     core.delete_namespace(name)
     wait_until(lambda: not core.list_namespaced_pod(name).items, timeout, f"pods of {name} gone")
+
+
+def watch_until_all(
+    list_fn: Callable[..., Any],
+    *args: Any,
+    names: set[str],
+    ready: Callable[[dict[str, Any]], bool],
+    since: str,
+    timeout: float,
+    what: str,
+) -> None:
+    """Follow a watch of the objects ``list_fn(*args)`` lists, from resourceVersion ``since``, until every
+    object named in ``names`` is ``ready``.
+
+    A watch costs the API server one serialised event per change, where polling a list of N objects
+    costs it (and this process) N objects per poll: the observer of a benchmark must not be a load of
+    its own, least of all one that weighs more on one side (custom objects are costlier to list)."""
+    state: dict[str, bool] = {}
+
+    def see(obj: dict[str, Any], gone: bool = False) -> bool:
+        name = obj["metadata"]["name"]
+        if name in names:
+            state[name] = not gone and ready(obj)
+        return all_ready()
+
+    def all_ready() -> bool:
+        return len(state) == len(names) and all(state.values())
+
+    def relist() -> str:  # the watch's history is gone (410): carry on from a fresh list
+        listed = json.loads(list_fn(*args, _preload_content=False).data)
+        for item in listed["items"]:
+            see(item)
+        return str(listed["metadata"]["resourceVersion"])
+
+    deadline = time.monotonic() + timeout
+    version = since
+    while (remaining := deadline - time.monotonic()) > 0:
+        try:
+            for event in watch.Watch().stream(
+                list_fn, *args, resource_version=version, timeout_seconds=max(1, int(remaining)), deserialize=False
+            ):
+                if event["type"] == "ERROR":
+                    raise ApiException(status=event["object"].get("code", 500), reason=event["object"].get("message"))
+                version = event["object"]["metadata"]["resourceVersion"]
+                if see(event["object"], gone=event["type"] == "DELETED"):
+                    return
+        except ApiException as exc:
+            if exc.status != 410:
+                raise
+            version = relist()
+            if all_ready():
+                return
+    raise TimeoutError(f"{what}: not reached within {timeout:.0f}s ({sum(state.values())}/{len(names)} ready)")
 
 
 def wait_until(done: Callable[[], Any], timeout: float, what: str, interval: float = 0.5) -> float:

@@ -11,6 +11,7 @@ import asyncio
 import logging
 
 import kopf
+import uvloop
 
 import dockyard_operator.handlers  # noqa: F401  (registers the handlers)
 
@@ -38,15 +39,17 @@ def main(argv: list[str] | None = None) -> None:
     kopf.configure(verbose=args.verbose, log_format=kopf.LogFormat[args.log_format.upper()])
     if not args.verbose:  # one line per watch event of every Pod and Deployment would drown the log
         logging.getLogger("kopf.objects").addFilter(_quiet_watch_handlers)
-    asyncio.run(
-        kopf.operator(
-            standalone=args.standalone,
-            # naming a peering makes it mandatory: the chart installs kopf's peering CRD
-            peering_name=None if args.standalone else args.peering,
-            clusterwide=not args.namespace,
-            namespaces=args.namespace,
+    # uvloop, as kopf's own CLI uses it: the event loop and its TLS streams cost less per watch event
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(
+            kopf.operator(
+                standalone=args.standalone,
+                # naming a peering makes it mandatory: the chart installs kopf's peering CRD
+                peering_name=None if args.standalone else args.peering,
+                clusterwide=not args.namespace,
+                namespaces=args.namespace,
+            )
         )
-    )
 
 
 if __name__ == "__main__":

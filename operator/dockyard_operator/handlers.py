@@ -27,6 +27,7 @@ from kubernetes.client.exceptions import ApiException
 
 from dockyard_api.devices import GPU_RESOURCE, INSTANCE_TYPE_LABEL
 from dockyard_api.kube import api_client
+from dockyard_api.kubehttp import AsyncKube, KubeError
 from dockyard_api.resources import GROUP
 from dockyard_api.resources.v1alpha1 import VERSION
 from dockyard_operator import health
@@ -34,7 +35,14 @@ from dockyard_operator.assess import parse_quantity
 from dockyard_operator.builders import COMPONENT_LABEL, MANAGED_BY
 from dockyard_operator.importer import Importer, import_in_flight, is_upload
 from dockyard_operator.kube import Conflict, Kube
-from dockyard_operator.reconcile import Context, Views, reconcile_model_deployment, reconcile_tool_deployment, snapshot
+from dockyard_operator.reconcile import (
+    API_CONCURRENCY,
+    Context,
+    Views,
+    reconcile_model_deployment,
+    reconcile_tool_deployment,
+    snapshot,
+)
 from dockyard_operator.runtimes import load_catalog
 from dockyard_operator.scaling import autoscaler_loop, autoscaling_enabled
 from dockyard_operator.settings import OperatorSettings
@@ -90,7 +98,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     )
     settings.watching.server_timeout = 300
     memo.api = api_client(config.kubeconfig)
-    ctx = Context(settings=config, kube=Kube(memo.api), catalog=load_catalog(config.runtime_catalog))
+    http = AsyncKube(config.kubeconfig, max_connections=API_CONCURRENCY)
+    ctx = Context(settings=config, kube=Kube(memo.api, http), catalog=load_catalog(config.runtime_catalog))
     memo.ctx = ctx
     memo.mdeps = WorkQueue("ModelDeployment", partial(_reconcile, ctx, reconcile_model_deployment))
     memo.tdeps = WorkQueue("ToolDeployment", partial(_reconcile, ctx, reconcile_tool_deployment))
@@ -148,6 +157,8 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
             await memo[queue].close()
     if "health" in memo:
         await health.stop(memo.health)
+    if "ctx" in memo:
+        await memo.ctx.kube.http.aclose()
     if "http" in memo:
         await memo.http.aclose()
     if "importer" in memo:
@@ -274,7 +285,7 @@ async def _reconcile(ctx: Context, reconcile: Any, body: Body) -> Outcome:
         outcome: Outcome = await reconcile(ctx, body, ctx.views)
     except Conflict:  # the object changed meanwhile: its watch event brings the new version, and a reconcile
         return Outcome()
-    except ApiException as exc:
+    except (ApiException, KubeError) as exc:
         if exc.status == 404:  # deleted meanwhile (or its namespace): its DELETED event forgets it
             return Outcome()
         raise

@@ -156,7 +156,7 @@ async def _apply_if_changed(ctx: Context, objects: list[dict[str, Any]], current
     if current is not None and current["metadata"].get("annotations", {}).get(APPLIED_HASH_ANNOTATION) == applied:
         return False
     for obj in objects:
-        await ctx.call(ctx.kube.apply, obj)
+        await ctx.kube.apply_async(obj)
     return True
 
 
@@ -237,14 +237,14 @@ async def _write(
     if new_job and requested != job.dock_status_id:
         # The lookup of a dockStatusId is one labelled list: keep the label in step with the job.
         labels = {DOCK_STATUS_ID_LABEL: job.dock_status_id}
-        labelled = await ctx.call(
-            ctx.kube.patch_object, plural, meta["namespace"], meta["name"], {"metadata": {"labels": labels}}, version
+        labelled = await ctx.kube.patch_object_async(
+            plural, meta["namespace"], meta["name"], {"metadata": {"labels": labels}}, version
         )
         version = labelled["metadata"]["resourceVersion"]
         passed.append(version)
     elif not _changed(body.get("status") or {}, status):
         return None, ()
-    written = await ctx.call(ctx.kube.patch_status, plural, meta["namespace"], meta["name"], status, version)
+    written = await ctx.kube.patch_status_async(plural, meta["namespace"], meta["name"], status, version)
     _post_events(body, before, job, new_job)
     return written, tuple(passed)
 
@@ -292,7 +292,7 @@ async def _model(ctx: Context, views: Views, namespace: str, name: str) -> dict[
     if (found or {}).get("status", {}).get("phase") == "ReadyToDeploy":
         return found
     # the index may lag behind a Model just created or just ready: a job fails on the API server's word only
-    fetched = await ctx.call(ctx.kube.get_custom, "models", namespace, name)
+    fetched = await ctx.kube.get_custom_async("models", namespace, name)
     return snapshot(cast(Any, fetched)) if fetched else None
 
 
@@ -468,7 +468,7 @@ async def reconcile_tool_deployment(
     name, namespace = meta["name"], meta["namespace"]
     tool_body = views.one(views.tools, (namespace, tdep.spec.tool_ref))
     if tool_body is None:  # the index may lag behind a Tool just created: ToolNotFound on the API server's word only
-        tool_body = await ctx.call(ctx.kube.get_custom, "tools", namespace, tdep.spec.tool_ref)
+        tool_body = await ctx.kube.get_custom_async("tools", namespace, tdep.spec.tool_ref)
     tool = Tool.model_validate(tool_body) if tool_body else None
     requested = (meta.get("labels") or {}).get(DOCK_STATUS_ID_LABEL)
     before = tdep.status.job

@@ -81,11 +81,11 @@ async def autoscale(ctx: Context, http: httpx.AsyncClient, body: Mapping[str, An
     name, namespace = body["metadata"]["name"], body["metadata"]["namespace"]
     if decision.replicas != current:
         patch = {"spec": {"replicas": decision.replicas}}
-        await ctx.call(ctx.kube.patch_object, "modeldeployments", namespace, name, patch)
+        await ctx.kube.patch_object_async("modeldeployments", namespace, name, patch)
         kopf.info(cast(kopf.Body, body), reason=decision.reason, message=decision.message)
     new_state = decision.new_state.to_dict()
     if new_state != (status.get("autoscaler") or {}):
-        await ctx.call(ctx.kube.patch_status, "modeldeployments", namespace, name, {"autoscaler": new_state})
+        await ctx.kube.patch_status_async("modeldeployments", namespace, name, {"autoscaler": new_state})
 
 
 async def autoscaler_loop(queue: WorkQueue, key: ObjectKey, ctx: Context, http: httpx.AsyncClient) -> None:
