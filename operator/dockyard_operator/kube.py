@@ -3,10 +3,8 @@
 The reconciles of ModelDeployments and ToolDeployments (hundreds of calls a second while many roll
 out) make them on the event loop with the aiohttp client the facade uses (:class:`AsyncKube`,
 orjson): no thread hop, no urllib3 header bookkeeping, no generated-client argument validation.
-The blocking variants serve the handlers that kopf runs in threads; they skip the client's model
-deserialisation (``_preload_content=False``, the costliest part of a call) and hand their connection
-back to the pool; the API objects are built once (the client's lazy module attributes take an
-import lock on every access).
+The blocking patches serve the model importer's worker threads; they skip the client's model
+deserialisation (``_preload_content=False``) and hand their connection back to the pool.
 """
 
 from __future__ import annotations
@@ -50,15 +48,6 @@ def _body(response: Any) -> dict[str, Any]:
         response.release_conn()
 
 
-def _drain(response: Any) -> None:
-    """Read and drop the answer of a call made with ``_preload_content=False`` (nothing in it is
-    needed: decoding a whole Deployment costs more than the call); frees its connection."""
-    try:
-        response.data  # noqa: B018  (reads the body, so that the connection can be reused)
-    finally:
-        response.release_conn()
-
-
 def _guarded(patch: dict[str, Any], resource_version: str | None) -> dict[str, Any]:
     """A merge patch that applies only while the object is at ``resource_version`` (if given)."""
     if resource_version is None:
@@ -70,38 +59,7 @@ class Kube:
     def __init__(self, api: client.ApiClient, http: AsyncKube) -> None:
         self.api = api
         self.http = http
-        self.apps = client.AppsV1Api(api)
-        self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
-
-    def apply(self, obj: dict[str, Any]) -> None:
-        """Server-side apply as the operator's field manager (idempotent; re-running changes nothing)."""
-        meta = obj["metadata"]
-        kwargs: dict[str, Any] = {
-            "field_manager": FIELD_MANAGER,
-            "force": True,
-            "_content_type": APPLY,
-            "_preload_content": False,
-        }
-        calls = {
-            "Deployment": self.apps.patch_namespaced_deployment,
-            "Service": self.core.patch_namespaced_service,
-            "ConfigMap": self.core.patch_namespaced_config_map,
-        }
-        _drain(calls[obj["kind"]](meta["name"], meta["namespace"], obj, **kwargs))
-
-    def get_custom(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
-        """A dockyard.dev object, or None when it does not exist."""
-        try:
-            return _body(
-                self.custom.get_namespaced_custom_object(
-                    GROUP, VERSION, namespace, plural, name, _preload_content=False
-                )
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
 
     def _merge(self, plural: str, namespace: str, name: str, body: dict[str, Any], status: bool) -> dict[str, Any]:
         call = (
@@ -132,7 +90,7 @@ class Kube:
     # --- the same calls on the event loop (the reconciles' hot path) -----------------------------
 
     async def apply_async(self, obj: dict[str, Any]) -> None:
-        """:meth:`apply`, without a thread."""
+        """Server-side apply as the operator's field manager (idempotent; re-running changes nothing)."""
         meta = obj["metadata"]
         if obj["kind"] == "Deployment":
             path = f"/apis/apps/v1/namespaces/{meta['namespace']}/deployments/{meta['name']}"
@@ -142,7 +100,7 @@ class Kube:
         await self.http.request("PATCH", path, json=obj, params=params, content_type=APPLY)
 
     async def get_custom_async(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
-        """:meth:`get_custom`, without a thread."""
+        """A dockyard.dev object, or None when it does not exist."""
         try:
             return await self.http.request("GET", AsyncKube.custom_path(namespace, plural, name))
         except KubeError as exc:
