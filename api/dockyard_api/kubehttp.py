@@ -66,12 +66,28 @@ class AsyncKube:
     concurrent calls). A failure to reach the API server is a :class:`KubeError` with status 502.
     """
 
-    def __init__(self, kubeconfig: str | None = None, *, max_connections: int = 64, timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        kubeconfig: str | None = None,
+        *,
+        max_connections: int = 64,
+        timeout: float = 10.0,
+        wait_for_connection: bool = False,
+    ) -> None:
+        """``timeout`` bounds each request, from its start (waiting for one of the ``max_connections``
+        included) to its answer; with ``wait_for_connection`` the wait for a free connection is not
+        counted, only the connection and each read: for a client that queues far more requests than
+        it has connections (the operator, reconciling 1,500 ModelDeployments at once)."""
         self._conf = load_configuration(kubeconfig)
         self._base = self._conf.host.rstrip("/")
         self._ssl = _ssl_context(self._conf) if self._base.startswith("https:") else None
         self._max_connections = max_connections
-        self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._timeout = (
+            aiohttp.ClientTimeout(total=None, sock_connect=timeout, sock_read=timeout)
+            if wait_for_connection
+            else aiohttp.ClientTimeout(total=timeout)
+        )
+        self._connect_timeout = timeout
         self._session: aiohttp.ClientSession | None = None
 
     def _http(self) -> aiohttp.ClientSession:
@@ -126,7 +142,7 @@ class AsyncKube:
         """The events of a watch (``?watch=1``) on ``path``, one dict per event, until the server ends it."""
         headers = [*self._auth_headers(), ("Accept", "application/json")]
         query = {**params, "watch": "1", "allowWatchBookmarks": "true"}
-        timeout = aiohttp.ClientTimeout(total=None, connect=self._timeout.total)
+        timeout = aiohttp.ClientTimeout(total=None, connect=self._connect_timeout)
         try:
             async with self._http().get(self._base + path, params=query, headers=headers, timeout=timeout) as response:
                 if response.status >= 300:

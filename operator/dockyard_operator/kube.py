@@ -22,6 +22,12 @@ from dockyard_api.resources.v1alpha1 import VERSION
 FIELD_MANAGER = "dockyard-operator"
 APPLY = "application/apply-patch+yaml"
 MERGE = "application/merge-patch+json"
+APPLIED_KINDS = {
+    "Deployment": "/apis/apps/v1/namespaces/{namespace}/deployments",
+    "Service": "/api/v1/namespaces/{namespace}/services",
+    "ConfigMap": "/api/v1/namespaces/{namespace}/configmaps",
+}
+"""The kinds of children the operator applies, and their collections."""
 
 
 def owner_reference(kind: str, meta: dict[str, Any]) -> dict[str, Any]:
@@ -92,10 +98,8 @@ class Kube:
     async def apply_async(self, obj: dict[str, Any]) -> None:
         """Server-side apply as the operator's field manager (idempotent; re-running changes nothing)."""
         meta = obj["metadata"]
-        if obj["kind"] == "Deployment":
-            path = f"/apis/apps/v1/namespaces/{meta['namespace']}/deployments/{meta['name']}"
-        else:
-            path = AsyncKube.core_path(meta["namespace"], f"{obj['kind'].lower()}s", meta["name"])
+        collection = APPLIED_KINDS[obj["kind"]].format(namespace=meta["namespace"])
+        path = f"{collection}/{meta['name']}"
         params = {"fieldManager": FIELD_MANAGER, "force": "true"}
         await self.http.request("PATCH", path, json=obj, params=params, content_type=APPLY)
 
