@@ -115,7 +115,7 @@ def namespace(api: client.ApiClient, prefix: str) -> str:
         if stale.metadata.name.startswith(f"{prefix}-") and not stale.metadata.deletion_timestamp:
             delete_namespace(api, stale.metadata.name)
     name = f"{prefix}-{int(time.time() * 1000) % 10**8}"
-    client.CoreV1Api(api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     return name
 
 

@@ -104,8 +104,12 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     http = AsyncKube(config.kubeconfig, max_connections=API_CONCURRENCY, timeout=30.0, wait_for_connection=True)
     ctx = Context(settings=config, kube=Kube(memo.api, http), catalog=load_catalog(config.runtime_catalog))
     memo.ctx = ctx
-    memo.mdeps = WorkQueue("ModelDeployment", partial(_reconcile, ctx, reconcile_model_deployment))
-    memo.tdeps = WorkQueue("ToolDeployment", partial(_reconcile, ctx, reconcile_tool_deployment))
+    memo.mdeps = WorkQueue(
+        "ModelDeployment", partial(_reconcile, ctx, reconcile_model_deployment), max_concurrent=API_CONCURRENCY
+    )
+    memo.tdeps = WorkQueue(
+        "ToolDeployment", partial(_reconcile, ctx, reconcile_tool_deployment), max_concurrent=API_CONCURRENCY
+    )
     memo.autoscalers = {}
     memo.http = httpx.AsyncClient(timeout=config.metrics_timeout_seconds)
     memo.importer = Importer(config, memo.ctx.kube)

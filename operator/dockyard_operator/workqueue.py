@@ -10,7 +10,11 @@ The queue turns them into reconciles the way controller-runtime's work queue doe
   its Deployment reporting it arrive within milliseconds and cost one reconcile, not three;
 - a reconcile says when it wants to run again without an event (a deadline, the periodic re-check),
   and any earlier trigger supersedes that;
-- a reconcile that fails is retried with an exponential backoff.
+- a reconcile that fails is retried with an exponential backoff;
+- at most ``max_concurrent`` reconciles run at once (controller-runtime's MaxConcurrentReconciles),
+  first come first served: when 1,500 objects arrive together, the first ones finish (their status
+  written) while the later ones wait, instead of all of them queueing each API call behind everyone
+  else's and none finishing until all have started.
 
 What the queue keeps is a cache of what the API says plus pending triggers: after a restart kopf's
 initial listing triggers every object again, so nothing here must survive a restart.
@@ -56,10 +60,11 @@ def key_of(body: Body) -> ObjectKey:
 class WorkQueue:
     """Coalescing, per-object serialised reconciles of one kind of object."""
 
-    def __init__(self, kind: str, reconcile: Reconcile, batch_window: float = 0.1) -> None:
+    def __init__(self, kind: str, reconcile: Reconcile, batch_window: float = 0.1, max_concurrent: int = 32) -> None:
         self.kind = kind
         self._reconcile = reconcile
         self.batch_window = batch_window
+        self._slots = asyncio.Semaphore(max_concurrent)
         self._bodies: dict[ObjectKey, Body] = {}
         self._written: dict[ObjectKey, tuple[frozenset[str], Body]] = {}
         self._pending: set[ObjectKey] = set()
@@ -142,7 +147,11 @@ class WorkQueue:
                 if (timer := self._timers.pop(key, None)) is not None:
                     timer.cancel()
                 try:
-                    async with self.lock(key):
+                    async with self._slots, self.lock(key):
+                        self._pending.discard(key)  # triggers that came while it waited are served by this run
+                        body = self.body(key)  # the newest known, after waiting for a slot
+                        if body is None:
+                            return
                         outcome = await self._reconcile(body)
                 except asyncio.CancelledError:
                     raise

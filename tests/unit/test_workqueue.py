@@ -109,6 +109,37 @@ def test_objects_are_reconciled_concurrently_but_each_one_serially() -> None:
     run(scenario)
 
 
+def test_at_most_max_concurrent_reconciles_run_and_the_first_come_finish_first() -> None:
+    async def scenario() -> None:
+        rec = Recorder(delay=0.03)
+        queue = WorkQueue("Thing", rec, batch_window=0, max_concurrent=2)
+        names = [f"o{i}" for i in range(6)]
+        for name in names:
+            queue.observe(obj(name))
+        await until(lambda: len(rec.seen) == 6)
+        assert rec.most_at_once == 2
+        assert [name for name, _ in rec.seen] == names  # first come, first served
+        await queue.close()
+
+    run(scenario)
+
+
+def test_triggers_while_waiting_for_a_slot_are_served_by_that_run_with_the_newest_object() -> None:
+    async def scenario() -> None:
+        rec = Recorder(delay=0.05)
+        queue = WorkQueue("Thing", rec, batch_window=0, max_concurrent=1)
+        queue.observe(obj("a"))
+        queue.observe(obj("b"))  # waits for a's slot
+        await asyncio.sleep(0.01)
+        queue.observe(obj("b", "2"))  # arrives while b waits
+        queue.trigger(("ns", "b"))
+        await settle(queue, 0.3)
+        assert rec.seen == [("a", "1"), ("b", "2")]
+        await queue.close()
+
+    run(scenario)
+
+
 def test_a_reconcile_runs_again_when_it_asked_to() -> None:
     async def scenario() -> None:
         rec = Recorder(outcome=lambda _: Outcome(requeue_after=0.05))
