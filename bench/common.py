@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -112,17 +113,30 @@ def namespace(api: client.ApiClient, prefix: str) -> str:
     hold the nodes this run needs."""
     core = client.CoreV1Api(api)
     for stale in core.list_namespace().items:
-        if stale.metadata.name.startswith(f"{prefix}-") and not stale.metadata.deletion_timestamp:
+        if stale.metadata.name.startswith(f"{prefix}-"):
             delete_namespace(api, stale.metadata.name)
     name = f"{prefix}-{int(time.time() * 1000) % 10**8}"
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     return name
 
 
-def delete_namespace(api: client.ApiClient, name: str, timeout: float = 300) -> None:
+def delete_namespace(api: client.ApiClient, name: str, timeout: float = 600) -> None:
+    """Delete the namespace and wait until it is gone with everything in it: the garbage collection of
+    one phase's objects must not run into the next phase (nor a new run into an interrupted one's)."""
     core = client.CoreV1Api(api)
-    core.delete_namespace(name)
-    wait_until(lambda: not core.list_namespaced_pod(name).items, timeout, f"pods of {name} gone")
+    with contextlib.suppress(ApiException):
+        core.delete_namespace(name)
+
+    def gone() -> bool:
+        try:
+            core.read_namespace(name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return True
+            raise
+        return False
+
+    wait_until(gone, timeout, f"namespace {name} gone", interval=1.0)
 
 
 def watch_until_all(
