@@ -12,9 +12,9 @@ The queue turns them into reconciles the way controller-runtime's work queue doe
   and any earlier trigger supersedes that;
 - a reconcile that fails is retried with an exponential backoff;
 - at most ``max_concurrent`` reconciles run at once (controller-runtime's MaxConcurrentReconciles),
-  first come first served: when 1,500 objects arrive together, the first ones finish (their status
-  written) while the later ones wait, instead of all of them queueing each API call behind everyone
-  else's and none finishing until all have started.
+  first come first served: when 1,500 objects arrive together, the first ones can finish (their
+  status written) while the later ones wait, instead of each API call of every object queueing behind
+  those of all the others.
 
 What the queue keeps is a cache of what the API says plus pending triggers: after a restart kopf's
 initial listing triggers every object again, so nothing here must survive a restart.
