@@ -140,18 +140,14 @@ class WorkQueue:
             while key in self._pending:
                 if self.batch_window > 0:
                     await asyncio.sleep(self.batch_window)  # triggers meanwhile join this run
-                self._pending.discard(key)
-                body = self.body(key)
-                if body is None:
-                    return
                 if (timer := self._timers.pop(key, None)) is not None:
                     timer.cancel()
                 try:
                     async with self._slots, self.lock(key):
-                        self._pending.discard(key)  # triggers that came while it waited are served by this run
-                        body = self.body(key)  # the newest known, after waiting for a slot
+                        self._pending.discard(key)  # triggers until now (also while it waited) are served by this run
+                        body = self.body(key)  # the newest known
                         if body is None:
-                            return
+                            return  # gone meanwhile
                         outcome = await self._reconcile(body)
                 except asyncio.CancelledError:
                     raise
