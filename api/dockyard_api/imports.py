@@ -274,16 +274,22 @@ class ImportService:
 
     # -- sessions --
 
-    def open_session(self, namespace: str, environment: str, session_id: str) -> SessionMeta:
-        """The session, if it may still receive chunks; else the error that says why not."""
+    def _not_completed(self, namespace: str, environment: str, session_id: str, why: str) -> SessionMeta:
+        """The session's files, unless it is gone (see :meth:`_gone`) or completed (409, saying ``why``
+        the request cannot act on it)."""
         meta = self._meta(namespace, environment, session_id)
         if meta is None:
             self._gone(namespace, environment, session_id)
         if meta.dock_status_id:
             raise SessionCompleted(
-                f"import session {session_id} is completed; it takes no more chunks",
+                f"import session {session_id} is completed; {why}",
                 {"sessionId": session_id, "dockStatusId": meta.dock_status_id},
             )
+        return meta
+
+    def open_session(self, namespace: str, environment: str, session_id: str) -> SessionMeta:
+        """The session, if it may still receive chunks; else the error that says why not."""
+        meta = self._not_completed(namespace, environment, session_id, "it takes no more chunks")
         if meta.expired():
             raise SessionGone(
                 f"import session {session_id} expired at {iso(meta.expires_at)}",
@@ -378,14 +384,7 @@ class ImportService:
     def abort(self, namespace: str, environment: str, session_id: str) -> dict[str, Any]:
         """Delete the session's chunks; its Model becomes Failed (reason ImportAborted) and stays, so
         that ``kubectl get models`` tells what happened (delete it like any object)."""
-        meta = self._meta(namespace, environment, session_id)
-        if meta is None:
-            self._gone(namespace, environment, session_id)
-        if meta.dock_status_id:
-            raise SessionCompleted(
-                f"import session {session_id} is completed; its import job owns the files",
-                {"sessionId": session_id, "dockStatusId": meta.dock_status_id},
-            )
+        meta = self._not_completed(namespace, environment, session_id, "its import job owns the files")
         for _ in range(5):
             model = self.models.get(namespace, meta.model_id)
             if model is None or _session_of(model) != session_id:
