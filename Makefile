@@ -4,15 +4,16 @@ PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-16)
+WHEELS := $(or $(DOCKYARD_CACHE),$(HOME)/.cache/dockyard)/wheels
 
-.PHONY: run test venv binaries cluster cluster-down lint unit e2e crds crds-check bench clean
+.PHONY: run test venv engines binaries minio cluster cluster-down lint unit e2e chaos crds crds-check bench clean cli-docs
 
 ## run: start the local control plane and Dockyard (operator + facade on 127.0.0.1:8080)
 run: venv
 	$(PY) -m dockyard_localcluster run
 
 ## test: lint, type-check and the whole suite (unit + e2e on the local control plane)
-test: venv lint
+test: venv lint minio
 	$(PY) -m pytest
 
 venv: $(INSTALLED)
@@ -20,12 +21,21 @@ venv: $(INSTALLED)
 $(INSTALLED): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip==25.3
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	bash operator/dockyard_localcluster/build-engines.sh >/dev/null
+	$(PY) -m pip install --quiet --disable-pip-version-check --find-links $(WHEELS) -e '.[dev,engines]'
 	rm -f $(VENV)/.installed-* && touch $@
+
+## engines: build llama.cpp's server (llama-cpp-python, CPU) once into ~/.cache/dockyard/wheels
+engines:
+	bash operator/dockyard_localcluster/build-engines.sh
 
 ## binaries: build the control-plane binaries from Go modules (cached in ~/.cache/dockyard)
 binaries:
 	bash operator/dockyard_localcluster/build-binaries.sh
+
+## minio: build MinIO from its Go module (cached in ~/.cache/dockyard) for the S3 model-store tests
+minio:
+	bash operator/dockyard_localcluster/build-minio.sh
 
 ## cluster / cluster-down: the local control plane alone (idempotent)
 cluster: venv
@@ -45,18 +55,29 @@ unit: venv
 e2e: venv
 	$(PY) -m pytest tests/e2e
 
+## chaos: the control plane restarted under load, the operator SIGKILLed (docs/reliability.md); `make test`
+## runs it too (tests/ is the test path)
+chaos: venv
+	$(PY) -m pytest tests/chaos
+
 ## crds: regenerate crds/ from the resource types, and the Helm chart's copy of them
 crds: venv
 	$(PY) -m dockyard_api.crdgen
 	$(PY) -m dockyard_api.crdgen --output-dir charts/dockyard/crds
 
+## cli-docs: docs/cli.md from the dockyard command's --help
+cli-docs: venv
+	$(PY) -m dockyard_client.cli.docs docs/cli.md
+
 ## bench: operator overhead vs plain Deployments, the 1,000-node scale run, chunked upload throughput,
-## public deploy calls vs direct creates
+## public deploy calls vs direct creates, the CTranslate2 server vs generate_batch
 bench: venv
 	$(PY) -m bench.operator_overhead
 	$(PY) -m bench.scale
 	$(PY) -m bench.upload
 	$(PY) -m bench.deploy_calls
+	$(PY) -m bench.ct2_server
+	$(PY) -m bench.metrics_parser
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -4,15 +4,22 @@ from __future__ import annotations
 
 import uvicorn
 
+from dockyard_api import logs
 from dockyard_api.app import create_app
 from dockyard_api.settings import ApiSettings
 
 
 def main() -> None:
     settings = ApiSettings()
+    logs.configure(settings.log_format, settings.log_level)
     # uvicorn picks httptools and uvloop (dependencies of the project): the faster HTTP parser and event loop
     uvicorn.run(
-        create_app(settings), host=settings.host, port=settings.port, log_level="info", access_log=settings.access_log
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level.lower(),
+        access_log=settings.access_log,
+        log_config=None,  # logs.configure set up the handlers (format, request id, redaction)
     )
 
 

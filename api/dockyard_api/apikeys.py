@@ -81,6 +81,8 @@ class StoredKey:
     sha256: str
     environment: str
     app: str
+    environment_uid: str = ""
+    """The uid of the Environment that owns the key's Secret (empty when the Secret names no owner)."""
 
     def verify(self, value: str, environment: str) -> Verdict:
         # compare first, then decide: the time taken does not depend on where the key differs
@@ -104,9 +106,16 @@ def stored_key(secret: dict[str, Any]) -> StoredKey | None:
     name = meta.get("name", "")
     if not digest or not name.startswith("dockyard-apikey-") or labels.get(API_KEY_LABEL) != "true":
         return None
-    return StoredKey(
-        name.removeprefix("dockyard-apikey-"), digest, labels.get(ENVIRONMENT_LABEL, ""), labels.get(APP_LABEL, "")
+    environment = labels.get(ENVIRONMENT_LABEL, "")
+    owner_uid = next(
+        (
+            str(o.get("uid") or "")
+            for o in meta.get("ownerReferences") or ()
+            if o.get("kind") == "Environment" and o.get("name") == environment
+        ),
+        "",
     )
+    return StoredKey(name.removeprefix("dockyard-apikey-"), digest, environment, labels.get(APP_LABEL, ""), owner_uid)
 
 
 def key_secret(

@@ -13,13 +13,21 @@ from fastapi import FastAPI
 
 from dockyard_api import __version__
 from dockyard_api.auth import Authenticator
-from dockyard_api.cache import ObjectCache
+from dockyard_api.bodylimit import BodyLimit
+from dockyard_api.cache import Informer
 from dockyard_api.errors import install_error_handlers
 from dockyard_api.imports import ImportService
 from dockyard_api.kube import api_client
 from dockyard_api.kubehttp import AsyncKube
-from dockyard_api.routers import apps, deploy, dock_status, environments, health, imports
+from dockyard_api.metrics import RequestMiddleware
+from dockyard_api.routers import apps, deploy, dock_status, downloads, environments, execute, health, imports, usage
+from dockyard_api.routers import metrics as metrics_router
+from dockyard_api.runtime.service import Runtime, RuntimeSettings
 from dockyard_api.settings import ApiSettings
+from dockyard_api.store import ConversationStore, default_url
+from dockyard_api.store.summary import summarise_forever
+from dockyard_api.web import routes as web
+from dockyard_api.web.service import WebService
 
 ENVIRONMENT_PREFIX = "/e/{namespace}/{environment}"
 """Prefix of the public API: an environment's base URL ends with it."""
@@ -39,6 +47,17 @@ async def _sweep_forever(service: ImportService, interval: float) -> None:
         await asyncio.sleep(interval)
 
 
+def runtime_settings(settings: ApiSettings) -> RuntimeSettings:
+    return RuntimeSettings(
+        endpoint_mode=settings.endpoint_mode,
+        max_steps=settings.execute_max_steps,
+        turn_timeout_seconds=settings.execute_turn_timeout_seconds,
+        tool_timeout_seconds=settings.execute_tool_timeout_seconds,
+        tool_max_bytes=settings.execute_tool_max_bytes,
+        model_connections=settings.execute_model_connections,
+    )
+
+
 def create_app(settings: ApiSettings | None = None) -> FastAPI:
     settings = settings or ApiSettings()
 
@@ -46,19 +65,45 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.settings = settings
         app.state.api_client = api_client(settings.kubeconfig)
-        app.state.kube = AsyncKube(settings.kubeconfig)
+        app.state.kube = AsyncKube(settings.kubeconfig, timeout=settings.kube_timeout_seconds)
         app.state.authenticator = Authenticator(app.state.kube, settings)
+        app.state.web = WebService(app.state.kube, settings)
         app.state.imports = ImportService(settings, app.state.api_client)
         app.state.imports.store.ensure()
+        app.state.download_token_key = settings.token_key()
         sweeper = None
         if settings.sweep_interval_seconds > 0:
             sweeper = asyncio.create_task(_sweep_forever(app.state.imports, settings.sweep_interval_seconds))
-        app.state.models = ObjectCache(app.state.kube, "models") if settings.watch_models else None
+        app.state.models = (
+            Informer(app.state.kube, AsyncKube.all_namespaces_path("models")) if settings.watch_models else None
+        )
         if app.state.models is not None:
             app.state.models.start()
+        app.state.store = ConversationStore(
+            settings.database_url or default_url(settings.model_store),
+            history_messages=settings.history_messages,
+            history_max_chars=settings.history_max_chars,
+            busy_wait_seconds=settings.session_busy_wait_seconds,
+            turn_lease_seconds=settings.turn_lease_seconds,
+            heartbeat_seconds=settings.store_heartbeat_seconds,
+        )
+        await app.state.store.start()  # migrates; a database that is away is retried in the background
+        app.state.runtime = Runtime(app.state.kube, runtime_settings(settings))
+        app.state.runtime.start()
+        summaries = None
+        if settings.usage_summary_seconds > 0:
+            summaries = asyncio.create_task(
+                summarise_forever(app.state.store, app.state.kube, settings.usage_summary_seconds)
+            )
         try:
             yield
         finally:
+            if summaries is not None:
+                summaries.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await summaries
+            await app.state.runtime.aclose()
+            await app.state.store.close()
             if app.state.models is not None:
                 await app.state.models.stop()
             if sweeper is not None:
@@ -76,12 +121,19 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     install_error_handlers(app)
+    app.add_middleware(RequestMiddleware)  # request id (header, logs, annotations) and request metrics
+    app.add_middleware(BodyLimit, max_bytes=settings.max_json_body_bytes)
     app.include_router(health.router)
+    app.include_router(metrics_router.router)
     # SPEC's {base_url} is the environment's address: public APIs live under it. They come first: a
     # request is matched against the routes in order, and the public calls are the frequent ones.
     app.include_router(deploy.router, prefix=ENVIRONMENT_PREFIX)
     app.include_router(dock_status.router, prefix=ENVIRONMENT_PREFIX)
     app.include_router(imports.router, prefix=ENVIRONMENT_PREFIX)
+    app.include_router(execute.router, prefix=ENVIRONMENT_PREFIX)
+    web.install(app, ENVIRONMENT_PREFIX)  # web client page, widget loader.js and tokens, CORS
     app.include_router(apps.router)
     app.include_router(environments.router)
+    app.include_router(downloads.router)
+    app.include_router(usage.router)
     return app

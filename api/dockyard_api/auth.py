@@ -23,10 +23,11 @@ from typing import Annotated, Any
 from fastapi import Depends, Header, Path, Request
 
 from dockyard_api import apikeys
-from dockyard_api.errors import ForbiddenError, UnauthenticatedError, UpstreamError
+from dockyard_api.errors import ForbiddenError, KubeUnavailableError, UnauthenticatedError
 from dockyard_api.kubehttp import AsyncKube, KubeError, User
 from dockyard_api.resources import GROUP
 from dockyard_api.settings import ApiSettings
+from dockyard_api.web import tokens as web_tokens
 
 NamespaceParam = Annotated[str, Path(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
 NameParam = Annotated[str, Path(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")]
@@ -40,6 +41,12 @@ class EnvironmentCaller:
     environment: str
     app: str
     key_id: str
+    end_user: str | None = None
+    """The end user the credential itself names (a widget token); when set, it owns the session and the
+    request's metadata.user_id is ignored."""
+    environment_uid: str = ""
+    """The Environment's uid, when the key's Secret names its owner (objects the caller deploys are
+    owned by the environment: deleting it releases them)."""
 
 
 class _TtlCache:
@@ -93,7 +100,9 @@ class Authenticator:
                 {"keyEnvironment": stored.environment, "environment": environment},
             )
         self._touch(namespace, stored.key_id)
-        return EnvironmentCaller(namespace, environment, stored.app, stored.key_id)
+        return EnvironmentCaller(
+            namespace, environment, stored.app, stored.key_id, environment_uid=stored.environment_uid
+        )
 
     def forget_key(self, namespace: str, key_id: str) -> None:
         self._keys.drop((namespace, key_id))
@@ -109,7 +118,7 @@ class Authenticator:
             )
         except KubeError as exc:
             if exc.status != 404:
-                raise UpstreamError(f"cannot verify the API key: {exc.message}") from exc
+                raise KubeUnavailableError(f"cannot verify the API key: {exc.message}") from exc
             secret = {}
         stored = apikeys.stored_key(secret) if secret else None
         self._keys.put((namespace, key_id), stored)
@@ -148,7 +157,7 @@ class Authenticator:
         try:
             result = await self.kube.request("POST", "/apis/authentication.k8s.io/v1/tokenreviews", json=review)
         except KubeError as exc:
-            raise UpstreamError(f"cannot review the token: {exc.message}") from exc
+            raise KubeUnavailableError(f"cannot review the token: {exc.message}") from exc
         status = result.get("status") or {}
         if not status.get("authenticated"):
             raise UnauthenticatedError("the bearer token is not valid for this cluster")
@@ -183,7 +192,7 @@ class Authenticator:
         try:
             result = await self.kube.request("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", json=review)
         except KubeError as exc:
-            raise UpstreamError(f"cannot check permissions: {exc.message}") from exc
+            raise KubeUnavailableError(f"cannot check permissions: {exc.message}") from exc
         return bool((result.get("status") or {}).get("allowed"))
 
     async def require(self, user: User, *, verb: str, namespace: str, resource: str, subresource: str = "") -> None:
@@ -220,12 +229,26 @@ async def public_caller(
 
 
 async def app_caller(
+    request: Request,
     namespace: NamespaceParam,
     environment: NameParam,
     auth: Auth,
-    authorization: Annotated[str | None, Header(description="Bearer <API key of this environment>")] = None,
+    authorization: Annotated[
+        str | None, Header(description="Bearer <API key of this environment, or a widget / web-client token>")
+    ] = None,
 ) -> EnvironmentCaller:
-    return await auth.key_caller(namespace, environment, _bearer(authorization))
+    value = _bearer(authorization)
+    if value and web_tokens.is_token(value):  # a short-lived widget / web-client token: end_user is set
+        caller: EnvironmentCaller = await request.app.state.web.caller(
+            namespace=namespace,
+            environment=environment,
+            token=value,
+            origin=request.headers.get("origin"),
+            host=request.headers.get("host"),
+            address=request.client.host if request.client else "",
+        )
+        return caller
+    return await auth.key_caller(namespace, environment, value)
 
 
 async def kube_user(
@@ -238,6 +261,7 @@ async def kube_user(
 PublicCaller = Annotated[EnvironmentCaller, Depends(public_caller)]
 """A public-API caller (``x-api-key``) of the environment in the path."""
 AppCaller = Annotated[EnvironmentCaller, Depends(app_caller)]
-"""A deployed-app caller (``Authorization: Bearer <API key>``) of the environment in the path."""
+"""A deployed-app caller (``Authorization: Bearer <API key>``, or a widget / web-client token, which sets
+``end_user``) of the environment in the path."""
 KubeUser = Annotated[User, Depends(kube_user)]
 """A Kubernetes user (``Authorization: Bearer <token>``), for the management endpoints."""

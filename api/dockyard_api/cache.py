@@ -1,12 +1,12 @@
-"""A watch-fed, read-only cache of one custom-resource kind across all namespaces (an informer).
+"""Watch-fed, read-only caches (informers) of Kubernetes objects, kept current by list + watch.
 
-The facade reads Models on the hot path of every model deploy. Instead of one GET per call, it lists
-Models once and follows a watch; a deploy then costs one API call (the create or patch of the
-ModelDeployment). The cache is only ever trusted for a POSITIVE answer: callers read the API server
-when an object is missing from the cache or the cache shows a state that would refuse the request,
-so a lagging watch can delay nothing and refuse nothing. The operator checks the Model again anyway.
+The facade reads Models on the hot path of every model deploy, and the app runtime reads the objects a
+turn needs (environments, app versions, tools, model pods). Instead of one GET per call, an informer
+lists the objects once and follows a watch. It is only ever trusted for a POSITIVE answer: callers read
+the API server when an object is missing from it or it shows a state that would refuse the request, so
+a lagging watch can delay nothing and refuse nothing.
 
-When the facade may not list the kind cluster-wide (RBAC), the cache stays unsynced and every lookup
+When the facade may not list the kind cluster-wide (RBAC), the informer stays unsynced and every lookup
 goes to the API server.
 """
 
@@ -26,14 +26,29 @@ Key = tuple[str, str]
 """(namespace, name)."""
 
 
-class ObjectCache:
-    """Objects of one ``dockyard.dev`` kind by (namespace, name), kept current by list + watch."""
+class Informer:
+    """Objects at ``path`` (a cluster-wide list path) by (namespace, name), kept current by list + watch.
 
-    def __init__(self, kube: AsyncKube, plural: str, *, watch_timeout_seconds: int = 300) -> None:
+    ``index_label``: also index the objects by (namespace, value of that label), e.g. the pods of a
+    ModelDeployment by ``dockyard.dev/model-deployment``.
+    """
+
+    def __init__(
+        self,
+        kube: AsyncKube,
+        path: str,
+        *,
+        label_selector: str | None = None,
+        index_label: str | None = None,
+        watch_timeout_seconds: int = 300,
+    ) -> None:
         self.kube = kube
-        self.plural = plural
+        self.path = path
+        self.label_selector = label_selector
+        self.index_label = index_label
         self.watch_timeout_seconds = watch_timeout_seconds
         self._items: dict[Key, dict[str, Any]] = {}
+        self._index: dict[Key, dict[str, dict[str, Any]]] = {}
         self._synced = False
         self._task: asyncio.Task[None] | None = None
 
@@ -41,13 +56,9 @@ class ObjectCache:
     def synced(self) -> bool:
         return self._synced
 
-    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
-        """The cached object, or None (not cached, or the cache is not synced)."""
-        return self._items.get((namespace, name)) if self._synced else None
-
     def start(self) -> None:
         if self._task is None:
-            self._task = asyncio.create_task(self._run(), name=f"cache-{self.plural}")
+            self._task = asyncio.create_task(self._run(), name=f"informer {self.path}")
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -55,6 +66,32 @@ class ObjectCache:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+
+    def cached(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._items.get((namespace, name)) if self._synced else None
+
+    async def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The object: from the cache when it holds it, else from the API server; None when it does not exist."""
+        hit = self.cached(namespace, name)
+        if hit is not None:
+            return hit
+        try:
+            return await self.kube.request("GET", _namespaced(self.path, namespace) + f"/{name}")
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def indexed(self, namespace: str, value: str) -> list[dict[str, Any]]:
+        """The objects whose ``index_label`` is ``value`` (from the API server while the cache is not synced)."""
+        assert self.index_label is not None
+        if self._synced:
+            return list(self._index.get((namespace, value), {}).values())
+        selector = f"{self.index_label}={value}"
+        listing = await self.kube.request("GET", _namespaced(self.path, namespace), params={"labelSelector": selector})
+        return list(listing.get("items", []))
+
+    # --- list + watch ------------------------------------------------------------------------------
 
     async def _run(self) -> None:
         delay = 0.5
@@ -68,40 +105,71 @@ class ObjectCache:
             except (KubeError, ValueError) as exc:  # ValueError: a garbled event
                 self._synced = False
                 if isinstance(exc, KubeError) and exc.status == 403:
-                    log.warning("cannot list %s cluster-wide (%s): every lookup reads the API server", self.plural, exc)
+                    log.warning("cannot list %s cluster-wide (%s): every lookup reads the API server", self.path, exc)
                     return
                 if isinstance(exc, KubeError) and exc.status == 410:
-                    continue  # the watch's version expired: list again at once
-                log.info("watch of %s failed: %s; listing again in %.1fs", self.plural, exc, delay)
+                    continue
+                log.info("watch of %s failed: %s; listing again in %.1fs", self.path, exc, delay)
                 await asyncio.sleep(delay * (1 + random.random()))
                 delay = min(delay * 2, 30.0)
 
+    def _params(self) -> dict[str, str]:
+        return {"labelSelector": self.label_selector} if self.label_selector else {}
+
     async def _list(self) -> str:
-        listing = await self.kube.request("GET", AsyncKube.all_namespaces_path(self.plural))
-        self._items = {_key(obj): _slim(obj) for obj in listing.get("items", [])}
-        self._synced = True
+        listing = await self.kube.request("GET", self.path, params=self._params() or None)
+        self.replace(listing.get("items", []))
         return str(listing.get("metadata", {}).get("resourceVersion", ""))
 
+    def replace(self, items: list[dict[str, Any]]) -> None:
+        """Hold exactly ``items`` (a fresh list), synced."""
+        self._items, self._index = {}, {}
+        for obj in items:
+            self._put(obj)
+        self._synced = True
+
     async def _follow(self, version: str) -> None:
-        params = {"resourceVersion": version, "timeoutSeconds": str(self.watch_timeout_seconds)}
+        params = {**self._params(), "resourceVersion": version, "timeoutSeconds": str(self.watch_timeout_seconds)}
         while True:
-            async for event in self.kube.watch(AsyncKube.all_namespaces_path(self.plural), params):
+            async for event in self.kube.watch(self.path, params):
                 kind, obj = event.get("type"), event.get("object") or {}
-                if kind == "ERROR":  # typically 410 Gone: the version is too old; list again
+                if kind == "ERROR":
                     raise KubeError(int(obj.get("code", 500)), str(obj.get("reason", "")), str(obj.get("message")))
                 if kind in ("ADDED", "MODIFIED"):
-                    self._items[_key(obj)] = _slim(obj)
+                    self._put(obj)
                 elif kind == "DELETED":
-                    self._items.pop(_key(obj), None)
+                    self._drop(obj)
                 params["resourceVersion"] = str(obj.get("metadata", {}).get("resourceVersion", version))
-            # the server closed the watch after timeoutSeconds: resume from the last version seen
+
+    def _put(self, obj: dict[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        meta.pop("managedFields", None)
+        key = (meta.get("namespace", ""), meta["name"])
+        self._drop(self._items.get(key))
+        self._items[key] = obj
+        if self.index_label:
+            value = (meta.get("labels") or {}).get(self.index_label)
+            if value is not None:
+                self._index.setdefault((key[0], value), {})[key[1]] = obj
+
+    def _drop(self, obj: dict[str, Any] | None) -> None:
+        if obj is None:
+            return
+        meta = obj.get("metadata") or {}
+        key = (meta.get("namespace", ""), meta["name"])
+        self._items.pop(key, None)
+        if self.index_label:
+            value = (meta.get("labels") or {}).get(self.index_label)
+            if value is None:
+                return
+            group = self._index.get((key[0], str(value)))
+            if group is not None:
+                group.pop(key[1], None)
+                if not group:
+                    self._index.pop((key[0], str(value)), None)
 
 
-def _key(obj: dict[str, Any]) -> Key:
-    meta = obj["metadata"]
-    return meta.get("namespace", ""), meta["name"]
-
-
-def _slim(obj: dict[str, Any]) -> dict[str, Any]:
-    meta = {k: v for k, v in obj.get("metadata", {}).items() if k != "managedFields"}
-    return {**obj, "metadata": meta}
+def _namespaced(cluster_path: str, namespace: str) -> str:
+    """``/apis/g/v/plural`` or ``/api/v1/plural`` → the same path inside ``namespace``."""
+    head, _, plural = cluster_path.rpartition("/")
+    return f"{head}/namespaces/{namespace}/{plural}"

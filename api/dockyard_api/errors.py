@@ -9,82 +9,24 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from dockyard_api.errortypes import (
+    ConflictError,
+    DatabaseUnavailableError,
+    DockyardError,
+    ForbiddenError,
+    GoneError,
+    InvalidError,
+    InvalidRequestError,
+    KubeUnavailableError,
+    NotFoundError,
+    NotReadyError,
+    PayloadTooLargeError,
+    RateLimitedError,
+    UnauthenticatedError,
+    UpstreamError,
+)
 from dockyard_api.kubehttp import KubeError
 from dockyard_api.resources.cel import RuleViolation
-
-
-class DockyardError(Exception):
-    """Base of every error the facade answers on purpose."""
-
-    status_code = 400
-    code = "bad_request"
-
-    def __init__(self, message: str, details: Any = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.details = details
-
-
-class NotReadyError(DockyardError):
-    status_code = 503
-    code = "not_ready"
-
-
-class UnauthenticatedError(DockyardError):
-    """No credentials, or credentials nobody issued (401)."""
-
-    status_code = 401
-    code = "unauthenticated"
-
-
-class ForbiddenError(DockyardError):
-    """Valid credentials that may not do this (403): a key of another environment, RBAC said no."""
-
-    status_code = 403
-    code = "forbidden"
-
-
-class NotFoundError(DockyardError):
-    status_code = 404
-    code = "not_found"
-
-
-class ConflictError(DockyardError):
-    """The request contradicts the current state (409): in use, already exists, not ready."""
-
-    status_code = 409
-    code = "conflict"
-
-
-class GoneError(DockyardError):
-    status_code = 410
-    code = "gone"
-
-
-class PayloadTooLargeError(DockyardError):
-    status_code = 413
-    code = "payload_too_large"
-
-
-class InvalidError(DockyardError):
-    """Well-formed JSON with values that break a rule (422)."""
-
-    status_code = 422
-    code = "invalid"
-
-
-class InvalidRequestError(InvalidError):
-    """A request the facade refuses after reading the cluster, in the shape of a validation error."""
-
-    code = "invalid_request"
-
-
-class UpstreamError(DockyardError):
-    """The Kubernetes API server could not be reached or failed (502); the request may be retried."""
-
-    status_code = 502
-    code = "upstream_error"
-
 
 _KUBE_STATUS: dict[int, type[DockyardError]] = {
     400: InvalidError,
@@ -98,8 +40,11 @@ _KUBE_STATUS: dict[int, type[DockyardError]] = {
 
 def from_kube(exc: KubeError) -> DockyardError:
     """The facade's error for a Kubernetes API answer: RBAC refusals stay 403, admission and schema
-    rejections keep the API server's message (which names the field), server failures become 502."""
-    kind = _KUBE_STATUS.get(exc.status, UpstreamError)
+    rejections keep the API server's message (which names the field); an API server that cannot be
+    reached, answers too late, throttles (429) or fails (5xx) is a 503 with ``Retry-After``."""
+    kind = _KUBE_STATUS.get(exc.status)
+    if kind is None:
+        return KubeUnavailableError(f"the Kubernetes API server is unavailable: {exc.message}; retry later")
     details = None
     if isinstance(exc.details, dict) and exc.details.get("causes"):
         details = [
@@ -115,7 +60,9 @@ def error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:
 
 async def _dockyard_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, DockyardError)
-    return JSONResponse(error_body(exc.code, exc.message, exc.details), status_code=exc.status_code)
+    return JSONResponse(
+        error_body(exc.code, exc.message, exc.details), status_code=exc.status_code, headers=exc.headers()
+    )
 
 
 async def _http_error(_: Request, exc: Exception) -> JSONResponse:
@@ -154,3 +101,24 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(KubeError, _kube_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
+
+
+__all__ = [
+    "ConflictError",
+    "DatabaseUnavailableError",
+    "DockyardError",
+    "ForbiddenError",
+    "GoneError",
+    "InvalidError",
+    "InvalidRequestError",
+    "KubeUnavailableError",
+    "NotFoundError",
+    "NotReadyError",
+    "PayloadTooLargeError",
+    "RateLimitedError",
+    "UnauthenticatedError",
+    "UpstreamError",
+    "error_body",
+    "from_kube",
+    "install_error_handlers",
+]

@@ -22,8 +22,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as Urllib3Error
 
-from dockyard_api import importstatus
-from dockyard_api.errors import DockyardError, UpstreamError
+from dockyard_api import importstatus, requestid
+from dockyard_api.errors import DockyardError, KubeUnavailableError, UpstreamError
 from dockyard_api.importstatus import IMPORT_ENVIRONMENT_ANNOTATION, IMPORT_SESSION_LABEL
 from dockyard_api.modelstore import (
     SESSION_ID_RE,
@@ -34,7 +34,6 @@ from dockyard_api.modelstore import (
     SessionMeta,
     SessionNotFound,
     SizeMismatch,
-    age_seconds,
     check_file_name,
     check_sizes,
     check_text,
@@ -84,28 +83,34 @@ def model_id_for(file_name: str) -> str:
 
 
 def _kube(fn: Callable[[], Any], what: str) -> Any:
-    """Run one Kubernetes call; an unreachable or refusing API server is a 502, never a 500."""
+    """Run one Kubernetes call; an unavailable API server (unreachable, no answer in time, throttling,
+    failing) is a 503 with Retry-After, a refusing one a 502, never a 500."""
     try:
         return fn()
     except ApiException as exc:
         if exc.status in (404, 409):
             raise
-        raise UpstreamError(
-            f"the Kubernetes API refused to {what}", {"status": exc.status, "reason": exc.reason}
-        ) from exc
+        unavailable = not exc.status or exc.status == 429 or exc.status >= 500
+        error = KubeUnavailableError if unavailable else UpstreamError
+        raise error(f"the Kubernetes API refused to {what}", {"status": exc.status, "reason": exc.reason}) from exc
     except (Urllib3Error, OSError) as exc:
-        raise UpstreamError(f"the Kubernetes API is not reachable ({what})", str(exc)) from exc
+        raise KubeUnavailableError(f"the Kubernetes API is not reachable ({what})", str(exc)) from exc
 
 
 class Models:
     """The few Model calls of the import, as plain JSON (no client-side deserialisation)."""
 
-    def __init__(self, api: client.ApiClient) -> None:
+    def __init__(self, api: client.ApiClient, timeout: float = 10.0) -> None:
         self.objects = client.CustomObjectsApi(api)
+        self.timeout = timeout
+        """Seconds one call may take (connect and read): an API server that is restarting, or whose etcd
+        is, makes the request a 503 with Retry-After instead of a hanging one."""
 
     def create(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
         created: dict[str, Any] = _kube(
-            lambda: self.objects.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body),
+            lambda: self.objects.create_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, body, _request_timeout=self.timeout
+            ),
             "create the Model",
         )
         return created
@@ -113,14 +118,18 @@ class Models:
     def delete(self, namespace: str, name: str) -> None:
         """Best effort (used to undo a half-done start)."""
         try:
-            self.objects.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+            self.objects.delete_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, name, _request_timeout=self.timeout
+            )
         except Exception:  # the start fails anyway; the sweeper and kubectl remain
             log.warning("could not delete Model %s/%s after a failed start", namespace, name, exc_info=True)
 
     def get(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
             found: dict[str, Any] = _kube(
-                lambda: self.objects.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name),
+                lambda: self.objects.get_namespaced_custom_object(
+                    GROUP, VERSION, namespace, PLURAL, name, _request_timeout=self.timeout
+                ),
                 "read the Model",
             )
         except ApiException as exc:
@@ -132,7 +141,12 @@ class Models:
     def by_session(self, namespace: str, session_id: str) -> dict[str, Any] | None:
         found = _kube(
             lambda: self.objects.list_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, label_selector=f"{IMPORT_SESSION_LABEL}={session_id}"
+                GROUP,
+                VERSION,
+                namespace,
+                PLURAL,
+                label_selector=f"{IMPORT_SESSION_LABEL}={session_id}",
+                _request_timeout=self.timeout,
             ),
             "list Models",
         )
@@ -143,7 +157,7 @@ class Models:
         """Every uploaded Model (all namespaces)."""
         found = _kube(
             lambda: self.objects.list_cluster_custom_object(
-                GROUP, VERSION, PLURAL, label_selector=IMPORT_SESSION_LABEL
+                GROUP, VERSION, PLURAL, label_selector=IMPORT_SESSION_LABEL, _request_timeout=self.timeout
             ),
             "list Models",
         )
@@ -159,19 +173,63 @@ class Models:
             body["metadata"] = {"resourceVersion": meta["resourceVersion"]}
         patched: dict[str, Any] = _kube(
             lambda: self.objects.patch_namespaced_custom_object_status(
-                GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], body, _content_type=MERGE
+                GROUP,
+                VERSION,
+                meta["namespace"],
+                PLURAL,
+                meta["name"],
+                body,
+                _content_type=MERGE,
+                _request_timeout=self.timeout,
             ),
             "update the Model's status",
         )
         return patched
 
+    def annotate(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
+        _kube(
+            lambda: self.objects.patch_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, name, {"metadata": {"annotations": annotations}}, _content_type=MERGE
+            ),
+            "annotate the Model",
+        )
+
     def label(self, namespace: str, name: str, labels: dict[str, str]) -> None:
         _kube(
             lambda: self.objects.patch_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, name, {"metadata": {"labels": labels}}, _content_type=MERGE
+                GROUP,
+                VERSION,
+                namespace,
+                PLURAL,
+                name,
+                {"metadata": {"labels": labels}},
+                _content_type=MERGE,
+                _request_timeout=self.timeout,
             ),
             "label the Model",
         )
+
+
+def _expected_sha256(model: dict[str, Any]) -> str | None:
+    source = ((model.get("spec") or {}).get("source") or {}).get("upload") or {}
+    notes = model["metadata"].get("annotations") or {}
+    found = source.get("sha256") or notes.get(importstatus.UPLOAD_SHA256_ANNOTATION)
+    return str(found) if found else None
+
+
+def _check_checksum(model: dict[str, Any], at_start: str | None, sent: str | None) -> None:
+    """409 when the completion's SHA-256 contradicts the one the import already has."""
+    expected = at_start or _expected_sha256(model)
+    if sent and expected and sent != expected:
+        raise ChecksumConflict(
+            f"the SHA-256 sent with the completion ({sent}) is not the one this import already has ({expected})",
+            {"sha256": sent, "expected": expected},
+        )
+
+
+class ChecksumConflict(DockyardError):
+    status_code = 409
+    code = "checksum_conflict"
 
 
 def _job(model: dict[str, Any]) -> dict[str, Any] | None:
@@ -188,8 +246,8 @@ class ImportService:
 
     def __init__(self, settings: ApiSettings, api: client.ApiClient) -> None:
         self.settings = settings
-        self.store = ModelStore(settings.model_store)
-        self.models = Models(api)
+        self.store: ModelStore = settings.open_model_store()
+        self.models = Models(api, settings.kube_timeout_seconds)
 
     # -- start --
 
@@ -243,7 +301,7 @@ class ImportService:
                     name=model_id,
                     namespace=meta.namespace,
                     labels={IMPORT_SESSION_LABEL: meta.session_id},
-                    annotations={IMPORT_ENVIRONMENT_ANNOTATION: meta.environment},
+                    annotations={IMPORT_ENVIRONMENT_ANNOTATION: meta.environment, **requestid.as_annotation()},
                 ),
                 spec=ModelSpec(
                     source=ModelSource(
@@ -413,10 +471,13 @@ class ImportService:
 
     # -- complete --
 
-    def complete(self, namespace: str, environment: str, session_id: str) -> dict[str, Any]:
+    def complete(self, namespace: str, environment: str, session_id: str, sha256: str | None = None) -> dict[str, Any]:
+        """Start the import job (once). ``sha256``: the file's SHA-256, when the client computed it while
+        uploading (a Dockyard extension; it must agree with one sent at start)."""
         meta = self._meta(namespace, environment, session_id)
         if meta is None:
             completed, completed_job = self._completed(namespace, environment, session_id)
+            _check_checksum(completed, None, sha256)
             return importstatus.job_record(completed_job, completed["metadata"]["name"])
         if not meta.dock_status_id:
             if meta.expired():
@@ -442,7 +503,12 @@ class ImportService:
                     {"sessionId": session_id, "modelId": meta.model_id},
                     code="model_deleted",
                 )
+            _check_checksum(model, meta.sha256, sha256)
             job = _job(model)
+            if job is None and sha256 and _expected_sha256(model) != sha256:
+                # before the job exists: the operator reads the checksum when the job appears
+                self.models.annotate(namespace, meta.model_id, {importstatus.UPLOAD_SHA256_ANNOTATION: sha256})
+                continue
             if job is None:
                 status = model.get("status") or {}
                 if status.get("phase") == "Failed":
@@ -484,7 +550,7 @@ class ImportService:
             except (ValueError, KeyError, TypeError):
                 meta = None
             if meta is None:
-                if age_seconds(self.store.session_dir(session_id)) > self.settings.session_lifetime_seconds:
+                if self.store.session_age(session_id) > self.settings.session_lifetime_seconds:
                     counts["bytes_freed"] += self.store.remove(session_id)
                     counts["sessions_removed"] += 1
                 continue

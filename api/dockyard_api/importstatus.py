@@ -27,6 +27,9 @@ IMPORT_SESSION_LABEL = f"{GROUP}/import-session"
 after the session's files are gone)."""
 IMPORT_ENVIRONMENT_ANNOTATION = f"{GROUP}/import-environment"
 """Annotation on an uploaded Model: the environment whose API key started the import."""
+UPLOAD_SHA256_ANNOTATION = f"{GROUP}/upload-sha256"
+"""Annotation on an uploaded Model: the file's SHA-256 sent with the completion call (when the start call
+sent none); the import job verifies it like ``spec.source.upload.sha256``."""
 
 AWAITING_UPLOAD = "AwaitingUpload"
 IMPORTING = "Importing"

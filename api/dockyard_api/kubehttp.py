@@ -63,7 +63,7 @@ class AsyncKube:
 
     Built on aiohttp: its connection pool costs the same per request however many connections are open
     (httpx's pool scans every connection on every request, which dominated the facade's CPU time at 32
-    concurrent calls). A failure to reach the API server is a :class:`KubeError` with status 502.
+    concurrent calls). A failure to reach the API server in time is a :class:`KubeError` with status 503.
     """
 
     def __init__(
@@ -190,7 +190,8 @@ def _ssl_context(conf: client.Configuration) -> ssl.SSLContext:
 
 
 def _unreachable(exc: BaseException) -> KubeError:
-    return KubeError(502, "Unreachable", f"the Kubernetes API server could not be reached: {exc.__class__.__name__}")
+    what = "did not answer in time" if isinstance(exc, TimeoutError) else "could not be reached"
+    return KubeError(503, "Unreachable", f"the Kubernetes API server {what} ({exc.__class__.__name__})")
 
 
 def _error(status: int, reason: str | None, content: bytes) -> KubeError:

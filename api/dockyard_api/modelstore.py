@@ -6,6 +6,12 @@ Layout (relative to the store root)::
     sessions/<sessionId>/chunks/<n>          chunk n, complete or absent
     sessions/<sessionId>/chunks/.part-*      chunks being received (never read as chunks)
     models/<namespace>/<modelId>/            an imported model (written by the operator)
+    models/<namespace>/<modelId>/.dockyard-import.json   its manifest: the import job, and every file
+                                             with its size and SHA-256 (what pods download and verify)
+
+Two backends share this interface: :class:`ModelStore` (a directory on a local or shared file system,
+the embedded default) and :class:`dockyard_api.s3store.S3ModelStore` (S3-compatible object storage,
+for clusters and several facade replicas); :func:`open_store` picks one from the settings.
 
 Nothing is kept in memory: every replica sees the same sessions, chunks arrive in any order and in
 parallel, and a restart loses nothing but the chunks in flight. A chunk is streamed to a temporary file
@@ -14,14 +20,16 @@ the chunk's name atomically and only if it does not exist yet: the first complet
 a re-sent identical copy is accepted (idempotent), a different one is refused (:class:`ChunkConflict`).
 A rename would let a later copy silently replace an accepted one.
 
-This module is pure file-system logic (no FastAPI, no Kubernetes); its errors carry the HTTP status and
-error code the facade answers with.
+This module is pure file-system logic (no FastAPI, no Kubernetes); its errors are
+:class:`~dockyard_api.errortypes.DockyardError` subclasses carrying the HTTP status and error code the
+facade answers with (one handler turns every one of them into the JSON error shape).
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import json
 import math
 import os
@@ -35,6 +43,8 @@ from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from dockyard_api.errortypes import DockyardError
 
 SESSION_ID_RE = re.compile(r"^[0-9a-f]{32}$")
 CHUNK_NAME_RE = re.compile(r"^(0|[1-9][0-9]{0,8})$")
@@ -55,34 +65,22 @@ IOV_MAX = 1024
 # --- errors -----------------------------------------------------------------------------------------
 
 
-class StoreError(Exception):
-    """An import request the store refuses; ``status_code`` and ``code`` are the facade's answer."""
-
-    status_code = 400
-    code = "bad_request"
-
-    def __init__(self, message: str, details: Any = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.details = details
-
-
-class InvalidUpload(StoreError):
+class InvalidUpload(DockyardError):
     status_code = 422
     code = "invalid_request"
 
 
-class FileTooLarge(StoreError):
+class FileTooLarge(DockyardError):
     status_code = 413
     code = "file_too_large"
 
 
-class SessionNotFound(StoreError):
+class SessionNotFound(DockyardError):
     status_code = 404
     code = "session_not_found"
 
 
-class SessionGone(StoreError):
+class SessionGone(DockyardError):
     """The session existed but is over: expired, aborted, or (for uploads) already completed."""
 
     status_code = 410
@@ -93,44 +91,54 @@ class SessionGone(StoreError):
         self.code = code
 
 
-class SessionCompleted(StoreError):
+class SessionCompleted(DockyardError):
     status_code = 409
     code = "session_completed"
 
 
-class InvalidChunkNumber(StoreError):
+class InvalidChunkNumber(DockyardError):
     status_code = 422
     code = "invalid_chunk_number"
 
 
-class ChunkTooLarge(StoreError):
+class ChunkTooLarge(DockyardError):
     status_code = 413
     code = "chunk_too_large"
 
 
-class EmptyChunk(StoreError):
+class EmptyChunk(DockyardError):
     status_code = 422
     code = "empty_chunk"
 
 
-class ChunkConflict(StoreError):
+class ChunkConflict(DockyardError):
     status_code = 409
     code = "chunk_conflict"
 
 
-class SizeExceeded(StoreError):
+class SizeExceeded(DockyardError):
     status_code = 409
     code = "size_exceeded"
 
 
-class MissingChunks(StoreError):
+class MissingChunks(DockyardError):
     status_code = 409
     code = "missing_chunks"
 
 
-class SizeMismatch(StoreError):
+class SizeMismatch(DockyardError):
     status_code = 409
     code = "size_mismatch"
+
+
+class ModelFileNotFound(DockyardError):
+    status_code = 404
+    code = "not_found"
+
+
+class RangeNotSatisfiable(DockyardError):
+    status_code = 416
+    code = "range_not_satisfiable"
 
 
 # --- validation of the start body -------------------------------------------------------------------
@@ -508,6 +516,148 @@ class ModelStore:
 
     def relative(self, path: Path) -> str:
         return path.relative_to(self.root).as_posix()
+
+    def session_age(self, session_id: str) -> float:
+        """Seconds since the session's directory last changed (0 when it is gone)."""
+        return age_seconds(self.session_dir(session_id))
+
+    def model_manifest(self, namespace: str, model_id: str) -> ModelManifest | None:
+        """The stored model's manifest; None when the model has no finished import."""
+        directory = self.model_dir(namespace, model_id)
+        try:
+            data = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        if "files" not in data:  # imported before manifests listed the files: list them now
+            data["files"] = [asdict(f) for f in list_files(directory)]
+        return ModelManifest.from_dict(data)
+
+    def read_model_file(self, namespace: str, model_id: str, path: str, start: int, end: int) -> Iterator[bytes]:
+        """Bytes ``[start, end)`` of one file of the model (a path of its manifest), block by block."""
+        target = self.model_dir(namespace, model_id).joinpath(*path.split("/"))
+        try:
+            f = target.open("rb")
+        except FileNotFoundError:
+            raise ModelFileNotFound(f"model {namespace}/{model_id} has no file {path}") from None
+        with f:
+            f.seek(start)
+            left = end - start
+            while left > 0:
+                block = f.read(min(COPY_BUFFER, left))
+                if not block:
+                    return
+                left -= len(block)
+                yield block
+
+    def delete_model(self, namespace: str, model_id: str) -> None:
+        shutil.rmtree(self.model_dir(namespace, model_id), ignore_errors=True)
+
+
+# --- stored models: the manifest ---------------------------------------------------------------------
+
+MANIFEST = ".dockyard-import.json"
+
+
+@dataclass(frozen=True)
+class ModelFile:
+    path: str
+    """Relative to the model's directory, with ``/``."""
+    size: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class ModelManifest:
+    """What the import job recorded: its id, the uploaded file's size and SHA-256, and the model's files."""
+
+    dock_status_id: str
+    size_bytes: int
+    sha256: str
+    files: tuple[ModelFile, ...]
+    format: str | None = None
+    """The model's format as the import found it (gguf, ctranslate2, safetensors, pytorch)."""
+    weights_file: str | None = None
+    """The weights file an engine loads by name (GGUF); "file" in the JSON."""
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+    def file(self, path: str) -> ModelFile | None:
+        return next((f for f in self.files if f.path == path), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "dockStatusId": self.dock_status_id,
+            "sizeBytes": self.size_bytes,
+            "sha256": self.sha256,
+            "files": [asdict(f) for f in self.files],
+            "format": self.format,
+            "file": self.weights_file,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ModelManifest:
+        files = tuple(ModelFile(str(f["path"]), int(f["size"]), str(f["sha256"])) for f in data.get("files") or ())
+        found, main = data.get("format"), data.get("file")
+        return cls(
+            str(data.get("dockStatusId", "")),
+            int(data.get("sizeBytes", 0)),
+            str(data.get("sha256", "")),
+            files,
+            str(found) if found else None,
+            str(main) if main else None,
+        )
+
+
+def file_sha256(path: Path) -> str:
+    sha = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(COPY_BUFFER):
+            sha.update(block)
+    return sha.hexdigest()
+
+
+def list_files(root: Path, known: dict[str, str] | None = None) -> list[ModelFile]:
+    """Every regular file under ``root`` but the manifest, sorted, with size and SHA-256 (taken from
+    ``known`` by relative path when given there, else computed)."""
+    found = []
+    for directory, dirs, files in os.walk(root):
+        dirs.sort()
+        for name in sorted(files):
+            full = Path(directory) / name
+            rel = full.relative_to(root).as_posix()
+            if rel == MANIFEST or full.is_symlink():
+                continue
+            sha = (known or {}).get(rel) or file_sha256(full)
+            found.append(ModelFile(rel, full.stat().st_size, sha))
+    return sorted(found, key=lambda f: f.path)
+
+
+def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
+    """``Range: bytes=a-b`` / ``a-`` / ``-n`` as ``[start, end)``; None for no (or an ignorable) header.
+    Raises :class:`RangeNotSatisfiable` for a range that starts past the end."""
+    if not header:
+        return None
+    unit, _, spec = header.partition("=")
+    if unit.strip().lower() != "bytes" or "," in spec:
+        return None  # other units and multiple ranges: the whole file (RFC 9110 allows ignoring Range)
+    first, _, last = spec.strip().partition("-")
+    try:
+        if first == "":
+            n = int(last)
+            return (max(0, size - n), size) if n > 0 and size else _unsatisfiable(size)
+        start = int(first)
+        end = min(int(last) + 1, size) if last else size
+    except ValueError:
+        return None
+    if start >= size or end <= start:
+        return _unsatisfiable(size)
+    return start, end
+
+
+def _unsatisfiable(size: int) -> tuple[int, int]:
+    raise RangeNotSatisfiable(f"the range is outside the file's {size} bytes", {"size": size})
 
 
 def _link_exclusive(src: Path, dst: Path) -> None:

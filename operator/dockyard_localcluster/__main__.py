@@ -3,7 +3,10 @@
 up       build the binaries (cached), start the cluster, stages and GPU node pools (idempotent)
 down     delete the cluster
 status   print whether the cluster serves, and its kubeconfig
-run      up + CRDs + operator + facade on 127.0.0.1:8080, until interrupted
+run      up + CRDs + operator + facade on 127.0.0.1:8080 + local engines + the demo, until interrupted
+engines  the local engine runner alone (real engines for model pods; see dockyard_localcluster.engines)
+toolserver  the demo's HTTP tool (--port)
+tinymodel   write the tiny random-weight GGUF model to --output
 """
 
 from __future__ import annotations
@@ -18,8 +21,26 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="dockyard-localcluster", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("command", choices=["up", "down", "status", "run"])
+    parser.add_argument("command", choices=["up", "down", "status", "run", "engines", "toolserver", "tinymodel"])
+    parser.add_argument("--port", type=int, default=18090, help="toolserver: the port on 127.0.0.1")
+    parser.add_argument("--output", default="tiny.gguf", help="tinymodel: the file to write")
     args = parser.parse_args(argv)
+    if args.command == "engines":
+        from dockyard_localcluster.engines import main as engines_main
+
+        return engines_main()
+    if args.command == "toolserver":
+        from dockyard_localcluster.toolserver import serve
+
+        serve(args.port)
+        return 0
+    if args.command == "tinymodel":
+        from pathlib import Path
+
+        from dockyard_localcluster.tinymodel import write_tiny_gguf
+
+        print(write_tiny_gguf(Path(args.output)))
+        return 0
     cluster = LocalCluster()
     try:
         if args.command == "up":

@@ -8,21 +8,25 @@ import subprocess
 import sys
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 from dockyard_api.kube import api_client
 from dockyard_localcluster.cluster import ClusterError, LocalCluster, log
-from dockyard_localcluster.demo import ensure_demo
+from dockyard_localcluster.demo import ensure_demo, ensure_demo_model
 from dockyard_localcluster.settings import repo_root
 
 FACADE_HOST = "127.0.0.1"
 
 
-def _wait_http_ok(url: str, proc: subprocess.Popen[bytes], timeout: float) -> None:
+def _wait_http_ok(url: str, child: Child, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise ClusterError(f"{url}: the process exited with {proc.returncode} (see the log)")
+        if child.proc.poll() is not None:
+            raise ClusterError(
+                f"the {child.name} exited with code {child.proc.returncode} before it was ready; "
+                f"see its log: {child.log}"
+            )
         try:
             with urllib.request.urlopen(url, timeout=2) as resp:
                 if resp.status == 200:
@@ -30,11 +34,63 @@ def _wait_http_ok(url: str, proc: subprocess.Popen[bytes], timeout: float) -> No
         except OSError:
             pass
         time.sleep(0.3)
-    raise ClusterError(f"{url} did not answer 200 within {timeout:.0f}s")
+    raise ClusterError(f"the {child.name} did not answer 200 at {url} within {timeout:.0f}s; see its log: {child.log}")
 
 
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
+
+
+@dataclass
+class Child:
+    """A Dockyard process of ``make run`` and the file its output goes to."""
+
+    name: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+
+def spawn(name: str, args: list[str], env: dict[str, str], log: Path) -> Child:
+    """Start ``python <args>`` in its own process group: a Ctrl-C in the terminal reaches only the
+    supervisor, which stops the children in order (a child interrupted by the terminal would look like
+    a crash)."""
+    with log.open("ab") as logfile:  # the child keeps its own descriptor
+        proc = subprocess.Popen(
+            [sys.executable, *args], env=env, stdout=logfile, stderr=subprocess.STDOUT, process_group=0
+        )
+    return Child(name, proc, log)
+
+
+def supervise(children: list[Child], poll: float = 0.5) -> int:
+    """Wait until Ctrl-C / SIGTERM (exit 0, one "stopped" line) or a child exits by itself (non-zero, the
+    message names the process and its log); then stop the others."""
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        while True:
+            for child in children:
+                code = child.proc.poll()
+                if code is not None:
+                    log(f"the {child.name} exited unexpectedly (exit code {code}); see its log: {child.log}. Stopping.")
+                    return code or 1
+            time.sleep(poll)
+    except KeyboardInterrupt:
+        stop(children)
+        print("Dockyard stopped (the local cluster keeps running; `make cluster-down` removes it).", flush=True)
+        return 0
+    finally:
+        stop(children)
+
+
+def stop(children: list[Child], timeout: float = 15) -> None:
+    for child in children:
+        if child.proc.poll() is None:
+            child.proc.terminate()
+    for child in children:
+        try:
+            child.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            child.proc.kill()
+            child.proc.wait()
 
 
 def run(cluster: LocalCluster) -> int:
@@ -58,21 +114,34 @@ def run(cluster: LocalCluster) -> int:
     model_store.mkdir(parents=True, exist_ok=True)
     env["DOCKYARD_API_MODEL_STORE"] = env["DOCKYARD_OPERATOR_MODEL_STORE"] = str(model_store)
     env.setdefault("DOCKYARD_OPERATOR_PUBLIC_URL", f"http://{FACADE_HOST}:{facade_port}")
-    procs: list[subprocess.Popen[bytes]] = []
-
-    def spawn(name: str, args: list[str]) -> subprocess.Popen[bytes]:
-        with Path(state / f"{name}.log").open("ab") as logfile:  # the child keeps its own descriptor
-            proc = subprocess.Popen([sys.executable, *args], env=env, stdout=logfile, stderr=subprocess.STDOUT)
-        procs.append(proc)
-        return proc
-
+    # model pods answer: the engine runner starts real engines on the host (Contract 1), and the
+    # facade's app runtime finds them through the pods' dockyard.dev/local-endpoint annotations
+    env.setdefault("DOCKYARD_OPERATOR_LOCAL_ENGINES", "true")
+    env.setdefault("DOCKYARD_API_ENDPOINT_MODE", "local")
+    env.setdefault("DOCKYARD_LOCAL_ENGINES_LOG_DIR", str(state / "engines"))
+    tool_port = int(os.environ.get("DOCKYARD_DEMO_TOOL_PORT", "18090"))
+    children: list[Child] = []
     try:
-        operator = spawn("operator", ["-m", "dockyard_operator", "--standalone"])
-        facade = spawn("facade", ["-m", "dockyard_api"])
+        children.append(spawn("operator", ["-m", "dockyard_operator", "--standalone"], env, state / "operator.log"))
+        children.append(spawn("facade", ["-m", "dockyard_api"], env, state / "facade.log"))
+        children.append(spawn("engine runner", ["-m", "dockyard_localcluster", "engines"], env, state / "engines.log"))
+        children.append(
+            spawn(
+                "demo tool server",
+                ["-m", "dockyard_localcluster", "toolserver", "--port", str(tool_port)],
+                env,
+                state / "toolserver.log",
+            )
+        )
+        operator, facade, _, tool = children
         _wait_http_ok(f"http://127.0.0.1:{operator_port}/readyz", operator, 60)
         _wait_http_ok(f"http://{FACADE_HOST}:{facade_port}/readyz", facade, 60)
+        _wait_http_ok(f"http://127.0.0.1:{tool_port}/time", tool, 30)
         with api_client(str(cluster.settings.kubeconfig)) as api:
             demo = ensure_demo(api, state, f"http://{FACADE_HOST}:{facade_port}")
+            model = ensure_demo_model(
+                api, demo, state, f"http://{FACADE_HOST}:{facade_port}", f"http://127.0.0.1:{tool_port}/time"
+            )
         key_line = (
             f"  demo API key:        {demo.new_key}\n"
             f"                       (shown once; also in {demo.key_file}, mode 0600)\n"
@@ -84,27 +153,23 @@ def run(cluster: LocalCluster) -> int:
             f"  facade (public API): http://{FACADE_HOST}:{facade_port}   (OpenAPI: /docs)\n"
             f"  operator health:     http://127.0.0.1:{operator_port}/readyz\n"
             f"  demo app:            App {demo.namespace}/demo, environment {demo.environment}\n"
+            f"  demo model:          ModelDeployment {demo.namespace}/{model} (tiny GGUF, llama.cpp on this host;"
+            f" kubectl get pods -l dockyard.dev/model-deployment={model} -o yaml shows its local endpoint)\n"
+            f"  demo tool:           clock, http://127.0.0.1:{tool_port}/time\n"
             f"  demo base URL:       {demo.base_url}   (SPEC's {{base_url}}: public API under /api/public)\n"
             f"{key_line}"
             f"  kubectl:             export KUBECONFIG={cluster.settings.kubeconfig}\n"
             f"  model store:         {model_store}\n"
-            f"  logs:                {state}/operator.log, {state}/facade.log\n"
+            f"  logs:                {state}/operator.log, {state}/facade.log, {state}/engines.log,"
+            f" {state}/engines/\n"
             "Press Ctrl-C to stop Dockyard (the cluster keeps running; `make cluster-down` removes it).",
             flush=True,
         )
-        signal.signal(signal.SIGTERM, _interrupt)
-        while all(p.poll() is None for p in procs):
-            time.sleep(1)
-        log("a Dockyard process exited; stopping")
-        return 1
     except KeyboardInterrupt:
+        stop(children)
+        print("Dockyard stopped before it was ready.", flush=True)
         return 0
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+    except BaseException:
+        stop(children)
+        raise
+    return supervise(children)

@@ -2,7 +2,9 @@
 
 The stock stages ship inside the kwok Go module (copied next to the binaries by
 ``build-binaries.sh``). Dockyard adds simulation stages that tests trigger with the pod label
-``dockyard.dev/simulate`` (``crash-loop``, ``never-ready``, ``image-pull-error``); kwok's
+``dockyard.dev/simulate`` (``crash-loop``, ``never-ready``, ``image-pull-error``), and
+``dockyard-local-engine-start`` for model pods labelled ``dockyard.dev/local-engine: "true"``, which
+it runs without making them Ready (the local engine runner does, when the engine answers). kwok's
 ``pod-ready`` stage is amended so it never races them.
 """
 
@@ -15,6 +17,8 @@ from typing import Any
 import yaml
 
 SIMULATE_LABEL = "dockyard.dev/simulate"
+LOCAL_ENGINE_LABEL = "dockyard.dev/local-engine"
+"""On model pods whose real engine the local engine runner starts: the runner makes them Ready."""
 SIMULATIONS = ("crash-loop", "never-ready", "image-pull-error")
 
 STOCK_STAGE_FILES = (
@@ -39,13 +43,21 @@ def _exclude_simulations(stage: dict[str, Any]) -> dict[str, Any]:
     return stage
 
 
+def _exclude_local_engines(stage: dict[str, Any]) -> dict[str, Any]:
+    """kwok's pod-ready, told to leave the pods of local engines to the engine runner."""
+    stage["spec"]["selector"]["matchExpressions"].append(
+        {"key": f'.metadata.labels["{LOCAL_ENGINE_LABEL}"]', "operator": "NotIn", "values": ["true"]}
+    )
+    return stage
+
+
 def stock_stages(stage_dir: Path) -> list[dict[str, Any]]:
     """kwok's stock stages, read from the kwok module's ``kustomize/stage`` directory."""
     stages = []
     for rel in STOCK_STAGE_FILES:
         stage = yaml.safe_load((stage_dir / rel).read_text())
         if stage["metadata"]["name"] == "pod-ready":
-            stage = _exclude_simulations(stage)
+            stage = _exclude_local_engines(_exclude_simulations(stage))
         stages.append(stage)
     return stages
 

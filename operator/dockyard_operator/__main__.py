@@ -9,11 +9,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 
 import kopf
 import uvloop
 
 import dockyard_operator.handlers  # noqa: F401  (registers the handlers)
+from dockyard_api import logs
 
 WATCH_HANDLERS = frozenset(
     {"model_deployment_event", "tool_deployment_event", "workload_event", "model_event", "tool_event"}
@@ -34,9 +36,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--standalone", action="store_true", help="no peering (one local instance)")
     parser.add_argument("--peering", default="dockyard", help="kopf peering name (default: dockyard)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log every handler run")
-    parser.add_argument("--log-format", choices=[f.name.lower() for f in kopf.LogFormat], default="plain")
+    parser.add_argument(
+        "--log-format",
+        choices=[f.name.lower() for f in kopf.LogFormat],
+        default=os.environ.get("DOCKYARD_OPERATOR_LOG_FORMAT", "plain"),
+        help="plain, full or json (one JSON object per line, with request_id on job lines); "
+        "default: DOCKYARD_OPERATOR_LOG_FORMAT or plain",
+    )
     args = parser.parse_args(argv)
     kopf.configure(verbose=args.verbose, log_format=kopf.LogFormat[args.log_format.upper()])
+    logs.protect_all_handlers()  # no API key or token reaches a log line
     if not args.verbose:  # one line per watch event of every Pod and Deployment would drown the log
         logging.getLogger("kopf.objects").addFilter(_quiet_watch_handlers)
     # uvloop, as kopf's own CLI uses it: the event loop and its TLS streams cost less per watch event

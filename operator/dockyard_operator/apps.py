@@ -1,6 +1,7 @@
 """kopf handlers for Apps, AppVersions and Environments, and the admission webhooks guarding them.
 
-- An App gets its ``draft`` Environment (``<app>-draft``) when it appears.
+- An App gets its ``draft`` Environment (``<app>-draft``) when it appears; a change of the App (its
+  draft edited or restored) reconciles the environments serving the draft at once.
 - An Environment is reconciled level-based: its deployment history (one entry per change of the
   linked version, identified by the deployed-at stamp the mutating webhook writes), generated URLs
   and cURL script, the ToolDeployments of the tool versions it deploys, the pre-production checklist,
@@ -27,6 +28,8 @@ from dockyard_api.resources import GROUP
 from dockyard_api.resources.v1alpha1 import (
     API_KEY_LABEL,
     API_VERSION,
+    DEPLOY_ACTION_ANNOTATION,
+    DEPLOY_REQUEST_ANNOTATION,
     DEPLOYED_AT_ANNOTATION,
     DEPLOYED_BY_ANNOTATION,
     ENVIRONMENT_LABEL,
@@ -215,6 +218,19 @@ async def environment_timer(body: kopf.Body, memo: kopf.Memo, **kw: Any) -> None
         await reconcile_environment(memo, snapshot(body), kw)
 
 
+@kopf.on.event(GROUP, VERSION, "apps")
+async def app_changed(type: str | None, namespace: str | None, name: str, memo: kopf.Memo, **kw: Any) -> None:
+    """An edited or restored draft reaches the environments that serve the draft at once (the watch
+    event), not at their next periodic re-check."""
+    if type not in ("MODIFIED", "ADDED"):
+        return  # the initial listing: every environment is reconciled by its own events anyway
+    for env_name, env in _in_namespace(kw["environment_index"], namespace or ""):
+        spec = env.get("spec") or {}
+        if spec.get("appRef") == name and not spec.get("appVersion"):
+            log.debug("app %s/%s changed: reconciling %s", namespace, name, env_name)
+            await reconcile_environment(memo, env, kw)
+
+
 @kopf.on.event(GROUP, VERSION, "tooldeployments", labels={ENVIRONMENT_LABEL: kopf.PRESENT})
 async def environment_tool_changed(namespace: str | None, labels: kopf.Labels, memo: Any, **kw: Any) -> None:
     for env in kw["environment_index"].get((namespace, labels[ENVIRONMENT_LABEL]), []):
@@ -249,9 +265,10 @@ async def reconcile_environment(memo: kopf.Memo, env: dict[str, Any], kw: dict[s
         notes = meta.get("annotations") or {}
         deployed_at = _parse_time(notes.get(DEPLOYED_AT_ANNOTATION)) or _parse_time(meta.get("creationTimestamp"))
         deployed_by = notes.get(DEPLOYED_BY_ANNOTATION) or "unknown (no admission record)"
+        action = notes.get(DEPLOY_ACTION_ANNOTATION) or "Deploy"
         new_history = history
         if content is not None and deployed_at is not None:
-            new_history = envs.next_history(history, version, deployed_at, deployed_by)
+            new_history = envs.next_history(history, version, deployed_at, deployed_by, action)
 
         tool_jobs: dict[str, str | None] = {}
         if content is not None:
@@ -270,7 +287,11 @@ async def reconcile_environment(memo: kopf.Memo, env: dict[str, Any], kw: dict[s
                     tool_jobs[tname] = ((tdep.get("status") or {}).get("job") or {}).get("status")
         keys = await ctx.call(api.key_secrets, namespace, name)
         items = envs.checklist(
-            content=content, tool_jobs=tool_jobs, key_count=len(keys), version_found=content is not None
+            content=content,
+            tool_jobs=tool_jobs,
+            key_count=len(keys),
+            version_found=content is not None,
+            rate_limits=spec.get("rateLimits"),
         )
         urls = envs.urls(ctx.settings.public_url, namespace, name)
         if problem:
@@ -281,6 +302,8 @@ async def reconcile_environment(memo: kopf.Memo, env: dict[str, Any], kw: dict[s
             phase, reason, message = "Deploying", "ToolsDeploying", f"version {version}: tools are being deployed"
         else:
             phase, reason, message = "Active", "Deployed", f"version {version} is deployed"
+        added = new_history is not history
+        new_history = envs.record_health(new_history, version, phase)
         new_status = {
             "observedGeneration": meta.get("generation"),
             "phase": phase,
@@ -292,6 +315,7 @@ async def reconcile_environment(memo: kopf.Memo, env: dict[str, Any], kw: dict[s
                 "widgetScriptUrl": urls.widget_script,
             },
             "curlScript": envs.curl_script(urls.api_base, app),
+            "embedCode": envs.embed_code(urls.widget_script, app),
             "history": [h.model_dump(mode="json", by_alias=True) for h in new_history],
             "checklist": [c.model_dump(mode="json", by_alias=True) for c in items],
             "conditions": _conditions(status.get("conditions") or [], phase, reason, message, meta.get("generation")),
@@ -302,8 +326,10 @@ async def reconcile_environment(memo: kopf.Memo, env: dict[str, Any], kw: dict[s
                 api.patch_status, "environments", namespace, name, new_status, meta.get("resourceVersion")
             ):
                 return
-            if new_history is not history:
-                kopf.info(cast(Any, env), reason="Deployed", message=f"version {version} deployed by {deployed_by}")
+            if added:
+                verb = {"Redeploy": "redeployed", "Rollback": "rolled back to"}.get(action, "deployed")
+                what = f"version {version} {verb}" if action != "Rollback" else f"{verb} version {version}"
+                kopf.info(cast(Any, env), reason="Deployed", message=f"{what} by {deployed_by}")
             if problem and status.get("phase") != "Failed":
                 kopf.warn(cast(Any, env), reason=problem[0], message=problem[1])
         await _sync_deployed_in(
@@ -353,7 +379,7 @@ def _parse_time(value: str | None) -> datetime | None:
     if not value:
         return None
     try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).replace(microsecond=0)
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         return None
 
@@ -431,7 +457,10 @@ async def environment_deleted(body: kopf.Body, memo: kopf.Memo, **_: Any) -> Non
 
 # --- admission webhooks ------------------------------------------------------------------------------
 
-IGNORE_FAILURES = SETTINGS.webhook_managed  # local runs: a stopped operator must not block deletes
+IGNORE_FAILURES = False
+"""failurePolicy Fail, locally (the configurations the operator writes itself) as in the chart's default:
+while no operator answers, the writes the webhooks check are refused rather than let through unchecked.
+The trade-off is documented in docs/reliability.md ("Admission webhooks fail closed")."""
 
 
 async def _read_from_api(memo: Any, namespace: str) -> tuple[list[dict[str, Any]], list[tuple[str, dict[str, Any]]]]:
@@ -449,9 +478,13 @@ async def validate_tool(body: kopf.Body, memo: Any, **kw: Any) -> None:
     tool = kw.get("old") or body
     namespace, spec = tool["metadata"]["namespace"], tool.get("spec") or {}
     versions, environments = await _read_from_api(memo, namespace)
-    holders = envs.tool_holders(spec.get("name", ""), spec.get("version", ""), versions, environments)
+    apps = await memo.ctx.call(_api(memo).list_objects, "apps", namespace, "")
+    holders = envs.tool_holders(spec.get("name", ""), spec.get("version", ""), versions, environments, apps)
     if holders:
-        used = "; ".join(f"app version {v} (deployed in {', '.join(e)})" for v, e in sorted(holders.items()))
+        used = "; ".join(
+            f"{v if v.startswith('draft of') else f'app version {v}'} (deployed in {', '.join(e)})"
+            for v, e in sorted(holders.items())
+        )
         raise kopf.AdmissionError(
             f"tool {tool['metadata']['name']} is linked to an active version and cannot be deleted: used by {used}",
             code=409,
@@ -511,17 +544,54 @@ async def validate_environment(body: kopf.Body, memo: Any, **kw: Any) -> None:
     ignore_failures=IGNORE_FAILURES,
 )  # fmt: skip
 def stamp_deployment(body: kopf.Body, userinfo: kopf.UserInfo, patch: kopf.Patch, **kw: Any) -> None:
-    """Who deployed and when: from the request's userInfo when the linked version changes; otherwise
-    the recorded values are kept (a client cannot rewrite them)."""
+    """Who deployed, when, and what it was: from the request's userInfo when the linked version changes
+    or a new deploy request comes (a redeploy of the same version); otherwise the recorded values are
+    kept (a client cannot rewrite them)."""
     old = kw.get("old")
     notes = dict(body["metadata"].get("annotations") or {})
     old_notes: dict[str, Any] = dict(old["metadata"].get("annotations") or {}) if old is not None else {}
+    for key, value in deployment_stamp(
+        operation=str(kw.get("operation") or ""),
+        old=old,
+        body=body,
+        notes=notes,
+        old_notes=old_notes,
+        username=str(userinfo.get("username") or ""),
+        now=datetime.now(UTC),
+    ).items():
+        patch.metadata.annotations[key] = value
+
+
+STAMPED = (DEPLOYED_BY_ANNOTATION, DEPLOYED_AT_ANNOTATION, DEPLOY_ACTION_ANNOTATION)
+
+
+def deployment_stamp(
+    *,
+    operation: str,
+    old: Any,
+    body: Any,
+    notes: dict[str, Any],
+    old_notes: dict[str, Any],
+    username: str,
+    now: datetime,
+) -> dict[str, Any]:
+    """The annotations the mutating webhook sets (pure: unit-tested)."""
     version = (body.get("spec") or {}).get("appVersion")
-    changed = kw.get("operation") == "CREATE" or old is None or (old.get("spec") or {}).get("appVersion") != version
-    if changed:
-        patch.metadata.annotations[DEPLOYED_BY_ANNOTATION] = str(userinfo.get("username") or "")
-        patch.metadata.annotations[DEPLOYED_AT_ANNOTATION] = _now().isoformat().replace("+00:00", "Z")
-        return
-    for key in (DEPLOYED_BY_ANNOTATION, DEPLOYED_AT_ANNOTATION):
-        if notes.get(key) != old_notes.get(key):
-            patch.metadata.annotations[key] = old_notes.get(key)
+    created = operation == "CREATE" or old is None
+    version_changed = created or (old.get("spec") or {}).get("appVersion") != version
+    request = notes.get(DEPLOY_REQUEST_ANNOTATION)
+    requested = bool(request) and request != old_notes.get(DEPLOY_REQUEST_ANNOTATION)
+    if version_changed or requested:
+        if not version_changed:
+            action = "Redeploy"
+        elif requested and str(request).split(" ", 1)[0] == "Rollback":
+            action = "Rollback"
+        else:
+            action = "Deploy"
+        return {
+            DEPLOYED_BY_ANNOTATION: username,
+            # microseconds: two deployments in one second are two history entries
+            DEPLOYED_AT_ANNOTATION: now.isoformat(timespec="microseconds").replace("+00:00", "Z"),
+            DEPLOY_ACTION_ANNOTATION: action,
+        }
+    return {key: old_notes.get(key) for key in STAMPED if notes.get(key) != old_notes.get(key)}

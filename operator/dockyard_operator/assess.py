@@ -8,15 +8,35 @@ available. FAILED is terminal for the job and always explained.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from dockyard_api.devices import DEVICES
 from dockyard_api.resources.v1alpha1 import FAILED, PROGRESSING, READY, Condition, DockJob
 
 IMAGE_PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
 CRASH_REASONS = frozenset({"CrashLoopBackOff", "RunContainerError", "CreateContainerError"})
+CONFIG_REASONS = frozenset({"CreateContainerConfigError"})
+TRANSIENT_TAINTS = (
+    "node.kubernetes.io/not-ready",
+    "node.kubernetes.io/unreachable",
+    "node.kubernetes.io/unschedulable",
+    "node.kubernetes.io/memory-pressure",
+    "node.kubernetes.io/disk-pressure",
+    "node.kubernetes.io/pid-pressure",
+    "node.kubernetes.io/network-unavailable",
+    "node.cloudprovider.kubernetes.io/uninitialized",
+    "ToBeDeletedByClusterAutoscaler",
+)
+"""Taints a node has for a while (starting, draining, under pressure): waiting may help."""
+_MISSING_CLAIM = re.compile(r'persistentvolumeclaim "([^"]+)" not found')
+_MISSING_OBJECT = re.compile(r'(secret|configmap) "([^"]+)" not found', re.IGNORECASE)
+_MISSING_KEY = re.compile(r"couldn't find key (\S+) in (Secret|ConfigMap) ([^\s]+)")
+_ITEM = re.compile(r"^(\d+) (.*)$")
+_TAINT = re.compile(r"untolerated taint(?:\(s\))? \{([^:}]+)")
 
 
 @dataclass(frozen=True)
@@ -117,6 +137,139 @@ def _unschedulable(pods: Sequence[Mapping[str, Any]]) -> tuple[datetime | None, 
     return None
 
 
+@dataclass(frozen=True)
+class SchedulerReasons:
+    """The scheduler's FailedScheduling message, taken apart: ``0/12 nodes are available: 2 Insufficient
+    nvidia.com/gpu, 10 node(s) didn't match Pod's node affinity/selector. preemption: ...``."""
+
+    total: int | None
+    per_node: dict[str, int]
+    """Reason -> number of nodes it excluded."""
+    pod_level: list[str]
+    """Reasons without a node count (e.g. ``persistentvolumeclaim "x" not found``)."""
+
+    @classmethod
+    def parse(cls, message: str) -> SchedulerReasons:
+        head = message.split(" preemption:", 1)[0].strip().rstrip(".")
+        total = None
+        found = re.match(r"^0/(\d+) nodes are available:?\s*", head)
+        if found:
+            total = int(found.group(1))
+            head = head[found.end() :]
+        per_node: dict[str, int] = {}
+        pod_level: list[str] = []
+        for item in (i.strip().rstrip(".") for i in head.split(", ")):
+            if not item:
+                continue
+            counted = _ITEM.match(item)
+            if counted:
+                per_node[counted.group(2)] = per_node.get(counted.group(2), 0) + int(counted.group(1))
+            else:
+                pod_level.append(item)
+        return cls(total, per_node, pod_level)
+
+    def count(self, predicate: Any) -> int:
+        return sum(n for reason, n in self.per_node.items() if predicate(reason))
+
+
+def _selector_mismatch(reason: str) -> bool:
+    return "didn't match Pod's node affinity/selector" in reason or "didn't match Pod's node affinity" in reason
+
+
+def _permanent_taint(reason: str) -> str | None:
+    taint = _TAINT.search(reason)
+    if taint is None:
+        return None
+    key = taint.group(1).strip()
+    return None if key in TRANSIENT_TAINTS else key
+
+
+def not_capacity(message: str, fit: NodeFit, *, node_autoscaling: bool) -> tuple[str, str] | None:
+    """(reason, message) when the scheduler's message shows a cause that waiting for free capacity does
+    not fix, naming it: a missing claim, no node matching the node selector (unless nodes can be added),
+    every node of the device type tainted against the pod. None when capacity (or something transient:
+    unbound claims, cordoned or not-ready nodes) keeps the pod pending."""
+    if claim := _MISSING_CLAIM.search(message):
+        return (
+            "MissingVolumeClaim",
+            f'the pod mounts the PersistentVolumeClaim "{claim.group(1)}", which does not exist in its namespace',
+        )
+    reasons = SchedulerReasons.parse(message)
+    if reasons.total is None:
+        return None
+    mismatched = reasons.count(_selector_mismatch)
+    candidates = reasons.total - mismatched
+    if candidates <= 0:
+        if node_autoscaling:
+            return None
+        if fit.device_type in DEVICES and fit.nodes == 0:
+            return (
+                "NoMatchingNode",
+                f"no node matches the pod's node selector (node.kubernetes.io/instance-type={fit.device_type}): "
+                f"the cluster has no {fit.device_type} node pool",
+            )
+        return (
+            "NoMatchingNode",
+            "no node matches the pod's node selector or affinity; the scheduler said: "
+            + message.split(" preemption:", 1)[0],
+        )
+    taints = {key: n for reason, n in reasons.per_node.items() if (key := _permanent_taint(reason))}
+    if taints and sum(taints.values()) >= candidates:
+        shown = ", ".join(sorted(taints))
+        return (
+            "UntoleratedTaint",
+            f"every {fit.device_type} node has a taint the pod does not tolerate ({shown}); the scheduler said: "
+            f"{message.split(' preemption:', 1)[0]}",
+        )
+    return None
+
+
+def _capacity_short(message: str) -> list[str]:
+    """The resources the scheduler found short (``Insufficient nvidia.com/gpu`` -> ``nvidia.com/gpu``)."""
+    return sorted({m.group(1).rstrip(".") for m in re.finditer(r"Insufficient ([\w./-]+)", message)})
+
+
+def _missing_config(pods: Sequence[Mapping[str, Any]]) -> tuple[str, str] | None:
+    """A container that cannot start because a Secret, a ConfigMap or a key of one is missing."""
+    for pod in pods:
+        statuses = [
+            *(pod.get("status", {}).get("initContainerStatuses") or []),
+            *(pod.get("status", {}).get("containerStatuses") or []),
+        ]
+        for status in statuses:
+            waiting = (status.get("state") or {}).get("waiting") or {}
+            if waiting.get("reason") not in CONFIG_REASONS:
+                continue
+            text = waiting.get("message") or waiting["reason"]
+            name = status.get("name")
+            if found := _MISSING_OBJECT.search(text):
+                kind = "Secret" if found.group(1).lower() == "secret" else "ConfigMap"
+                return f"Missing{kind}", f'container {name} needs the {kind} "{found.group(2)}", which does not exist'
+            if found := _MISSING_KEY.search(text):
+                return (
+                    f"Missing{found.group(2)}Key",
+                    f"container {name} needs the key {found.group(1)} of {found.group(2)} {found.group(3)}, "
+                    "which it does not have",
+                )
+            return "CreateContainerConfigError", f"container {name}: {text}"
+    return None
+
+
+def _init_failure(pods: Sequence[Mapping[str, Any]]) -> str | None:
+    """An init container (the storage initializer) that keeps failing, with its last message."""
+    for pod in pods:
+        for status in pod.get("status", {}).get("initContainerStatuses") or []:
+            waiting = (status.get("state") or {}).get("waiting") or {}
+            last = (status.get("lastState") or {}).get("terminated") or {}
+            if waiting.get("reason") in CRASH_REASONS and status.get("restartCount", 0) and last:
+                detail = (last.get("message") or "").strip().splitlines()
+                return (
+                    f"init container {status.get('name')} keeps failing: restarted {status['restartCount']} times, "
+                    f"last exit code {last.get('exitCode')}" + (f": {detail[-1]}" if detail else "")
+                )
+    return None
+
+
 def pod_ready(pod: Mapping[str, Any]) -> bool:
     conditions = pod.get("status", {}).get("conditions") or []
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
@@ -151,8 +304,14 @@ def assess(
     fit: NodeFit,
     now: datetime,
     unschedulable_deadline_seconds: float,
+    node_autoscaling: bool = False,
 ) -> Verdict:
-    """The job's status now. A terminal job keeps its verdict."""
+    """The job's status now. A terminal job keeps its verdict.
+
+    A replica that cannot be scheduled FAILS the job at once when the cause is not capacity (a missing
+    claim, no node matching the selector unless ``node_autoscaling`` may add one, a taint every node of
+    the type has); waiting for capacity fails at ``unschedulable_deadline_seconds``, and the message names
+    the resource that is short ("free GPUs" only when GPUs are)."""
     if job.status != "IN_PROGRESS":
         return Verdict(job.status, job.reason, job.message)
     live = [p for p in pods if not p.get("metadata", {}).get("deletionTimestamp")]
@@ -160,6 +319,10 @@ def assess(
         return Verdict("FAILED", "NoFittingNode", reason)
     if pulled := _waiting(live, IMAGE_PULL_REASONS):
         return Verdict("FAILED", "ImagePullError", f"the image cannot be pulled ({pulled[0]}): {pulled[1]}")
+    if missing := _missing_config(live):
+        return Verdict("FAILED", missing[0], missing[1])
+    if init := _init_failure(live):
+        return Verdict("FAILED", "WeightDownloadFailed" if "storage-initializer" in init else "InitCrashLoop", init)
     if crash := _crash(live):
         return Verdict("FAILED", "CrashLoop", crash)
     progressing = _deployment_condition(deployment or {}, "Progressing")
@@ -170,10 +333,18 @@ def assess(
         return Verdict("SUCCESS", "Available", f"{ready_now} replica(s) ready and serving")
     if stuck := _unschedulable(live):
         since, scheduler = stuck
+        if cause := not_capacity(scheduler, fit, node_autoscaling=node_autoscaling):
+            return Verdict("FAILED", cause[0], cause[1])
         start = max(filter(None, (since, job.start_time)), default=now)
         waited = (now - start).total_seconds()
         gpus = requests.get("nvidia.com/gpu", "0")
-        what = f"no {fit.device_type} node with {gpus} free GPUs" if fit.nodes else f"no {fit.device_type} node"
+        short = _capacity_short(scheduler)
+        if not fit.nodes:
+            what = f"no {fit.device_type} node"
+        elif "nvidia.com/gpu" in short or not short:
+            what = f"no {fit.device_type} node with {gpus} free GPUs"
+        else:
+            what = f"no {fit.device_type} node with enough free {', '.join(short)}"
         if waited >= unschedulable_deadline_seconds:
             return Verdict("FAILED", "Unschedulable", f"{what} for {waited:.0f}s: {scheduler}")
         return Verdict("IN_PROGRESS", "Unschedulable", f"waiting for {what} ({waited:.0f}s): {scheduler}")

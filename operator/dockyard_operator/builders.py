@@ -8,6 +8,7 @@ collector.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import math
@@ -30,10 +31,20 @@ MANAGED_BY = "dockyard"
 MODEL_DEPLOYMENT_LABEL = "dockyard.dev/model-deployment"
 TOOL_DEPLOYMENT_LABEL = "dockyard.dev/tool-deployment"
 COMPONENT_LABEL = "app.kubernetes.io/component"
-RESERVED_LABEL_PREFIXES = ("app.kubernetes.io/", "dockyard.dev/model-deployment", "dockyard.dev/tool-deployment")
+RESERVED_LABEL_PREFIXES = (
+    "app.kubernetes.io/",
+    "dockyard.dev/model-deployment",
+    "dockyard.dev/tool-deployment",
+    "dockyard.dev/local-engine",
+)
 MODEL_STORE_MOUNT = "/models"
+DOWNLOAD_MOUNT = "/var/lib/dockyard/model"
+"""Where the storage initializer sees the pod's model volume (the engine mounts parts of it read-only)."""
+DOWNLOAD_TOKEN_ENV = "DOCKYARD_DOWNLOAD_TOKEN"
 TEMPLATE_HASH_ANNOTATION = "dockyard.dev/template-hash"
 """On the Deployment and its pods: the hash of the pod template a job rolls out."""
+LOCAL_ENGINE_LABEL = "dockyard.dev/local-engine"
+"""On model pods (and readiness gate) when the local control plane runs their engines on the host."""
 APPLIED_HASH_ANNOTATION = "dockyard.dev/applied-hash"
 """On every child: the hash of all children as last applied (skip the apply when unchanged)."""
 
@@ -78,6 +89,28 @@ def user_labels(labels: dict[str, str] | None) -> dict[str, str]:
 
 
 @dataclass(frozen=True)
+class Download:
+    """One model the storage initializer fetches into the pod's model volume."""
+
+    role: str
+    """``model`` or ``adapter``: names the init container and the key of the download Secret."""
+    namespace: str
+    model: str
+    sub_path: str
+    """Directory in the model volume (the model's path in the store, e.g. models/<ns>/<id>)."""
+    size_bytes: int
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """How model pods get imported weights: the facade URL the storage initializer downloads from, and
+    the image that runs it (Dockyard's own)."""
+
+    url: str
+    image: str
+
+
+@dataclass(frozen=True)
 class ServedModel:
     """How the engine finds the weights: its ``--model`` argument, volumes, and an optional adapter."""
 
@@ -86,20 +119,27 @@ class ServedModel:
     volumes: tuple[dict[str, Any], ...] = ()
     mounts: tuple[dict[str, Any], ...] = ()
     adapter: tuple[str, str] | None = None
+    downloads: tuple[Download, ...] = ()
+    model_format: str | None = None
+    """The Model's ``status.storage.format`` (None for a hub model, or an import that predates it)."""
+    weights_file: str | None = None
+    """For GGUF: the file in the model's directory that llama.cpp loads."""
 
 
-def _weights(model: Model, mount_at: str) -> tuple[str, list[str], list[dict[str, Any]]]:
+def _weights(model: Model, mount_at: str, role: str) -> tuple[str, list[str], list[dict[str, Any]], list[Download]]:
     name = model.metadata.name or ""
     source = model.spec.source
     if source.hub is not None:
         extra = [f"--revision={source.hub.revision}"] if source.hub.revision else []
-        return source.hub.id, extra, []
+        return source.hub.id, extra, [], []
     storage = model.status.storage
     if storage is None:
         raise ModelNotDeployable("ModelNotReady", f"Model {name} has no stored weights")
-    path = f"{mount_at}/{storage.path.strip('/')}"
-    mount = {"name": "model-store", "mountPath": path, "subPath": storage.path.strip("/"), "readOnly": True}
-    return path, [], [mount]
+    sub_path = storage.path.strip("/")
+    path = f"{mount_at}/{sub_path}"
+    mount = {"name": "model-store", "mountPath": path, "subPath": sub_path, "readOnly": True}
+    download = Download(role, model.metadata.namespace or "", name, sub_path, storage.size_bytes or 0)
+    return path, [], [mount], [download]
 
 
 def _ensure_ready(model: Model | None, name: str, role: str) -> Model:
@@ -114,23 +154,105 @@ def _ensure_ready(model: Model | None, name: str, role: str) -> Model:
     return model
 
 
-def resolve_served_model(ref: str, model: Model | None, base: Model | None, claim: str) -> ServedModel:
-    """What to serve for Model ``ref``: its own weights, or for an adapter its base model with LoRA."""
+def resolve_served_model(ref: str, model: Model | None, base: Model | None) -> ServedModel:
+    """What to serve for Model ``ref``: its own weights, or for an adapter its base model with LoRA.
+
+    Imported weights reach the pod through an emptyDir that the storage initializer (an init container,
+    see :func:`model_workload`) fills from the model store: no claim has to exist in the namespace, and
+    any node can run the pod."""
     model = _ensure_ready(model, ref, "Model")
-    volume = {"name": "model-store", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}
+    volume = {"name": "model-store", "emptyDir": {}}
+    storage = model.status.storage
+    model_format, weights_file = (storage.format, storage.file) if storage is not None else (None, None)
     if not model.spec.is_adapter:
-        arg, extra, mounts = _weights(model, MODEL_STORE_MOUNT)
-        return ServedModel(arg, tuple(extra), (volume,) if mounts else (), tuple(mounts))
+        arg, extra, mounts, downloads = _weights(model, MODEL_STORE_MOUNT, "model")
+        return ServedModel(
+            arg,
+            tuple(extra),
+            (volume,) if mounts else (),
+            tuple(mounts),
+            None,
+            tuple(downloads),
+            model_format=model_format,
+            weights_file=weights_file,
+        )
     base_name = model.spec.base_model
     if not base_name:
         raise ModelNotDeployable("AdapterWithoutBase", f"adapter Model {ref} names no baseModel to serve it on")
     base = _ensure_ready(base, base_name, "base Model")
     if base.spec.is_adapter:
         raise ModelNotDeployable("AdapterWithoutBase", f"base Model {base_name} is itself an adapter")
-    base_arg, extra, base_mounts = _weights(base, MODEL_STORE_MOUNT)
-    adapter_arg, _, adapter_mounts = _weights(model, "/adapters")
+    base_arg, extra, base_mounts, base_downloads = _weights(base, MODEL_STORE_MOUNT, "model")
+    adapter_arg, _, adapter_mounts, adapter_downloads = _weights(model, "/adapters", "adapter")
     both = (*base_mounts, *adapter_mounts)
-    return ServedModel(base_arg, tuple(extra), (volume,) if both else (), both, adapter=(ref, adapter_arg))
+    return ServedModel(
+        base_arg,
+        tuple(extra),
+        (volume,) if both else (),
+        both,
+        adapter=(ref, adapter_arg),
+        downloads=(*base_downloads, *adapter_downloads),
+    )
+
+
+def download_secret_name(mdep_name: str) -> str:
+    return child_name("model-download", mdep_name)
+
+
+def storage_initializers(served: ServedModel, delivery: Delivery, secret_name: str) -> list[dict[str, Any]]:
+    """One init container per model to fetch (the KServe storage-initializer pattern), running Dockyard's
+    own image: it downloads the model's files from the facade with the token of the download Secret,
+    resuming with Range requests and verifying each file's SHA-256 against the store's manifest."""
+    containers = []
+    for download in served.downloads:
+        suffix = "" if download.role == "model" else f"-{download.role}"
+        containers.append(
+            {
+                "name": f"storage-initializer{suffix}",
+                "image": delivery.image,
+                "command": ["python", "-m", "dockyard_api.storage_initializer"],
+                "args": [
+                    f"--url={delivery.url}",
+                    f"--namespace={download.namespace}",
+                    f"--model={download.model}",
+                    f"--dest={DOWNLOAD_MOUNT}/{download.sub_path}",
+                ],
+                "env": [
+                    {
+                        "name": DOWNLOAD_TOKEN_ENV,
+                        "valueFrom": {"secretKeyRef": {"name": secret_name, "key": download.role}},
+                    }
+                ],
+                "resources": {"requests": {"cpu": "250m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
+                # its last log line (the reason of a failure) becomes the termination message the job shows
+                "terminationMessagePolicy": "FallbackToLogsOnError",
+                "securityContext": {
+                    "allowPrivilegeEscalation": False,
+                    "readOnlyRootFilesystem": True,
+                    "capabilities": {"drop": ["ALL"]},
+                },
+                "volumeMounts": [{"name": "model-store", "mountPath": DOWNLOAD_MOUNT}],
+            }
+        )
+    return containers
+
+
+def download_secret(mdep: ModelDeployment, served: ServedModel, tokens: dict[str, str], expires: str) -> dict[str, Any]:
+    """The Secret holding the download tokens of a ModelDeployment's models (key = download role)."""
+    name = mdep.metadata.name or ""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": download_secret_name(name),
+            "namespace": mdep.metadata.namespace,
+            "labels": {**_common_labels(name, "model-server"), **selector_labels(name)},
+            "annotations": {"dockyard.dev/expires": expires},
+        },
+        "type": "Opaque",
+        # data, not stringData: stringData is write-only, which server-side apply cannot compare
+        "data": {d.role: base64.b64encode(tokens[d.role].encode()).decode() for d in served.downloads},
+    }
 
 
 @dataclass(frozen=True)
@@ -141,6 +263,7 @@ class ModelWorkload:
     deployment: dict[str, Any]
     service: dict[str, Any]
     template_hash: str
+    served: ServedModel | None = None
 
     def objects(self) -> list[dict[str, Any]]:
         """In apply order: the Deployment last, so its applied-hash annotation vouches for the set."""
@@ -172,7 +295,11 @@ def model_workload(
     runtime: Runtime,
     *,
     progress_deadline_seconds: int,
+    delivery: Delivery | None = None,
+    local_engine: bool = False,
 ) -> ModelWorkload:
+    """``local_engine``: the local control plane's engine runner serves the pods (label and readiness
+    gate ``dockyard.dev/local-engine``: a pod is Ready only once its engine answers on the host)."""
     name = mdep.metadata.name or ""
     namespace = mdep.metadata.namespace
     spec = mdep.spec
@@ -180,6 +307,8 @@ def model_workload(
     resource_name = child_name("model", name)
     labels = {**_common_labels(name, "model-server"), **selector_labels(name)}
     pod_labels = {**user_labels(mdep.metadata.labels), **labels, "dockyard.dev/runtime": runtime_name}
+    if local_engine:
+        pod_labels[LOCAL_ENGINE_LABEL] = "true"
     sampling = sampling_defaults(spec.hyper_parameters)
     config_map = {
         "apiVersion": "v1",
@@ -190,7 +319,10 @@ def model_workload(
             "served-model-name": spec.name,
         },
     }
-    args = [*engine_args(spec, runtime, device, served.model_arg, served.adapter), *served.extra_args]
+    model_arg = served.model_arg
+    if runtime.engine == "llama-cpp" and served.weights_file:  # llama.cpp loads a file, not a directory
+        model_arg = f"{model_arg}/{served.weights_file}"
+    args = [*engine_args(spec, runtime, device, model_arg, served.adapter), *served.extra_args]
     container = {
         "name": "engine",
         "image": runtime.image,
@@ -231,6 +363,12 @@ def model_workload(
             "terminationGracePeriodSeconds": 60,
         },
     }
+    if served.downloads:
+        if delivery is None:
+            raise ModelNotDeployable("NoWeightDelivery", "the operator has no download URL for imported weights")
+        template["spec"]["initContainers"] = storage_initializers(served, delivery, download_secret_name(name))
+    if local_engine:
+        template["spec"]["readinessGates"] = [{"conditionType": LOCAL_ENGINE_LABEL}]
     deployment, service, template_hash = _served_by(
         resource_name,
         namespace,
@@ -243,7 +381,7 @@ def model_workload(
         # No surge: a GPU node rarely has room for an extra replica; one replica at a time is replaced.
         strategy={"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
     )
-    return ModelWorkload(config_map, deployment, service, template_hash=template_hash)
+    return ModelWorkload(config_map, deployment, service, template_hash=template_hash, served=served)
 
 
 def _served_by(

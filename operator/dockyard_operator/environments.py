@@ -4,6 +4,7 @@ behind, and the dependency checks the admission webhooks make. No kopf, no API c
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import shlex
@@ -33,16 +34,43 @@ def desired_version(spec: Mapping[str, Any]) -> str:
 
 
 def next_history(
-    history: list[HistoryEntry], version: str, deployed_at: datetime, deployed_by: str
+    history: list[HistoryEntry], version: str, deployed_at: datetime, deployed_by: str, action: str = "Deploy"
 ) -> list[HistoryEntry]:
     """The history after the deployment (version, deployed_at): unchanged when it is already the
     Active entry (level-based: re-running never adds a second entry), else a new Active entry on top
-    and every earlier one Previous. At most HISTORY_LIMIT entries are kept (the oldest go)."""
+    and every earlier one Previous; an earlier entry that never became healthy is recorded as not
+    healthy (it was replaced first). At most HISTORY_LIMIT entries are kept (the oldest go)."""
     if history and history[0].version == version and history[0].deployed_at == deployed_at:
         return history
-    entry = HistoryEntry(version=version, deployed_at=deployed_at, deployed_by=deployed_by, status="Active")
-    earlier = [h.model_copy(update={"status": "Previous"}) for h in history]
+    if action not in ("Deploy", "Redeploy", "Rollback"):
+        action = "Deploy"
+    entry = HistoryEntry.model_validate(
+        {
+            "version": version,
+            "deployedAt": deployed_at,
+            "deployedBy": deployed_by,
+            "status": "Active",
+            "action": action,
+        }
+    )
+    earlier = [
+        h.model_copy(update={"status": "Previous", "healthy": False if h.healthy is None else h.healthy})
+        for h in history
+    ]
     return [entry, *earlier][:HISTORY_LIMIT]
+
+
+def record_health(history: list[HistoryEntry], version: str, phase: str) -> list[HistoryEntry]:
+    """The Active entry of ``version`` records whether its deployment became healthy: true when the
+    environment is Active (and it stays true: a later failure of a version that served is a new
+    problem, not a failed deployment), false while it has Failed without having been healthy."""
+    if not history or history[0].version != version or history[0].healthy is True:
+        return history
+    if phase == "Active":
+        return [history[0].model_copy(update={"healthy": True}), *history[1:]]
+    if phase == "Failed" and history[0].healthy is None:
+        return [history[0].model_copy(update={"healthy": False}), *history[1:]]
+    return history
 
 
 @dataclass(frozen=True)
@@ -67,6 +95,19 @@ def curl_script(api_base: str, app_id: str) -> str:
         '  -H "Authorization: Bearer $DOCKYARD_API_KEY" \\\n'
         '  -H "Content-Type: application/json" \\\n'
         f"  -d {shlex.quote(body)}"
+    )
+
+
+def embed_code(widget_script: str, app_id: str, container_id: str = "dockyard-chat") -> str:
+    """SPEC §7's Embed Code: a container element and the loader script with the app id. No API key: the
+    widget gets short-lived tokens for the sites in the environment's spec.widget.allowedOrigins."""
+    attr = html.escape
+    return (
+        f'<div id="{attr(container_id)}"></div>\n'
+        f'<script src="{attr(widget_script)}" data-app-id="{attr(app_id)}" data-container="{attr(container_id)}" '
+        "async></script>\n"
+        "<!-- List this site's origin in the environment's spec.widget.allowedOrigins. Do not add data-api-key:\n"
+        "     a key in a web page can be read by every visitor and works until it is revoked. -->"
     )
 
 
@@ -109,10 +150,12 @@ def checklist(
     tool_jobs: Mapping[str, str | None],
     key_count: int,
     version_found: bool,
+    rate_limits: Mapping[str, Any] | None = None,
 ) -> list[ChecklistItem]:
     """SPEC.md's pre-production checklist: computed where the cluster tells, Manual where it cannot.
 
     ``tool_jobs``: ToolDeployment name -> dock status of its latest job (None: none yet).
+    ``rate_limits``: the Environment's ``spec.rateLimits``.
     """
     content = content or {}
     agents = content.get("agents") or []
@@ -162,7 +205,22 @@ def checklist(
         if inline
         else f"no inline MCP credentials in {len(servers)} MCP server configuration(s); {len(agents)} agent(s)",
     )
-    add("Security", "Rate limits set", "Manual", "Dockyard does not rate-limit deployed apps yet")
+    limits = [
+        f"{value} {unit}"
+        for value, unit in (
+            ((rate_limits or {}).get("requestsPerMinute"), "requests per minute per API key"),
+            ((rate_limits or {}).get("tokensPerDay"), "tokens per day"),
+        )
+        if value
+    ]
+    add(
+        "Security",
+        "Rate limits set",
+        "Done" if limits else "NotDone",
+        "spec.rateLimits: " + ", ".join(limits)
+        if limits
+        else "set spec.rateLimits (requestsPerMinute, tokensPerDay) to limit calls of the deployed app",
+    )
     for item in ("Analytics", "Alerts", "Logging"):
         add("Monitoring", item, "Manual", manual)
     return items
@@ -192,18 +250,38 @@ def tool_holders(
     tool_version: str,
     versions: Iterable[Mapping[str, Any]],
     environments: Sequence[tuple[str, Mapping[str, Any]]],
+    apps: Iterable[Mapping[str, Any]] = (),
 ) -> dict[str, list[str]]:
-    """AppVersion object name -> environments deploying it, for each deployed version using the tool."""
+    """What holds the tool, each with the environments deploying it: AppVersion object names of deployed
+    versions that use it, and ``draft of app <name>`` for an App whose draft uses it while an environment
+    serves that draft (the draft environment does)."""
     holders: dict[str, list[str]] = {}
     for version in versions:
         spec = version.get("spec") or {}
-        pins = {(t.get("name"), t.get("version")) for t in spec.get("toolVersions") or []}
-        if (tool_name, tool_version) not in pins:
+        if not _pins(spec, tool_name, tool_version):
             continue
         envs = environments_deploying(spec.get("appRef", ""), spec.get("version", ""), environments)
         if envs:
             holders[version_object(spec.get("appRef", ""), spec.get("version", ""))] = envs
+    for app in apps:
+        name = (app.get("metadata") or {}).get("name", "")
+        if not _pins(app.get("spec") or {}, tool_name, tool_version):
+            continue
+        serving = sorted(
+            env_name
+            for env_name, env in environments
+            if (env.get("spec") or {}).get("appRef") == name
+            and (
+                not (env.get("spec") or {}).get("appVersion") or (env.get("status") or {}).get("activeVersion") == DRAFT
+            )
+        )
+        if serving:
+            holders[f"draft of app {name}"] = serving
     return holders
+
+
+def _pins(spec: Mapping[str, Any], tool_name: str, tool_version: str) -> bool:
+    return (tool_name, tool_version) in {(t.get("name"), t.get("version")) for t in spec.get("toolVersions") or []}
 
 
 def version_problems(

@@ -113,7 +113,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     memo.autoscalers = {}
     memo.http = httpx.AsyncClient(timeout=config.metrics_timeout_seconds)
     memo.importer = Importer(config, memo.ctx.kube)
-    memo.importer.start_garbage_collection(config.model_gc_interval_seconds)
+    memo.importer.start_garbage_collection(config.model_gc_interval_seconds, config.model_gc_grace_seconds)
     _webhook_server(settings, memo, config)
     memo.health = health.HealthState(api=memo.api)
     await health.start(memo.health, config.health_host, config.health_port)
@@ -199,7 +199,7 @@ def _slim(body: kopf.Body, status_keys: tuple[str, ...]) -> dict[str, Any]:
 
 DEPLOYMENT_STATUS = ("observedGeneration", "replicas", "updatedReplicas", "readyReplicas", "availableReplicas",
                      "conditions")  # fmt: skip
-POD_STATUS = ("phase", "conditions", "containerStatuses", "podIP")
+POD_STATUS = ("phase", "conditions", "initContainerStatuses", "containerStatuses", "podIP")
 
 
 def _key(namespace: str | None, labels: kopf.Labels) -> tuple[str, str, str]:
@@ -278,7 +278,7 @@ async def model_import_retry(memo: kopf.Memo, namespace: str | None, name: str, 
 async def model_import_deleted(event: kopf.RawEvent, memo: kopf.Memo, namespace: str | None, name: str,
                                labels: kopf.Labels, **_: Any) -> None:  # fmt: skip
     """An uploaded Model's files go with it. No finalizer holds the deletion: what a Model deleted while
-    the operator was down leaves behind is collected later (:meth:`Importer.collect_garbage`)."""
+    the operator was down leaves behind is collected when the operator starts (:meth:`Importer.collect_garbage`)."""
     if event["type"] == "DELETED":
         await memo.importer.deleted(namespace or "", name, labels)
 
@@ -291,10 +291,10 @@ async def _reconcile(ctx: Context, reconcile: Any, body: Body) -> Outcome:
     try:
         outcome: Outcome = await reconcile(ctx, body, ctx.views)
     except Conflict:  # the object changed meanwhile: its watch event brings the new version, and a reconcile
-        return Outcome()
+        return Outcome(result="conflict")
     except (ApiException, KubeError) as exc:
         if exc.status == 404:  # deleted meanwhile (or its namespace): its DELETED event forgets it
-            return Outcome()
+            return Outcome(result="gone")
         raise
     return outcome
 

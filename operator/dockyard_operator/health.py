@@ -1,4 +1,4 @@
-"""``/healthz`` and ``/readyz`` for the operator, served by aiohttp inside kopf's event loop.
+"""``/healthz``, ``/readyz`` and ``/metrics`` (Prometheus) for the operator, served by aiohttp inside kopf's event loop.
 
 Liveness: the event loop answers. Readiness: kopf's startup handlers finished and the Kubernetes
 API server answers ``/version``.
@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 from kubernetes import client
+
+from dockyard_operator import monitoring
 
 
 @dataclass
@@ -36,7 +38,12 @@ def build_app(state: HealthState) -> web.Application:
             return web.json_response({"status": "api-unreachable", "error": str(exc)}, status=503)
         return web.json_response({"status": "ok", "kubernetes": info.git_version})
 
+    async def metrics(_: web.Request) -> web.Response:
+        body, content_type = monitoring.exposition()
+        return web.Response(body=body, headers={"Content-Type": content_type})
+
     app = web.Application()
+    app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     return app

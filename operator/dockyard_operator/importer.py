@@ -5,7 +5,8 @@ by :func:`modelimport.run_import` in a worker thread (at most ``import_concurren
 status becomes ReadyToDeploy/SUCCESS or Failed/FAILED with the reason. The session's chunks are deleted
 once the outcome is recorded. A restart re-runs unfinished jobs (the watch lists every Model again);
 run_import is idempotent. Deleting an uploaded Model deletes its stored files (at once when the
-operator sees the deletion, else at the next garbage collection).
+operator sees the deletion, else at the garbage collection that runs when the operator starts and
+then every ``model_gc_interval_seconds``).
 """
 
 from __future__ import annotations
@@ -28,8 +29,10 @@ from dockyard_api import importstatus
 from dockyard_api.modelstore import SESSION_ID_RE, ModelStore
 from dockyard_api.resources import GROUP
 from dockyard_api.resources.v1alpha1 import DOCK_STATUS_ID_LABEL, VERSION, DockJob, ModelStorage
+from dockyard_api.s3store import S3ModelStore
+from dockyard_operator import monitoring
 from dockyard_operator.kube import Conflict, Kube
-from dockyard_operator.modelimport import Imported, ImportFailed, Limits, Upload, run_import, staging_dirs
+from dockyard_operator.modelimport import Imported, ImportFailed, Limits, Upload, import_into, staging_dirs
 from dockyard_operator.settings import OperatorSettings
 
 log = logging.getLogger("dockyard.import")
@@ -47,7 +50,7 @@ def is_upload(spec: Mapping[str, Any], **_: Any) -> bool:
 
 class Importer:
     def __init__(self, settings: OperatorSettings, kube: Kube) -> None:
-        self.store = ModelStore(settings.model_store)
+        self.store: ModelStore = settings.open_model_store()
         self.limits = Limits(settings.max_extracted_bytes, settings.max_archive_members)
         self.kube = kube
         self.files = ThreadPoolExecutor(settings.import_concurrency, thread_name_prefix="import")
@@ -101,14 +104,17 @@ class Importer:
                     file_extension=source["fileExtension"],
                     file_size=source["fileSize"],
                     total_chunks=source["totalChunks"],
-                    sha256=source.get("sha256"),
+                    sha256=source.get("sha256")
+                    or (model["metadata"].get("annotations") or {}).get(importstatus.UPLOAD_SHA256_ANNOTATION),
                     is_adapter=bool(spec.get("isAdapter")),
                 )
                 kopf.info(target, reason="ImportRunning", message=f"import job {job.dock_status_id}: processing")
+                monitoring.job_started(model, job.dock_status_id, job.job_type, job.action)
                 try:
                     outcome = await self._files(
-                        run_import, self.store, namespace, name, upload, job.dock_status_id, self.limits
-                    )
+                        import_into, self.store, namespace, name, upload, job.dock_status_id, self.limits,
+                        work=self.store.root / "imports",
+                    )  # fmt: skip
                 except ImportFailed as failure:
                     outcome = failure
             await self._record(namespace, name, uid, job, outcome, session_id)
@@ -129,7 +135,13 @@ class Importer:
             if isinstance(outcome, ImportFailed):
                 patch = importstatus.failed(job, outcome.reason, outcome.message, previous, at)
             else:
-                storage = ModelStorage(path=outcome.path, size_bytes=outcome.size_bytes, sha256=outcome.sha256)
+                storage = ModelStorage(
+                    path=outcome.path,
+                    size_bytes=outcome.size_bytes,
+                    sha256=outcome.sha256,
+                    format=outcome.format,
+                    file=outcome.file,
+                )
                 patch = importstatus.imported(job, storage, previous, at)
             try:
                 await self._call(
@@ -138,6 +150,18 @@ class Importer:
             except Conflict:
                 continue
             target = cast(kopf.Body, model)
+            ended = patch["job"]
+            monitoring.job_finished(
+                model,
+                dock_status_id=job.dock_status_id,
+                job_type=str(ended.get("jobType") or "MODELS"),
+                action=str(ended.get("action") or "EXPORT"),
+                status=str(ended.get("status")),
+                reason=str(ended.get("reason") or ""),
+                device_type=None,
+                start=job.start_time,
+                end=at,
+            )
             if isinstance(outcome, ImportFailed):
                 message = f"import job {job.dock_status_id} FAILED: {outcome.message}"
                 kopf.warn(target, reason=outcome.reason, message=message)
@@ -151,7 +175,7 @@ class Importer:
 
     def forget(self, namespace: str, name: str, session_id: str | None) -> None:
         """Delete what the store holds for a Model that is gone: its directory, staging leftovers, chunks."""
-        shutil.rmtree(self.store.model_dir(namespace, name), ignore_errors=True)
+        self.store.delete_model(namespace, name)
         for stale in staging_dirs(self.store, namespace, name):
             shutil.rmtree(stale, ignore_errors=True)
         if session_id and SESSION_ID_RE.match(session_id):
@@ -163,20 +187,25 @@ class Importer:
 
     # -- garbage: the files of Models deleted while no operator watched --
 
-    def start_garbage_collection(self, interval: float) -> None:
+    def start_garbage_collection(self, interval: float, grace: float = 60.0) -> None:
+        """Collect now (what Models deleted while no operator watched left behind goes when the operator
+        starts), then every ``interval`` seconds."""
         if interval > 0:
-            self._gc = asyncio.create_task(self._collect_forever(interval))
+            self._gc = asyncio.create_task(self._collect_forever(interval, grace))
 
-    async def _collect_forever(self, interval: float) -> None:
+    async def _collect_forever(self, interval: float, grace: float) -> None:
+        first = True
         while True:
-            await asyncio.sleep(interval)
+            if not first:
+                await asyncio.sleep(interval)
+            first = False
             try:
                 listed = await self._call(
                     self.kube.custom.list_cluster_custom_object, GROUP, VERSION, "models",
                     label_selector=importstatus.IMPORT_SESSION_LABEL,
                 )  # fmt: skip
                 alive = {(m["metadata"]["namespace"], m["metadata"]["name"]) for m in listed.get("items") or ()}
-                removed = await self._files(self.collect_garbage, alive, time.time() - 60)
+                removed = await self._files(self.collect_garbage, alive, time.time() - grace)
                 if removed:
                     log.info("removed the stored files of %d deleted Models: %s", len(removed), removed)
             except Exception:  # the next round tries again
@@ -188,6 +217,12 @@ class Importer:
         A Model exists before its directory does (the import creates it), so a directory changed before
         the listing whose Model is not in it belongs to a deleted Model."""
         removed = []
+        if isinstance(self.store, S3ModelStore):
+            for namespace, name, changed in self.store.stored_models():
+                if (namespace, name) not in alive and changed < listed_at:
+                    self.store.delete_model(namespace, name)
+                    removed.append(f"{namespace}/{name}")
+            return removed
         for namespace_dir in _dirs(self.store.models):
             for model_dir in _dirs(namespace_dir):
                 name = model_dir.name

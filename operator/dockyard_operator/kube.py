@@ -26,6 +26,7 @@ APPLIED_KINDS = {
     "Deployment": "/apis/apps/v1/namespaces/{namespace}/deployments",
     "Service": "/api/v1/namespaces/{namespace}/services",
     "ConfigMap": "/api/v1/namespaces/{namespace}/configmaps",
+    "Secret": "/api/v1/namespaces/{namespace}/secrets",
 }
 """The kinds of children the operator applies, and their collections."""
 

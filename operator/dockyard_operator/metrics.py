@@ -5,9 +5,17 @@ waiting in its queue. vLLM exports them as ``vllm:num_requests_running`` and
 ``vllm:num_requests_waiting`` (one series per engine, labelled e.g. ``{model_name="x",engine="0"}``);
 scrapers that sanitise colons spell them ``vllm_num_requests_running`` / ``..._waiting``.
 
-The parser is a small pure function, deliberately hand-written for just these gauges: it never raises
-on a malformed exposition, it skips every line it cannot read (comments, ``# HELP`` / ``# TYPE``,
-``# EOF``, garbage, NaN, infinities, negative counts) and keeps reading.
+Samples are read by prometheus_client's text parser, one candidate line at a time: a line is handed to
+the parser only when it starts with a wanted metric name, so a page of thousands of histogram buckets
+costs a prefix test per line, and a malformed line (the parser raises) is skipped while reading goes
+on. Comments, ``# HELP`` / ``# TYPE``, ``# EOF``, garbage, NaN, infinities and negative counts are
+ignored; parsing never raises.
+
+Benchmark (``python -m bench.metrics_parser``, 2 shared vCPUs, a 430-line vLLM page): 1.08 ms per page
+this way, 0.74 ms with the hand-written regex parser it replaced (1.47x, dominated by the prefix test
+both share), 66 ms when the library parses the whole page — hence only candidate lines go to it. At
+one scrape per ready replica every 250 ms autoscaler tick the difference does not matter, so the
+library's parser is used.
 """
 
 from __future__ import annotations
@@ -17,17 +25,14 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
+from prometheus_client.parser import text_string_to_metric_families
+
 RUNNING_METRICS: Final = ("vllm:num_requests_running", "vllm_num_requests_running")
 """Default names of the running-sequences gauge, in order of preference."""
 WAITING_METRICS: Final = ("vllm:num_requests_waiting", "vllm_num_requests_waiting")
 """Default names of the waiting-requests gauge, in order of preference."""
 
-_NAME: Final = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
-_LABEL: Final = r'[a-zA-Z_][a-zA-Z0-9_]*\s*=\s*"(?:[^"\\\n]|\\.)*"'
-_LABELS: Final = rf"\{{\s*(?:{_LABEL}\s*(?:,\s*{_LABEL}\s*)*,?\s*)?\}}"
-# name, optional {labels}, value, then anything (timestamp, OpenMetrics exemplar) which is ignored.
-_SAMPLE: Final = re.compile(rf"(?P<name>{_NAME})(?:\s*{_LABELS}\s*|\s+)(?P<value>\S+)(?:\s.*)?")
-_METRIC_NAME: Final = re.compile(_NAME)
+_METRIC_NAME: Final = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 
 
 @dataclass(frozen=True)
@@ -78,12 +83,9 @@ def parse_load(text: str, names: LoadMetricNames = VLLM_METRICS) -> LoadSample |
         line = raw.strip()
         if not line.startswith(prefixes):  # also skips comments, blank lines and other metrics
             continue
-        match = _SAMPLE.fullmatch(line)
-        if match is None or match["name"] not in wanted:
-            continue
-        value = _parse_value(match["value"])
-        if value is not None:
-            sums[match["name"]] = sums.get(match["name"], 0.0) + value
+        for name, value in _samples(line):
+            if name in wanted and math.isfinite(value) and value >= 0:
+                sums[name] = sums.get(name, 0.0) + value
     running = next((sums[n] for n in names.running if n in sums), None)
     waiting = next((sums[n] for n in names.waiting if n in sums), None)
     if running is None and waiting is None:
@@ -91,14 +93,12 @@ def parse_load(text: str, names: LoadMetricNames = VLLM_METRICS) -> LoadSample |
     return LoadSample(running=running or 0.0, waiting=waiting or 0.0)
 
 
-def _parse_value(token: str) -> float | None:
-    """A request count, or None for anything that is not a finite, non-negative number."""
-    if "_" in token:  # float() accepts 1_000; Prometheus does not
-        return None
+def _samples(line: str) -> list[tuple[str, float]]:
+    """The (name, value) samples of one exposition line, by prometheus_client's parser; none when the
+    line is not a valid sample."""
     try:
-        value = float(token)
-    except ValueError:
-        return None
-    if not math.isfinite(value) or value < 0:
-        return None
-    return value
+        return [
+            (s.name, float(s.value)) for family in text_string_to_metric_families(line + "\n") for s in family.samples
+        ]
+    except (ValueError, TypeError, IndexError, KeyError):
+        return []

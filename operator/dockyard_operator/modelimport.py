@@ -42,11 +42,20 @@ import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
-from dockyard_api.modelstore import ARCHIVE_EXTENSIONS, COPY_BUFFER, WEIGHT_EXTENSIONS, ModelStore
+from dockyard_api.errortypes import DockyardError
+from dockyard_api.modelformats import ModelFormat, detect_format, main_file
+from dockyard_api.modelstore import (
+    ARCHIVE_EXTENSIONS,
+    COPY_BUFFER,
+    MANIFEST,
+    WEIGHT_EXTENSIONS,
+    ModelStore,
+    list_files,
+)
+from dockyard_api.s3store import S3ModelStore
 
-MANIFEST = ".dockyard-import.json"
 WEIGHT_SUFFIXES = tuple(f".{ext}" for ext in WEIGHT_EXTENSIONS)
 MAX_DEPTH = 32
 MAX_NAME_BYTES = 255
@@ -87,6 +96,10 @@ class Imported:
     """Relative to the model store root: ``models/<namespace>/<modelId>``."""
     size_bytes: int
     sha256: str
+    format: ModelFormat | None = None
+    """What :func:`check_model` found (docs/runtimes.md)."""
+    file: str | None = None
+    """The weights file an engine loads by name (GGUF), in the model's directory."""
 
 
 # --- reading the chunks as one file -----------------------------------------------------------------
@@ -186,7 +199,7 @@ def _verify(upload: Upload, size: int, sha: str) -> None:
     if size != upload.file_size:
         raise ImportFailed("SizeMismatch", f"received {size} bytes, fileSize is {upload.file_size}")
     if upload.sha256 and sha != upload.sha256:
-        raise ImportFailed("ChecksumMismatch", f"the file's SHA-256 is {sha}, the start call said {upload.sha256}")
+        raise ImportFailed("ChecksumMismatch", f"the file's SHA-256 is {sha}, the client said {upload.sha256}")
 
 
 # --- safe extraction ---------------------------------------------------------------------------------
@@ -221,6 +234,7 @@ class Extraction:
         self.members = 0
         self.bytes = 0
         self.kinds: dict[str, str] = {}  # relative path -> "file" | "dir"
+        self.hashes: dict[str, str] = {}  # relative path -> SHA-256 of the file written
 
     def _count(self) -> None:
         self.members += 1
@@ -256,6 +270,7 @@ class Extraction:
         target = self._claim(rel, "file")
         target.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+        sha = hashlib.sha256()
         with os.fdopen(os.open(target, flags, 0o644), "wb") as out:
             while block := source.read(COPY_BUFFER):
                 self.bytes += len(block)
@@ -263,7 +278,9 @@ class Extraction:
                     raise ImportFailed(
                         "ArchiveTooLarge", f"the archive expands to more than {self.limits.max_extracted_bytes} bytes"
                     )
+                sha.update(block)
                 out.write(block)
+        self.hashes[rel] = sha.hexdigest()
 
     def hardlink(self, name: str, target_name: str) -> None:
         rel_target = safe_member_path(target_name)
@@ -356,8 +373,9 @@ def _check_json_object(path: Path) -> None:
         raise ImportFailed("InvalidModel", f"{path.name} is not a JSON object")
 
 
-def check_model(root: Path, is_adapter: bool) -> None:
-    """The rule of the module docstring, step 3."""
+def check_model(root: Path, is_adapter: bool) -> tuple[ModelFormat | None, str | None]:
+    """The rule of the module docstring, step 3; returns the format of the weights and, for GGUF, the
+    file an engine loads."""
     files = {p.name: p for p in root.iterdir() if p.is_file() and not p.is_symlink() and p.name != MANIFEST}
     weights = [p for name, p in files.items() if name.lower().endswith(WEIGHT_SUFFIXES)]
     for path in weights:
@@ -376,6 +394,8 @@ def check_model(root: Path, is_adapter: bool) -> None:
             f"no model found: the top level holds neither {expected} nor a weights file "
             f"({', '.join('*' + s for s in WEIGHT_SUFFIXES)}); files there: {sorted(files)[:10]}",
         )
+    model_format = detect_format(files)
+    return model_format, main_file(files, model_format)
 
 
 # --- the job ------------------------------------------------------------------------------------------
@@ -448,7 +468,13 @@ def run_import(
     final = store.model_dir(namespace, model_id)
     manifest = _read_manifest(final)
     if manifest is not None and manifest.get("dockStatusId") == job_id:
-        return Imported(store.relative(final), int(manifest["sizeBytes"]), str(manifest["sha256"]))
+        return Imported(
+            store.relative(final),
+            int(manifest["sizeBytes"]),
+            str(manifest["sha256"]),
+            manifest.get("format"),
+            manifest.get("file"),
+        )
     for stale in staging_dirs(store, namespace, model_id):  # left by a crash
         shutil.rmtree(stale, ignore_errors=True)
 
@@ -464,6 +490,7 @@ def run_import(
 
     staging = store.models / namespace / f".staging-{model_id}-{uuid.uuid4().hex[:8]}"
     staging.mkdir(parents=True)
+    known: dict[str, str] = {}  # relative to staging -> SHA-256, hashed while written
     try:
         with ChunkReader(paths) as reader:
             if reader.size != upload.file_size:
@@ -481,14 +508,26 @@ def run_import(
                     extract_zip(buffered, extraction)
                 else:
                     extract_tar(buffered, extraction)
+                known = extraction.hashes
             else:
                 if progress:
                     progress("copying")
                 size, sha = _copy(reader, staging / _single_file_name(upload))
                 _verify(upload, size, sha)
+                known = {_single_file_name(upload): sha}
         root = _model_root(staging)
-        check_model(root, upload.is_adapter)
-        record = {"dockStatusId": job_id, "sizeBytes": size, "sha256": sha, "fileName": upload.file_name}
+        model_format, weights_file = check_model(root, upload.is_adapter)
+        inside = "" if root == staging else root.name + "/"
+        files = list_files(root, {k.removeprefix(inside): v for k, v in known.items() if k.startswith(inside)})
+        record = {
+            "dockStatusId": job_id,
+            "sizeBytes": size,
+            "sha256": sha,
+            "fileName": upload.file_name,
+            "files": [{"path": f.path, "size": f.size, "sha256": f.sha256} for f in files],
+            "format": model_format,
+            "file": weights_file,
+        }
         (root / MANIFEST).write_text(json.dumps(record))
         _fsync_tree(root)
         if final.exists():  # a directory of an earlier job of this Model: replace it
@@ -500,8 +539,52 @@ def run_import(
             fd = os.open(final.parent, os.O_RDONLY | os.O_DIRECTORY)
             os.fsync(fd)
             os.close(fd)
-        return Imported(store.relative(final), size, sha)
+        return Imported(store.relative(final), size, sha, model_format, weights_file)
     except OSError as exc:
         raise ImportFailed("StorageError", f"the model store failed: {exc}") from exc
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def import_into(
+    store: ModelStore,
+    namespace: str,
+    model_id: str,
+    upload: Upload,
+    job_id: str,
+    limits: Limits,
+    *,
+    work: Path,
+) -> Imported:
+    """:func:`run_import` on either backend. On S3 the session is staged in a fresh directory under
+    ``work`` (local disk), imported there, and the model's files uploaded with the manifest last; a job
+    whose manifest is in the bucket already is reported as done (idempotent like on a file system)."""
+    if not isinstance(store, S3ModelStore):
+        return run_import(store, namespace, model_id, upload, job_id, limits)
+    try:
+        done = store.model_manifest(namespace, model_id)
+        if done is not None and done.dock_status_id == job_id:
+            return Imported(
+                f"models/{namespace}/{model_id}",
+                done.size_bytes,
+                done.sha256,
+                cast("ModelFormat | None", done.format),  # what the import itself recorded
+                done.weights_file,
+            )
+        local = ModelStore(work / f"import-{uuid.uuid4().hex[:12]}")
+        local.ensure()
+        try:
+            store.stage_session(upload.session_id, local)
+            imported = run_import(local, namespace, model_id, upload, job_id, limits)
+            manifest = local.model_manifest(namespace, model_id)
+            assert manifest is not None
+            store.upload_model(namespace, model_id, local.model_dir(namespace, model_id), manifest)
+            return Imported(
+                f"models/{namespace}/{model_id}", imported.size_bytes, imported.sha256, imported.format, imported.file
+            )
+        finally:
+            shutil.rmtree(local.root, ignore_errors=True)
+    except DockyardError as exc:
+        raise ImportFailed("StorageError", f"the model store failed: {exc.message}") from exc
+    except OSError as exc:
+        raise ImportFailed("StorageError", f"the local work directory failed: {exc}") from exc

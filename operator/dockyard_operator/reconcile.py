@@ -12,6 +12,7 @@ only when it changed, guarded by the object's resourceVersion.
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +24,7 @@ from typing import Any, TypeVar, cast
 import httpx
 import kopf
 
+from dockyard_api import downloadtokens
 from dockyard_api.devices import DEVICES
 from dockyard_api.resources.v1alpha1 import (
     DOCK_STATUS_ID_LABEL,
@@ -34,14 +36,16 @@ from dockyard_api.resources.v1alpha1 import (
     Tool,
     ToolDeployment,
 )
-from dockyard_operator import kube
+from dockyard_operator import kube, monitoring
 from dockyard_operator.assess import NodeFit, Verdict, assess, conditions_for, rolled_out, seconds_to_deadline
 from dockyard_operator.builders import (
     APPLIED_HASH_ANNOTATION,
     TEMPLATE_HASH_ANNOTATION,
+    Delivery,
     ModelNotDeployable,
     ModelWorkload,
     child_name,
+    download_secret,
     endpoint_of,
     hash_of,
     model_workload,
@@ -57,6 +61,8 @@ from dockyard_operator.workqueue import Outcome
 
 T = TypeVar("T")
 API_CONCURRENCY = 32
+SECRET_REAPPLY_SECONDS = 600.0
+"""The download-token Secret is applied again at least this often (it comes back if someone deleted it)."""
 """Concurrent API calls (threads, and connections in the client's pool)."""
 
 Body = Mapping[str, Any]
@@ -86,6 +92,9 @@ class Context:
     )
     locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     """Per object uid, for handlers that kopf runs outside a work queue (apps.py)."""
+    download_secrets: dict[str, tuple[int, str, float]] = field(default_factory=dict)
+    """Per ModelDeployment uid, the expiry and template hash of the download tokens last applied, and when."""
+    token_key: bytes | None = None
 
     def lock(self, uid: str) -> asyncio.Lock:
         return self.locks.setdefault(uid, asyncio.Lock())
@@ -94,6 +103,7 @@ class Context:
         """Drop the caches of a deleted object."""
         self.builds.pop(uid, None)
         self.statuses.pop(uid, None)
+        self.download_secrets.pop(uid, None)
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a blocking API call in the API threads."""
@@ -204,8 +214,20 @@ def _post_events(body: Body, before: DockJob | None, after: DockJob, new: bool) 
     target = cast(kopf.Body, body)  # kopf.event reads apiVersion, kind and metadata of any mapping
     if new:
         kopf.info(target, reason="DeployStarted", message=f"dock job {after.dock_status_id} started")
+        monitoring.job_started(body, after.dock_status_id, after.job_type, after.action)
     if after.status == "IN_PROGRESS" or (before is not None and not new and before.status == after.status):
         return
+    monitoring.job_finished(
+        body,
+        dock_status_id=after.dock_status_id,
+        job_type=after.job_type,
+        action=after.action,
+        status=after.status,
+        reason=after.reason,
+        device_type=(body.get("spec") or {}).get("deviceType"),
+        start=after.start_time,
+        end=after.completion_time,
+    )
     if after.status == "SUCCESS":
         kopf.info(target, reason="Deployed", message=f"dock job {after.dock_status_id}: {after.message}")
     else:
@@ -340,10 +362,19 @@ async def _model_build(ctx: Context, body: Body, views: Views) -> ModelBuild:
     runtime_name = None
     problem: Verdict | None = None
     try:
-        runtime_name, runtime = select_runtime(mdep.spec, ctx.catalog)
-        served = resolve_served_model(mdep.spec.model_ref, model, base, ctx.settings.model_store_claim)
+        served = resolve_served_model(mdep.spec.model_ref, model, base)
+        runtime_name, runtime = select_runtime(mdep.spec, ctx.catalog, served.model_format)
+        delivery = Delivery(
+            ctx.settings.download_url or ctx.settings.public_url, ctx.settings.storage_initializer_image
+        )
         workload = model_workload(
-            mdep, served, runtime_name, runtime, progress_deadline_seconds=ctx.settings.progress_deadline_seconds
+            mdep,
+            served,
+            runtime_name,
+            runtime,
+            progress_deadline_seconds=ctx.settings.progress_deadline_seconds,
+            delivery=delivery,
+            local_engine=ctx.settings.local_engines,
         )
     except ModelNotDeployable as exc:
         problem = Verdict("FAILED", exc.reason, exc.message)
@@ -391,6 +422,7 @@ async def reconcile_model_deployment(ctx: Context, body: Body, views: Views) -> 
     min_ready = spec.scaling_parameters.min_replicas
     pods: list[dict[str, Any]] = []
     if workload is not None:
+        await _ensure_download_tokens(ctx, build, meta)
         if await _apply_if_changed(ctx, build.children, deployment):
             deployment = None  # what the index holds is older than what was just applied
         current = deployment if _is_template(deployment, job) else None
@@ -407,6 +439,7 @@ async def reconcile_model_deployment(ctx: Context, body: Body, views: Views) -> 
                 fit=views.node_fit(spec.device_type),
                 now=now(),
                 unschedulable_deadline_seconds=ctx.settings.unschedulable_deadline_seconds,
+                node_autoscaling=ctx.settings.node_autoscaling,
             )
     else:
         assert problem is not None
@@ -440,6 +473,31 @@ async def reconcile_model_deployment(ctx: Context, body: Body, views: Views) -> 
         status["endpoint"] = endpoint_of(workload.service)
     written = await _write(ctx, body, "modeldeployments", status, job, before, new_job, requested)
     return _outcome(ctx, job, pods, written)
+
+
+async def _ensure_download_tokens(ctx: Context, build: ModelBuild, meta: Mapping[str, Any]) -> None:
+    """Apply the Secret with the download tokens of the workload's models (before the Deployment whose
+    storage initializers read it), and renew the tokens while half of their lifetime is left: the expiry
+    is deterministic per half period (:func:`downloadtokens.expiry_for`), so the Secret is applied once
+    per half period, and pods started later (restarts, scale-up) read the current token."""
+    workload = build.workload
+    if workload is None or workload.served is None or not workload.served.downloads:
+        return
+    at_now = time.time()
+    expires = downloadtokens.expiry_for(at_now, ctx.settings.download_token_seconds)
+    last = ctx.download_secrets.get(meta["uid"])
+    if last is not None and last[:2] == (expires, build.template_hash) and at_now - last[2] < SECRET_REAPPLY_SECONDS:
+        return
+    if ctx.token_key is None:
+        ctx.token_key = ctx.settings.token_key()
+    tokens = {
+        d.role: downloadtokens.mint(ctx.token_key, d.namespace, d.model, expires) for d in workload.served.downloads
+    }
+    at = datetime.fromtimestamp(expires, UTC).isoformat().replace("+00:00", "Z")
+    secret = download_secret(build.mdep, workload.served, tokens, at)
+    secret["metadata"]["ownerReferences"] = [kube.owner_reference("ModelDeployment", dict(meta))]
+    await ctx.kube.apply_async(secret)
+    ctx.download_secrets[meta["uid"]] = (expires, build.template_hash, at_now)
 
 
 def _is_template(obj: dict[str, Any] | None, job: DockJob) -> bool:

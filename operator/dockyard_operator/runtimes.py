@@ -1,7 +1,9 @@
 """The runtime catalog: which serving engine runs a model, and with which arguments.
 
 ``optimizationInfo.optimizationType`` picks a runtime (``vllm`` or ``ctranslate2``; an empty string
-means the catalog's default), ``quantizationType`` becomes the engine's quantization setting, the
+means the catalog's default, or for a GGUF model llama.cpp and for a CTranslate2 model CTranslate2:
+the Model's format decides, see :mod:`dockyard_api.modelformats` and docs/runtimes.md),
+``quantizationType`` becomes the engine's quantization setting, the
 device's GPU count becomes the tensor-parallel size and ``maxBatchSize`` the engine's limit of
 concurrent sequences. The Helm chart configures the catalog (images, ports, extra arguments); the
 operator reads it from ``DOCKYARD_OPERATOR_RUNTIME_CATALOG`` (a YAML file) or uses the defaults here.
@@ -19,9 +21,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dockyard_api.devices import Device
+from dockyard_api.modelformats import Refusal, engine_for
 from dockyard_api.resources.v1alpha1 import HyperParameters, ModelDeploymentSpec
 
-Engine = Literal["vllm", "ctranslate2"]
+Engine = Literal["vllm", "ctranslate2", "llama-cpp"]
 
 
 class Runtime(BaseModel):
@@ -36,6 +39,11 @@ class Runtime(BaseModel):
     metrics_path: str = "/metrics"
     extra_args: list[str] = Field(default_factory=list)
     """Appended to the arguments Dockyard derives (e.g. ``--gpu-memory-utilization=0.92``)."""
+    context_length: int = Field(default=4096, ge=256, le=1_048_576)
+    """llama.cpp: context tokens per sequence (the server's --ctx-size is this times --parallel)."""
+    max_parallel: int = Field(default=16, ge=1, le=256)
+    """llama.cpp: most parallel sequences (slots), whatever maxBatchSize asks: each slot holds its own
+    KV cache of context_length tokens."""
 
 
 class RuntimeCatalog(BaseModel):
@@ -51,13 +59,19 @@ class RuntimeCatalog(BaseModel):
         return self
 
 
+CT2_SERVER_IMAGE = "ghcr.io/dockyard-dev/dockyard-ct2-server:0.1.0"
+"""``docker build --target ct2-server -t <this> .`` (the tag is the project version)."""
+
 DEFAULT_CATALOG = RuntimeCatalog(
     default="vllm",
     runtimes={
         "vllm": Runtime(engine="vllm", image="vllm/vllm-openai:v0.11.0"),
-        # CTranslate2 is a library; the image must serve an OpenAI-compatible API on `port` and take the
-        # arguments of ctranslate2_args() (see docs/runtimes.md).
-        "ctranslate2": Runtime(engine="ctranslate2", image="ghcr.io/dockyard-dev/ctranslate2-server:4.6.0"),
+        # Dockyard's own CTranslate2 server (api/dockyard_ct2), built by the Dockerfile's ct2-server target;
+        # it takes the arguments of ctranslate2_args() (docs/runtimes.md).
+        "ctranslate2": Runtime(engine="ctranslate2", image=CT2_SERVER_IMAGE),
+        # llama.cpp's own OpenAI-compatible server (llama-server) with CUDA, for GGUF models; on the local
+        # control plane the engine runner starts llama-cpp-python's server instead (docs/runtimes.md).
+        "llama-cpp": Runtime(engine="llama-cpp", image="ghcr.io/ggml-org/llama.cpp:server-cuda", port=8080),
     },
 )
 
@@ -72,17 +86,28 @@ class InvalidRuntimeChoice(ValueError):
     """The spec asks for a combination no runtime can serve; the message says why."""
 
 
-def select_runtime(spec: ModelDeploymentSpec, catalog: RuntimeCatalog) -> tuple[str, Runtime]:
-    """The runtime for this spec. int8_float16 is a CTranslate2 compute type: with no explicit
-    optimizationType it selects CTranslate2; with ``vllm`` it is refused."""
+def select_runtime(
+    spec: ModelDeploymentSpec, catalog: RuntimeCatalog, model_format: str | None = None
+) -> tuple[str, Runtime]:
+    """The runtime for this spec and the Model's format (``status.storage.format``; None: unknown).
+
+    A GGUF model is served by llama.cpp and a CTranslate2 model by CTranslate2 whatever the catalog's
+    default; impossible pairs are refused (:func:`dockyard_api.modelformats.engine_for`).
+    int8_float16 is a CTranslate2 compute type: with no explicit optimizationType it selects
+    CTranslate2; with ``vllm`` it is refused."""
     info = spec.optimization_info
-    wanted: str = info.optimization_type if info else ""
     quantization = info.quantization_type if info else ""
+    try:
+        wanted: str = engine_for(model_format, info.optimization_type if info else "", quantization) or ""
+    except Refusal as exc:
+        raise InvalidRuntimeChoice(f"{exc.field}: {exc.message}") from exc
     if not wanted:
         wanted = "ctranslate2" if quantization == "int8_float16" else catalog.default
     if wanted not in catalog.runtimes:
         raise InvalidRuntimeChoice(f"optimizationType {wanted!r} has no runtime in the runtime catalog")
     runtime = catalog.runtimes[wanted]
+    if runtime.engine == "llama-cpp" and model_format not in ("gguf", None):
+        raise InvalidRuntimeChoice(f"runtime {wanted!r} (llama.cpp) serves GGUF models; this model is {model_format}")
     if quantization == "int8_float16" and runtime.engine != "ctranslate2":
         raise InvalidRuntimeChoice(
             "quantizationType int8_float16 is a CTranslate2 compute type; use optimizationType ctranslate2 "
@@ -134,16 +159,20 @@ def vllm_args(
 def ctranslate2_args(
     spec: ModelDeploymentSpec, runtime: Runtime, device: Device, model: str, adapter: tuple[str, str] | None
 ) -> list[str]:
+    """Flags of ``dockyard-ct2-server`` (api/dockyard_ct2/config.py). CTranslate2 has no tensor parallelism
+    without MPI, so a device's GPUs each hold a replica of the model (``--device-count``) and batches are
+    spread over them: the model must fit on one GPU."""
     info = spec.optimization_info
     quantization = info.quantization_type if info else ""
     compute_type = "int8_float16" if quantization == "int8_float16" else "default"
     args = [
-        f"--model={model}",
+        f"--model-dir={model}",
         f"--served-model-name={spec.name}",
         "--device=cuda",
-        f"--tensor-parallel={device.gpus}",
+        f"--device-count={device.gpus}",
         f"--compute-type={compute_type}",
         f"--max-batch-size={spec.scaling_parameters.max_batch_size}",
+        "--host=0.0.0.0",
         f"--port={runtime.port}",
         "--sampling-config=/etc/dockyard/sampling.json",
     ]
@@ -152,9 +181,40 @@ def ctranslate2_args(
     return [*args, *runtime.extra_args]
 
 
+def llama_cpp_args(
+    spec: ModelDeploymentSpec, runtime: Runtime, device: Device, model: str, adapter: tuple[str, str] | None
+) -> list[str]:
+    """llama-server's arguments: the model directory's GGUF file, maxBatchSize parallel slots (at most
+    ``runtime.max_parallel``) of ``runtime.context_length`` tokens each, every layer on the GPUs (split
+    across them), tool calls through the model's chat template (``--jinja``), and hyperParameters as
+    the default sampling settings."""
+    if adapter is not None:
+        raise InvalidRuntimeChoice("llama.cpp serves GGUF models without LoRA adapters here; use optimizationType vllm")
+    parallel = min(spec.scaling_parameters.max_batch_size, runtime.max_parallel)
+    args = [
+        f"--model={model}",
+        f"--alias={spec.name}",
+        f"--ctx-size={runtime.context_length * parallel}",
+        f"--parallel={parallel}",
+        "--n-gpu-layers=999",
+        "--jinja",
+        "--metrics",
+        "--host=0.0.0.0",
+        f"--port={runtime.port}",
+    ]
+    if device.gpus > 1:
+        args.append("--split-mode=layer")
+    hp = spec.hyper_parameters
+    if hp is not None:
+        args += [f"--temp={hp.temperature}", f"--top-p={hp.top_p}", f"--top-k={hp.top_k}"]
+        if hp.max_tokens:
+            args.append(f"--n-predict={hp.max_tokens}")
+    return [*args, *runtime.extra_args]
+
+
 def engine_args(
     spec: ModelDeploymentSpec, runtime: Runtime, device: Device, model: str, adapter: tuple[str, str] | None = None
 ) -> list[str]:
     """The engine's command-line arguments. ``adapter`` is (served adapter name, adapter path)."""
-    build = vllm_args if runtime.engine == "vllm" else ctranslate2_args
-    return build(spec, runtime, device, model, adapter)
+    builders = {"vllm": vllm_args, "ctranslate2": ctranslate2_args, "llama-cpp": llama_cpp_args}
+    return builders[runtime.engine](spec, runtime, device, model, adapter)

@@ -19,6 +19,7 @@ import httpx
 import kopf
 
 from dockyard_api.resources.v1alpha1 import ModelDeployment
+from dockyard_operator import monitoring
 from dockyard_operator.assess import pod_ready
 from dockyard_operator.autoscaler import AutoscalerState, Observation, decide
 from dockyard_operator.metrics import LoadSample, parse_load
@@ -78,6 +79,7 @@ async def autoscale(ctx: Context, http: httpx.AsyncClient, body: Mapping[str, An
     params = mdep.spec.scaling_parameters
     current = mdep.spec.replicas if mdep.spec.replicas is not None else params.min_replicas
     decision = decide(params, current, Observation.from_samples(samples, int(time.time() * 1000)), state)
+    monitoring.autoscaler_decision(decision.reason)
     name, namespace = body["metadata"]["name"], body["metadata"]["namespace"]
     if decision.replicas != current:
         patch = {"spec": {"replicas": decision.replicas}}

@@ -2,25 +2,27 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
-from dockyard_api.modelstore import default_root
+from dockyard_api.storesettings import ModelStoreSettings
 
 
-class OperatorSettings(BaseSettings):
+class OperatorSettings(ModelStoreSettings):
     model_config = SettingsConfigDict(env_prefix="DOCKYARD_OPERATOR_", extra="ignore")
 
     health_host: str = Field(default="127.0.0.1", description="address of /healthz and /readyz")
     health_port: int = Field(default=8081, ge=0, le=65535, description="port of /healthz and /readyz")
     kubeconfig: str | None = Field(default=None, description="unset: KUBECONFIG, then in-cluster")
     runtime_catalog: str | None = Field(default=None, description="YAML file of the runtime catalog")
-    model_store_claim: str = Field(default="dockyard-model-store", description="PVC of the model store")
     progress_deadline_seconds: int = Field(default=900, ge=10, description="Deployment progressDeadlineSeconds")
     unschedulable_deadline_seconds: float = Field(
         default=300, gt=0, description="how long a replica may stay unschedulable before the job FAILS"
+    )
+    node_autoscaling: bool = Field(
+        default=False,
+        description="a cluster autoscaler (or Karpenter) can add GPU nodes: a replica whose device type has no node "
+        "waits for the unschedulable deadline instead of failing at once (NoMatchingNode)",
     )
     observe_interval_seconds: float = Field(
         default=5.0,
@@ -45,21 +47,24 @@ class OperatorSettings(BaseSettings):
     webhook_keyfile: str | None = Field(default=None, description="TLS private key of webhook_certfile")
     webhook_managed: bool = Field(
         default=True,
-        description="the operator writes its own webhook configurations (local runs; failurePolicy Ignore); "
+        description="the operator writes its own webhook configurations (local runs; failurePolicy Fail, "
+        "like the chart's default); "
         "false: the Helm chart owns them (failurePolicy Fail by default)",
     )
     public_url: str = Field(
         default="http://127.0.0.1:8080", description="the facade's public URL, for environments' generated URLs"
+    )
+    local_engines: bool = Field(
+        default=False,
+        description="the local control plane runs real model engines on the host (make run): model pods get "
+        "the label dockyard.dev/local-engine and the readiness gate of that name, which the local engine "
+        "runner satisfies when the engine answers (docs/runtimes.md)",
     )
     environment_interval_seconds: float = Field(
         default=10.0, gt=0, description="how often environments are re-checked (tool deployments, keys)"
     )
 
     # --- model import (the job that chunked uploads become) ---
-    model_store: Path = Field(
-        default_factory=default_root,
-        description="model store directory, shared with the facade; default <checkout>/.dockyard/model-store",
-    )
     import_concurrency: int = Field(default=2, ge=1, description="imports processed at the same time")
     import_retry_interval_seconds: float = Field(
         default=30, gt=0, description="how often an import job still IN_PROGRESS is looked at again"
@@ -68,6 +73,28 @@ class OperatorSettings(BaseSettings):
         default=400 * 1024**3, ge=1, description="an archive may expand to at most this many bytes"
     )
     model_gc_interval_seconds: float = Field(
-        default=600, ge=0, description="how often stored files of deleted Models are collected (0: never)"
+        default=600,
+        ge=0,
+        description="stored files of deleted Models are collected when the operator starts, then this often (0: never)",
+    )
+    model_gc_grace_seconds: float = Field(
+        default=60,
+        ge=0,
+        description="a Model directory changed less than this long before the Models were listed is kept "
+        "(clock differences of a shared volume)",
     )
     max_archive_members: int = Field(default=100_000, ge=1, description="an archive may hold at most this many members")
+
+    # --- weight delivery: the storage initializer of model pods ---
+    download_url: str | None = Field(
+        default=None,
+        description="URL of the facade that model pods download weights from (in a cluster: the facade Service, "
+        "e.g. http://dockyard-facade.dockyard-system.svc:8080); unset: public_url",
+    )
+    storage_initializer_image: str = Field(
+        default="ghcr.io/dockyard-dev/dockyard:0.1.0",
+        description="image of the storage-initializer init container (Dockyard's own image)",
+    )
+    download_token_seconds: int = Field(
+        default=24 * 3600, ge=120, description="lifetime of a model download token (renewed at half of it)"
+    )

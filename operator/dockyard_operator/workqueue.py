@@ -24,9 +24,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from dockyard_operator import monitoring
 
 Body = Mapping[str, Any]
 ObjectKey = tuple[str, str]
@@ -47,6 +50,8 @@ class Outcome:
     """The object as the API server returned it after this reconcile's last write, if it wrote."""
     passed: tuple[str, ...] = ()
     """The resourceVersions this reconcile's writes replaced (the body it read, then each write)."""
+    result: str = "success"
+    """For the metrics: success, or why nothing was done (conflict: the object changed meanwhile; gone)."""
 
 
 Reconcile = Callable[[Body], Awaitable[Outcome]]
@@ -72,6 +77,18 @@ class WorkQueue:
         self._timers: dict[ObjectKey, asyncio.TimerHandle] = {}
         self._failures: dict[ObjectKey, int] = {}
         self._locks: dict[ObjectKey, asyncio.Lock] = {}
+        self._active = 0
+        self._since: dict[ObjectKey, float] = {}
+        """When each pending object was first triggered (for the queue-wait metric)."""
+        monitoring.register_queue(self)
+
+    def depth(self) -> int:
+        """Objects triggered whose reconcile has not started yet."""
+        return len(self._pending)
+
+    def running(self) -> int:
+        """Reconciles running now."""
+        return self._active
 
     # --- what the watch says ---------------------------------------------------------------------
 
@@ -87,6 +104,7 @@ class WorkQueue:
         self._bodies.pop(key, None)
         self._written.pop(key, None)
         self._pending.discard(key)
+        self._since.pop(key, None)
         self._failures.pop(key, None)
         self._locks.pop(key, None)
         if (timer := self._timers.pop(key, None)) is not None:
@@ -118,6 +136,8 @@ class WorkQueue:
         """Reconcile the object soon (once, however many triggers arrive meanwhile)."""
         if key not in self._bodies:
             return  # not (yet) listed, or gone: its own event will come, or nothing is to be done
+        if key not in self._pending:
+            self._since[key] = time.monotonic()
         self._pending.add(key)
         if key not in self._running:
             self._running[key] = asyncio.get_running_loop().create_task(self._run(key), name=f"{self.kind} {key}")
@@ -145,10 +165,20 @@ class WorkQueue:
                 try:
                     async with self._slots, self.lock(key):
                         self._pending.discard(key)  # triggers until now (also while it waited) are served by this run
+                        started = time.monotonic()
+                        monitoring.waited(self.kind, started - self._since.pop(key, started))
                         body = self.body(key)  # the newest known
                         if body is None:
                             return  # gone meanwhile
-                        outcome = await self._reconcile(body)
+                        self._active += 1
+                        try:
+                            outcome = await self._reconcile(body)
+                        except Exception:
+                            monitoring.reconciled(self.kind, "error", time.monotonic() - started)
+                            raise
+                        finally:
+                            self._active -= 1
+                        monitoring.reconciled(self.kind, outcome.result, time.monotonic() - started)
                 except asyncio.CancelledError:
                     raise
                 except Exception:

@@ -191,10 +191,10 @@ def test_install_upgrade_uninstall(
     # install: the defaults (webhooks behind the operator's Service) -----------------------------------
     helm.run("install", name, str(chart), "--namespace", ns, "--wait", "--timeout", "180s", *sets())
     assert deployment_ready(api, ns, f"{name}-dockyard-operator", 1)
-    assert deployment_ready(api, ns, f"{name}-dockyard-api", 2)
+    assert deployment_ready(api, ns, f"{name}-dockyard-api", 1)  # one: the default SQLite conversation store
     assert core.read_namespaced_persistent_volume_claim(f"{name}-dockyard-model-store", ns).status.phase == "Bound"
     pods = core.list_namespaced_pod(ns, label_selector=selector).items
-    assert len(pods) == 3
+    assert len(pods) == 2
     for pod in pods:  # on the general-purpose pool: the GPU pools are tainted and the chart tolerates nothing
         node = core.read_node(pod.spec.node_name)
         assert node.metadata.labels[POOL_LABEL] == "cpu", (pod.metadata.name, pod.spec.node_name)

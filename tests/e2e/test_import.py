@@ -209,7 +209,12 @@ def test_import_of_a_model_archive_end_to_end(
     status = done["status"]
     assert status["job"]["dockStatusId"] == job["dockStatusId"]
     assert (status["job"]["status"], status["job"]["reason"]) == ("SUCCESS", "Imported")
-    assert status["storage"] == {"path": f"models/{namespace}/{model_id}", "sizeBytes": len(data), "sha256": sha}
+    assert status["storage"] == {
+        "path": f"models/{namespace}/{model_id}",
+        "sizeBytes": len(data),
+        "sha256": sha,
+        "format": "safetensors",  # which engine can serve it (docs/runtimes.md)
+    }
     assert "importSession" not in status
     ready = next(c for c in status["conditions"] if c["type"] == "Ready")
     assert (ready["status"], ready["reason"]) == ("True", "Imported")

@@ -80,9 +80,10 @@ class RunningFacade:
 
 
 @contextmanager
-def run_facade(settings: ApiSettings | None = None) -> Iterator[RunningFacade]:
-    """The facade in a uvicorn server on a free loopback port, in a thread."""
-    port = free_port()
+def run_facade(settings: ApiSettings | None = None, port: int | None = None) -> Iterator[RunningFacade]:
+    """The facade in a uvicorn server on a loopback port (``port``, e.g. one the operator's generated URLs
+    already name, or a free one), in a thread."""
+    port = port or free_port()
     settings = (settings or ApiSettings()).model_copy(update={"host": "127.0.0.1", "port": port})
     server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, name="facade", daemon=True)

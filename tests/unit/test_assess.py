@@ -48,6 +48,7 @@ def verdict_of(
     min_ready: int = 1,
     fit: NodeFit | None = None,
     now: datetime = T0,
+    node_autoscaling: bool = False,
 ) -> Verdict:
     return assess(
         the_job or job(),
@@ -58,6 +59,7 @@ def verdict_of(
         fit=fit or node_fit(DEVICE),
         now=now,
         unschedulable_deadline_seconds=DEADLINE,
+        node_autoscaling=node_autoscaling,
     )
 
 
@@ -332,8 +334,11 @@ def test_unschedulable_time_counts_from_the_pod_when_later() -> None:
     assert "(50s)" in verdict.message
 
 
-def test_unschedulable_with_no_node_of_the_type() -> None:
-    verdict = verdict_of(rolling(), [unschedulable_pod()], fit=node_fit(DEVICE, nodes=0), now=at(DEADLINE))
+def test_unschedulable_with_no_node_of_the_type_and_node_autoscaling() -> None:
+    # A cluster autoscaler may still add one: the unschedulable deadline decides.
+    verdict = verdict_of(
+        rolling(), [unschedulable_pod()], fit=node_fit(DEVICE, nodes=0), now=at(DEADLINE), node_autoscaling=True
+    )
     assert (verdict.status, verdict.reason) == ("FAILED", "Unschedulable")
     assert verdict.message.startswith(f"no {DEVICE} node for")
     assert "free GPUs" not in verdict.message
@@ -456,3 +461,102 @@ def test_failure_flips_failed_and_progressing_only() -> None:
     assert conditions[READY].last_transition_time == T0
     assert conditions[PROGRESSING].last_transition_time == at(90)
     assert conditions[FAILED].last_transition_time == at(90)
+
+
+# --- truthful failures: causes other than capacity FAIL at once, naming the cause ----------------------------
+
+PREEMPTION = " preemption: 0/12 nodes are available: 12 Preemption is not helpful for scheduling."
+
+
+def test_missing_claim_fails_at_once() -> None:
+    message = '0/12 nodes are available: persistentvolumeclaim "dockyard-model-store" not found.' + PREEMPTION
+    verdict = verdict_of(rolling(), [unschedulable_pod(message=message)], now=T0)
+    assert (verdict.status, verdict.reason) == ("FAILED", "MissingVolumeClaim")
+    assert '"dockyard-model-store"' in verdict.message
+    assert "GPU" not in verdict.message
+
+
+def test_no_node_of_the_selector_fails_at_once() -> None:
+    message = "0/10 nodes are available: 10 node(s) didn't match Pod's node affinity/selector." + PREEMPTION
+    verdict = verdict_of(rolling(), [unschedulable_pod(message=message)], fit=node_fit(DEVICE, nodes=0), now=T0)
+    assert (verdict.status, verdict.reason) == ("FAILED", "NoMatchingNode")
+    assert f"node.kubernetes.io/instance-type={DEVICE}" in verdict.message
+    assert "GPU" not in verdict.message
+
+
+def test_selector_matching_no_node_fails_even_when_the_index_knows_nodes() -> None:
+    # e.g. a policy added a node selector: the scheduler's count is what matters
+    message = "0/12 nodes are available: 12 node(s) didn't match Pod's node affinity/selector."
+    verdict = verdict_of(rolling(), [unschedulable_pod(message=message)], now=T0)
+    assert (verdict.status, verdict.reason) == ("FAILED", "NoMatchingNode")
+
+
+def test_a_taint_nobody_tolerates_fails_at_once() -> None:
+    message = (
+        "0/12 nodes are available: 2 node(s) had untolerated taint {dedicated: training}, "
+        "10 node(s) didn't match Pod's node affinity/selector." + PREEMPTION
+    )
+    verdict = verdict_of(rolling(), [unschedulable_pod(message=message)], now=T0)
+    assert (verdict.status, verdict.reason) == ("FAILED", "UntoleratedTaint")
+    assert "dedicated" in verdict.message
+    assert "free GPUs" not in verdict.message
+
+
+def test_a_not_ready_taint_waits() -> None:
+    message = (
+        "0/12 nodes are available: 2 node(s) had untolerated taint {node.kubernetes.io/not-ready: }, "
+        "10 node(s) didn't match Pod's node affinity/selector."
+    )
+    verdict = verdict_of(rolling(), [unschedulable_pod(message=message)], now=at(10))
+    assert (verdict.status, verdict.reason) == ("IN_PROGRESS", "Unschedulable")
+
+
+def test_taint_on_some_nodes_and_gpus_short_on_others_is_capacity() -> None:
+    message = (
+        "0/12 nodes are available: 1 Insufficient nvidia.com/gpu, 1 node(s) had untolerated taint "
+        "{dedicated: training}, 10 node(s) didn't match Pod's node affinity/selector."
+    )
+    verdict = verdict_of(rolling(), [unschedulable_pod(message=message)], now=at(10))
+    assert (verdict.status, verdict.reason) == ("IN_PROGRESS", "Unschedulable")
+    assert f"no {DEVICE} node with 8 free GPUs" in verdict.message
+
+
+def test_cpu_short_is_not_called_gpus() -> None:
+    message = "0/12 nodes are available: 2 Insufficient cpu, 2 Insufficient memory, 10 node(s) didn't match selector."
+    verdict = verdict_of(rolling(), [unschedulable_pod(message=message)], now=at(10))
+    assert (verdict.status, verdict.reason) == ("IN_PROGRESS", "Unschedulable")
+    assert f"no {DEVICE} node with enough free cpu, memory" in verdict.message
+    assert "GPU" not in verdict.message
+
+
+@pytest.mark.parametrize(
+    ("text", "reason", "named"),
+    [
+        ('secret "hf-token" not found', "MissingSecret", '"hf-token"'),
+        ('configmap "engine-config" not found', "MissingConfigMap", '"engine-config"'),
+        ("couldn't find key token in Secret team-a/hf", "MissingSecretKey", "token"),
+    ],
+)
+def test_missing_secret_or_config_map_fails_at_once(text: str, reason: str, named: str) -> None:
+    waiting = {"name": "engine", "state": {"waiting": {"reason": "CreateContainerConfigError", "message": text}}}
+    stuck = pod(node="g5-48xlarge-0", containers=[waiting], ready=False)
+    verdict = verdict_of(rolling(), [stuck], now=T0)
+    assert (verdict.status, verdict.reason) == ("FAILED", reason)
+    assert named in verdict.message
+
+
+def test_a_failing_storage_initializer_fails_the_job_with_its_message() -> None:
+    failing = pod(node="g5-48xlarge-0", ready=False)
+    failing["status"]["initContainerStatuses"] = [
+        {
+            "name": "storage-initializer",
+            "restartCount": 3,
+            "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+            "lastState": {
+                "terminated": {"exitCode": 1, "message": "storage-initializer: config.json: SHA-256 mismatch"}
+            },
+        }
+    ]
+    verdict = verdict_of(rolling(), [failing], now=T0)
+    assert (verdict.status, verdict.reason) == ("FAILED", "WeightDownloadFailed")
+    assert "SHA-256 mismatch" in verdict.message

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from typing import Any
@@ -22,11 +23,14 @@ from dockyard_operator.assess import parse_quantity
 from dockyard_operator.builders import (
     MODEL_STORE_MOUNT,
     TEMPLATE_HASH_ANNOTATION,
+    Delivery,
     ModelNotDeployable,
     ModelWorkload,
     ServedModel,
     ToolWorkload,
     child_name,
+    download_secret,
+    download_secret_name,
     endpoint_of,
     model_workload,
     pod_resources,
@@ -39,7 +43,7 @@ from tests.unit.k8s_shapes import HYPER_PARAMETERS, NAMESPACE, model_deployment
 
 # Service names must be RFC 1035 labels (a letter first, no dots); Deployments accept DNS subdomains.
 DNS_1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-CLAIM = "dockyard-model-store"
+DELIVERY = Delivery("http://dockyard-facade.dockyard-system.svc:8080", "ghcr.io/dockyard-dev/dockyard:0.1.0")
 HUB_ID = "meta-llama/Llama-3.1-8B-Instruct"
 HUB_SERVED = ServedModel(HUB_ID)
 VLLM = DEFAULT_CATALOG.runtimes["vllm"]
@@ -86,7 +90,9 @@ def build(
     served: ServedModel = HUB_SERVED,
     runtime: tuple[str, Runtime] = ("vllm", VLLM),
 ) -> ModelWorkload:
-    return model_workload(mdep or model_deployment(), served, *runtime, progress_deadline_seconds=PROGRESS_DEADLINE)
+    return model_workload(
+        mdep or model_deployment(), served, *runtime, progress_deadline_seconds=PROGRESS_DEADLINE, delivery=DELIVERY
+    )
 
 
 def pod_spec(workload: ModelWorkload | ToolWorkload) -> dict[str, Any]:
@@ -235,19 +241,19 @@ def test_user_labels_of_none_is_empty() -> None:
 
 
 def test_hub_model_is_served_by_id_without_volumes() -> None:
-    served = resolve_served_model("llama", model("llama", hub=HUB_ID), None, CLAIM)
+    served = resolve_served_model("llama", model("llama", hub=HUB_ID), None)
     assert served == ServedModel(HUB_ID)
 
 
 def test_hub_model_revision_becomes_an_argument() -> None:
-    served = resolve_served_model("llama", model("llama", hub=HUB_ID, revision="v1.1"), None, CLAIM)
+    served = resolve_served_model("llama", model("llama", hub=HUB_ID, revision="v1.1"), None)
     assert served.model_arg == HUB_ID
     assert served.extra_args == ("--revision=v1.1",)
 
 
 @pytest.mark.parametrize("path", ["team-a/support-llama-ft", "/team-a/support-llama-ft/"])
 def test_upload_model_is_mounted_from_the_model_store(path: str) -> None:
-    served = resolve_served_model("support", model("support", storage=path), None, CLAIM)
+    served = resolve_served_model("support", model("support", storage=path), None)
     assert served.model_arg == f"{MODEL_STORE_MOUNT}/team-a/support-llama-ft"
     assert served.mounts == (
         {
@@ -257,14 +263,14 @@ def test_upload_model_is_mounted_from_the_model_store(path: str) -> None:
             "readOnly": True,
         },
     )
-    assert served.volumes == ({"name": "model-store", "persistentVolumeClaim": {"claimName": CLAIM, "readOnly": True}},)
+    assert served.volumes == ({"name": "model-store", "emptyDir": {}},)  # filled by the storage initializer
     assert served.adapter is None
     assert served.extra_args == ()
 
 
 def test_missing_model_is_not_found() -> None:
     with pytest.raises(ModelNotDeployable) as caught:
-        resolve_served_model("ghost", None, None, CLAIM)
+        resolve_served_model("ghost", None, None)
     assert caught.value.reason == "ModelNotFound"
     assert "ghost" in caught.value.message
     assert str(caught.value) == caught.value.message
@@ -273,7 +279,7 @@ def test_missing_model_is_not_found() -> None:
 @pytest.mark.parametrize(("phase", "shown"), [("Importing", "Importing"), ("Failed", "Failed"), (None, "not imported")])
 def test_model_not_ready_to_deploy_is_refused(phase: str | None, shown: str) -> None:
     with pytest.raises(ModelNotDeployable) as caught:
-        resolve_served_model("support", model("support", storage="s", phase=phase), None, CLAIM)
+        resolve_served_model("support", model("support", storage="s", phase=phase), None)
     assert caught.value.reason == "ModelNotReady"
     assert "support" in caught.value.message
     assert shown in caught.value.message
@@ -282,23 +288,23 @@ def test_model_not_ready_to_deploy_is_refused(phase: str | None, shown: str) -> 
 
 def test_a_hub_model_needs_no_import_but_a_failed_one_is_refused() -> None:
     # the operator marks hub models ReadyToDeploy; a deployment racing that mark is not refused
-    served = resolve_served_model("llama", model("llama", hub="meta-llama/Llama-3.1-8B", phase=None), None, CLAIM)
+    served = resolve_served_model("llama", model("llama", hub="meta-llama/Llama-3.1-8B", phase=None), None)
     assert served.model_arg == "meta-llama/Llama-3.1-8B"
     with pytest.raises(ModelNotDeployable) as caught:
-        resolve_served_model("llama", model("llama", hub="meta-llama/Llama-3.1-8B", phase="Failed"), None, CLAIM)
+        resolve_served_model("llama", model("llama", hub="meta-llama/Llama-3.1-8B", phase="Failed"), None)
     assert caught.value.reason == "ModelNotReady"
 
 
 def test_ready_upload_model_without_stored_weights_is_not_ready() -> None:
     with pytest.raises(ModelNotDeployable) as caught:
-        resolve_served_model("support", model("support"), None, CLAIM)
+        resolve_served_model("support", model("support"), None)
     assert caught.value.reason == "ModelNotReady"
     assert "support" in caught.value.message
 
 
 def test_adapter_is_served_on_its_base_with_lora() -> None:
     adapter = model("support-lora", storage="team-a/support-lora", adapter=True, base="llama")
-    served = resolve_served_model("support-lora", adapter, model("llama", hub=HUB_ID, revision="main"), CLAIM)
+    served = resolve_served_model("support-lora", adapter, model("llama", hub=HUB_ID, revision="main"))
     assert served.model_arg == HUB_ID
     assert served.extra_args == ("--revision=main",)
     assert served.adapter == ("support-lora", "/adapters/team-a/support-lora")
@@ -310,12 +316,13 @@ def test_adapter_is_served_on_its_base_with_lora() -> None:
             "readOnly": True,
         },
     )
-    assert [v["persistentVolumeClaim"]["claimName"] for v in served.volumes] == [CLAIM]
+    assert served.volumes == ({"name": "model-store", "emptyDir": {}},)
+    assert [(d.role, d.model) for d in served.downloads] == [("adapter", "support-lora")]
 
 
 def test_adapter_and_base_both_uploaded_share_one_volume() -> None:
     adapter = model("lora", storage="a/lora", adapter=True, base="base")
-    served = resolve_served_model("lora", adapter, model("base", storage="a/base"), CLAIM)
+    served = resolve_served_model("lora", adapter, model("base", storage="a/base"))
     assert served.model_arg == f"{MODEL_STORE_MOUNT}/a/base"
     assert [m["mountPath"] for m in served.mounts] == [f"{MODEL_STORE_MOUNT}/a/base", "/adapters/a/lora"]
     assert len(served.volumes) == 1
@@ -323,14 +330,14 @@ def test_adapter_and_base_both_uploaded_share_one_volume() -> None:
 
 def test_adapter_without_base_model_is_refused() -> None:
     with pytest.raises(ModelNotDeployable) as caught:
-        resolve_served_model("lora", model("lora", storage="a/lora", adapter=True), None, CLAIM)
+        resolve_served_model("lora", model("lora", storage="a/lora", adapter=True), None)
     assert caught.value.reason == "AdapterWithoutBase"
     assert "lora" in caught.value.message
 
 
 def test_adapter_whose_base_is_missing_is_refused() -> None:
     with pytest.raises(ModelNotDeployable) as caught:
-        resolve_served_model("lora", model("lora", storage="a/lora", adapter=True, base="llama"), None, CLAIM)
+        resolve_served_model("lora", model("lora", storage="a/lora", adapter=True, base="llama"), None)
     assert caught.value.reason == "ModelNotFound"
     assert "base Model llama" in caught.value.message
 
@@ -338,7 +345,7 @@ def test_adapter_whose_base_is_missing_is_refused() -> None:
 def test_adapter_whose_base_is_not_ready_is_refused() -> None:
     adapter = model("lora", storage="a/lora", adapter=True, base="llama")
     with pytest.raises(ModelNotDeployable) as caught:
-        resolve_served_model("lora", adapter, model("llama", storage="a/llama", phase="Importing"), CLAIM)
+        resolve_served_model("lora", adapter, model("llama", storage="a/llama", phase="Importing"))
     assert caught.value.reason == "ModelNotReady"
     assert "llama" in caught.value.message
     assert "Importing" in caught.value.message
@@ -348,7 +355,7 @@ def test_adapter_whose_base_is_itself_an_adapter_is_refused() -> None:
     adapter = model("lora", storage="a/lora", adapter=True, base="other")
     other = model("other", storage="a/other", adapter=True, base="llama")
     with pytest.raises(ModelNotDeployable) as caught:
-        resolve_served_model("lora", adapter, other, CLAIM)
+        resolve_served_model("lora", adapter, other)
     assert caught.value.reason == "AdapterWithoutBase"
     assert "other" in caught.value.message
     assert "itself an adapter" in caught.value.message
@@ -484,7 +491,7 @@ def test_template_hash_changes_with_the_runtime() -> None:
 
 def test_building_twice_gives_identical_objects() -> None:
     mdep = model_deployment(labels={"team": "a"}, hyperParameters=HYPER_PARAMETERS, replicas=2)
-    served = resolve_served_model("s", model("s", storage="a/s"), None, CLAIM)
+    served = resolve_served_model("s", model("s", storage="a/s"), None)
     first, second = build(mdep, served), build(mdep, served)
     assert first == second
     assert json.dumps(first.objects(), sort_keys=True) == json.dumps(second.objects(), sort_keys=True)
@@ -552,7 +559,7 @@ def test_ctranslate2_runtime_workload() -> None:
 
 
 def test_served_model_extra_args_and_volumes_reach_the_pod() -> None:
-    served = resolve_served_model("s", model("s", storage="team-a/s"), None, CLAIM)
+    served = resolve_served_model("s", model("s", storage="team-a/s"), None)
     workload = build(served=served)
     assert arg(workload, "model") == f"{MODEL_STORE_MOUNT}/team-a/s"
     assert served.mounts[0] in container(workload)["volumeMounts"]
@@ -563,7 +570,7 @@ def test_served_model_extra_args_and_volumes_reach_the_pod() -> None:
 
 def test_adapter_workload_enables_lora_on_the_base() -> None:
     adapter = model("support-lora", storage="team-a/support-lora", adapter=True, base="llama")
-    served = resolve_served_model("support-lora", adapter, model("llama", hub=HUB_ID), CLAIM)
+    served = resolve_served_model("support-lora", adapter, model("llama", hub=HUB_ID))
     workload = build(served=served)
     assert arg(workload, "model") == HUB_ID
     assert "--enable-lora" in container(workload)["args"]
@@ -571,7 +578,7 @@ def test_adapter_workload_enables_lora_on_the_base() -> None:
 
 
 def test_volume_mounts_name_existing_volumes() -> None:
-    served = resolve_served_model("s", model("s", storage="a/s"), None, CLAIM)
+    served = resolve_served_model("s", model("s", storage="a/s"), None)
     workload = build(served=served)
     volumes = {v["name"] for v in pod_spec(workload)["volumes"]}
     assert {m["name"] for m in container(workload)["volumeMounts"]} <= volumes
@@ -655,3 +662,110 @@ def test_endpoint_tool_has_no_workload() -> None:
 def test_tool_service_name_for_the_example_tool_deployment_is_valid() -> None:
     workload = build_tool(tool_deployment("weather-1.2.0"))
     assert DNS_1035_LABEL.match(workload.service["metadata"]["name"]), workload.service["metadata"]["name"]
+
+
+# --- weight delivery: the storage initializer ---------------------------------------------------------------------
+
+
+def test_uploaded_model_pod_has_a_storage_initializer_and_no_claim() -> None:
+    served = resolve_served_model("s", model("s", storage="models/team-a/s"), None)
+    mdep = model_deployment()
+    workload = build(mdep, served)
+    spec = pod_spec(workload)
+    assert not [v for v in spec["volumes"] if "persistentVolumeClaim" in v]
+    assert {"name": "model-store", "emptyDir": {}} in spec["volumes"]
+    (init,) = spec["initContainers"]
+    assert init["name"] == "storage-initializer"
+    assert init["image"] == DELIVERY.image
+    assert init["command"] == ["python", "-m", "dockyard_api.storage_initializer"]
+    assert init["args"] == [
+        f"--url={DELIVERY.url}",
+        f"--namespace={NAMESPACE}",
+        "--model=s",
+        "--dest=/var/lib/dockyard/model/models/team-a/s",
+    ]
+    token = init["env"][0]
+    assert token["name"] == "DOCKYARD_DOWNLOAD_TOKEN"
+    assert token["valueFrom"]["secretKeyRef"] == {
+        "name": download_secret_name(mdep.metadata.name or ""),
+        "key": "model",
+    }
+    assert init["volumeMounts"] == [{"name": "model-store", "mountPath": "/var/lib/dockyard/model"}]
+    assert init["securityContext"]["readOnlyRootFilesystem"] is True
+    # the engine reads what the initializer wrote: the same volume, the model's sub path, read-only
+    mount = next(m for m in container(workload)["volumeMounts"] if m["name"] == "model-store")
+    assert mount == {"name": "model-store", "mountPath": "/models/models/team-a/s", "subPath": "models/team-a/s",
+                     "readOnly": True}  # fmt: skip
+    assert arg(workload, "model") == "/models/models/team-a/s"
+
+
+def test_adapter_on_uploaded_base_has_two_initializers() -> None:
+    adapter = model("lora", storage="models/a/lora", adapter=True, base="base")
+    served = resolve_served_model("lora", adapter, model("base", storage="models/a/base"))
+    inits = pod_spec(build(served=served))["initContainers"]
+    assert [c["name"] for c in inits] == ["storage-initializer", "storage-initializer-adapter"]
+    assert [c["env"][0]["valueFrom"]["secretKeyRef"]["key"] for c in inits] == ["model", "adapter"]
+
+
+def test_hub_model_pod_has_no_initializer() -> None:
+    assert "initContainers" not in pod_spec(build())
+
+
+def test_upload_model_without_a_delivery_is_not_deployable() -> None:
+    served = resolve_served_model("s", model("s", storage="models/a/s"), None)
+    with pytest.raises(ModelNotDeployable) as caught:
+        model_workload(model_deployment(), served, "vllm", VLLM, progress_deadline_seconds=PROGRESS_DEADLINE)
+    assert caught.value.reason == "NoWeightDelivery"
+
+
+def test_download_secret_holds_one_token_per_model() -> None:
+    adapter = model("lora", storage="models/a/lora", adapter=True, base="base")
+    served = resolve_served_model("lora", adapter, model("base", storage="models/a/base"))
+    mdep = model_deployment()
+    secret = download_secret(mdep, served, {"model": "t1", "adapter": "t2"}, "2026-11-24T00:00:00Z")
+    assert secret["kind"] == "Secret"
+    assert secret["metadata"]["name"] == download_secret_name(mdep.metadata.name or "")
+    assert secret["metadata"]["namespace"] == NAMESPACE
+    assert {k: base64.b64decode(v).decode() for k, v in secret["data"].items()} == {"model": "t1", "adapter": "t2"}
+    assert secret["metadata"]["annotations"]["dockyard.dev/expires"] == "2026-11-24T00:00:00Z"
+
+
+# --- GGUF models (llama.cpp) and local engines -------------------------------------------------------------
+
+LLAMA = DEFAULT_CATALOG.runtimes["llama-cpp"]
+
+
+def gguf_model(name: str = "tiny") -> Model:
+    stored = model(name, storage=f"models/{NAMESPACE}/{name}")
+    assert stored.status.storage is not None
+    stored.status.storage.format = "gguf"
+    stored.status.storage.file = "tiny.gguf"
+    return stored
+
+
+def test_a_gguf_model_records_its_format_and_file_for_the_runtime() -> None:
+    served = resolve_served_model("tiny", gguf_model(), None)
+    assert (served.model_format, served.weights_file) == ("gguf", "tiny.gguf")
+
+
+def test_llama_cpp_loads_the_gguf_file_of_the_model_directory() -> None:
+    served = resolve_served_model("tiny", gguf_model(), None)
+    workload = build(model_deployment(name="tiny"), served=served, runtime=("llama-cpp", LLAMA))
+    assert arg(workload, "model") == f"{MODEL_STORE_MOUNT}/models/{NAMESPACE}/tiny/tiny.gguf"
+    assert arg(workload, "alias") == "tiny"
+    assert container(workload)["image"] == LLAMA.image
+    assert container(workload)["readinessProbe"]["httpGet"]["path"] == "/health"
+    # other engines load the directory
+    assert arg(build(served=served), "model") == f"{MODEL_STORE_MOUNT}/models/{NAMESPACE}/tiny"
+
+
+def test_local_engine_pods_carry_the_label_and_the_readiness_gate() -> None:
+    mdep = model_deployment(labels={"dockyard.dev/local-engine": "false"})  # a user's label cannot disable it
+    local = model_workload(
+        mdep, HUB_SERVED, "vllm", VLLM, progress_deadline_seconds=PROGRESS_DEADLINE, local_engine=True
+    )
+    assert pod_labels(local)["dockyard.dev/local-engine"] == "true"
+    assert pod_spec(local)["readinessGates"] == [{"conditionType": "dockyard.dev/local-engine"}]
+    plain = build(mdep)
+    assert "dockyard.dev/local-engine" not in pod_labels(plain)
+    assert "readinessGates" not in pod_spec(plain)

@@ -7,6 +7,7 @@ Snapshots live in ``tests/unit/snapshots/chart/<case>.yaml`` (generated TLS mate
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import difflib
 import inspect
@@ -55,7 +56,26 @@ CASES: dict[str, dict[str, Any]] = {
         },
     },
     "existing-claim": {"modelStore": {"existingClaim": "shared-models"}},
+    "s3-backend": {
+        "modelStore": {
+            "backend": "s3",
+            "s3": {
+                "endpoint": "https://s3.eu-west-1.amazonaws.com",
+                "bucket": "acme-models",
+                "prefix": "dockyard/",
+                "region": "eu-west-1",
+                "accessKey": "AKIAEXAMPLE",
+                "secretKey": "example-secret",
+            },
+        }
+    },
     "webhook-ignore": {"webhook": {"failurePolicy": "Ignore", "timeoutSeconds": 5}},
+    "metrics": {
+        "metrics": {
+            "serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
+            "grafanaDashboard": {"enabled": True},
+        }
+    },
     "catalogs-and-namespaces": {
         "deviceCatalog": [dataclasses.asdict(DEVICES["g5.xlarge"]), dataclasses.asdict(DEVICES["g6e.xlarge"])],
         "operator": {"watchNamespaces": ["team-a", "team-b"], "logFormat": "json"},
@@ -91,7 +111,7 @@ def normalise(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for obj in objects:
         obj = yaml.safe_load(yaml.safe_dump(obj))  # deep copy
-        if obj["kind"] == "Secret" and obj["metadata"]["name"].endswith("-webhook-tls"):
+        if obj["kind"] == "Secret" and obj["metadata"]["name"].endswith(("-webhook-tls", "-download-tokens")):
             obj["data"] = dict.fromkeys(obj["data"], GENERATED)
         if obj["kind"].endswith("WebhookConfiguration"):
             for hook in obj["webhooks"]:
@@ -465,7 +485,10 @@ def test_settings_values_mirror_the_code_defaults(
         field = re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower()
         assert field in settings.model_fields, key
         assert settings.model_fields[field].default == value, key
-        assert float(env[f"{prefix}{field.upper()}"]) == value
+        if isinstance(value, bool):
+            assert env[f"{prefix}{field.upper()}"] == str(value).lower()
+        else:
+            assert float(env[f"{prefix}{field.upper()}"]) == value
 
 
 def test_components_parse_the_environment_the_chart_sets(
@@ -486,7 +509,9 @@ def test_components_parse_the_environment_the_chart_sets(
                 m.setenv(key, value)
         operator = OperatorSettings()
     assert operator.observe_interval_seconds == 2.5
-    assert operator.model_store_claim == "dockyard-model-store"
+    assert operator.model_store_backend == "filesystem"
+    assert operator.download_url == "http://dockyard-api.dockyard-system.svc.cluster.local:80"
+    assert operator.storage_initializer_image.startswith("ghcr.io/dockyard-dev/dockyard:")
     assert operator.runtime_catalog == "/etc/dockyard/runtimes/runtimes.yaml"
 
 
@@ -655,7 +680,7 @@ def test_helm_generated_certificate_is_valid_for_the_webhook_service(helm: Helm,
 
 def test_cert_manager_issues_the_certificate_and_injects_the_ca(helm: Helm, tmp_path: Path) -> None:
     objects = render(helm, tmp_path, CASES["cert-manager"])
-    assert not find(objects, "Secret")
+    assert [s["metadata"]["name"] for s in find(objects, "Secret")] == ["dockyard-download-tokens"]  # no TLS Secret
     cert = one(objects, "Certificate")
     assert cert["spec"]["secretName"] == "dockyard-webhook-tls"
     assert "dockyard-webhook.dockyard-system.svc" in cert["spec"]["dnsNames"]
@@ -705,7 +730,7 @@ def test_model_store_claim_is_mounted_in_both_components(helm: Helm, tmp_path: P
         assert claim_of(found[component]) == ("dockyard-model-store", "/var/lib/dockyard/model-store")
     assert env_of(found["api"])["DOCKYARD_API_MODEL_STORE"] == "/var/lib/dockyard/model-store"
     assert env_of(found["operator"])["DOCKYARD_OPERATOR_MODEL_STORE"] == "/var/lib/dockyard/model-store"
-    assert env_of(found["operator"])["DOCKYARD_OPERATOR_MODEL_STORE_CLAIM"] == "dockyard-model-store"
+    assert "DOCKYARD_OPERATOR_MODEL_STORE_CLAIM" not in env_of(found["operator"])  # model pods mount no claim
 
 
 def test_model_store_existing_claim_keep_and_no_class(helm: Helm, tmp_path: Path) -> None:
@@ -713,7 +738,6 @@ def test_model_store_existing_claim_keep_and_no_class(helm: Helm, tmp_path: Path
     assert not find(objects, "PersistentVolumeClaim")
     for deployment in deployments(objects).values():
         assert claim_of(deployment)[0] == "shared-models"
-    assert env_of(deployments(objects)["operator"])["DOCKYARD_OPERATOR_MODEL_STORE_CLAIM"] == "shared-models"
     pvc = one(
         render(helm, tmp_path, {"modelStore": {"keepOnUninstall": True, "storageClass": "-"}}), "PersistentVolumeClaim"
     )
@@ -788,7 +812,21 @@ def test_ingress_and_network_policies(helm: Helm, tmp_path: Path) -> None:
         {
             "ports": [{"port": "http", "protocol": "TCP"}],
             "from": CASES["ingress-networkpolicy"]["networkPolicy"]["facadeFrom"],
-        }
+        },
+        {  # model pods of every namespace: their storage initializer downloads weights from the facade
+            "ports": [{"port": "http", "protocol": "TCP"}],
+            "from": [
+                {
+                    "namespaceSelector": {},
+                    "podSelector": {
+                        "matchLabels": {
+                            "app.kubernetes.io/managed-by": "dockyard",
+                            "app.kubernetes.io/component": "model-server",
+                        }
+                    },
+                }
+            ],
+        },
     ]
     assert {p["port"] for p in policies["dockyard-operator"]["ingress"][0]["ports"]} == {"webhook", "health"}
     for name, component in (("dockyard-api", "api"), ("dockyard-operator", "operator")):
@@ -797,3 +835,70 @@ def test_ingress_and_network_policies(helm: Helm, tmp_path: Path) -> None:
     defaults = render(helm, tmp_path)
     assert not find(defaults, "Ingress")
     assert not find(defaults, "NetworkPolicy")
+
+
+# --- model store backends and download tokens -----------------------------------------------------------
+
+
+def test_s3_backend_has_no_claim_and_passes_credentials_from_a_secret(helm: Helm, tmp_path: Path) -> None:
+    objects = render(helm, tmp_path, CASES["s3-backend"])
+    assert not find(objects, "PersistentVolumeClaim")
+    secrets = {s["metadata"]["name"]: s for s in find(objects, "Secret")}
+    assert secrets["dockyard-model-store-s3"]["stringData"] == {
+        "accessKey": "AKIAEXAMPLE",
+        "secretKey": "example-secret",
+    }
+    found = deployments(objects)
+    for component, prefix in (("api", "DOCKYARD_API_"), ("operator", "DOCKYARD_OPERATOR_")):
+        env = env_of(found[component])
+        assert env[f"{prefix}MODEL_STORE_BACKEND"] == "s3"
+        assert env[f"{prefix}S3_ENDPOINT"] == "https://s3.eu-west-1.amazonaws.com"
+        assert env[f"{prefix}S3_BUCKET"] == "acme-models"
+        assert env[f"{prefix}S3_PREFIX"] == "dockyard/"
+        assert env[f"{prefix}S3_REGION"] == "eu-west-1"
+        assert env[f"{prefix}S3_SECRET_KEY"] == {
+            "secretKeyRef": {"name": "dockyard-model-store-s3", "key": "secretKey"}
+        }
+        assert env[f"{prefix}DOWNLOAD_TOKEN_KEY"] == {
+            "secretKeyRef": {"name": "dockyard-download-tokens", "key": "key"}
+        }
+        volume = {v["name"]: v for v in found[component]["spec"]["template"]["spec"]["volumes"]}["model-store"]
+        assert volume == {"name": "model-store", "emptyDir": {}}
+
+
+def test_s3_backend_needs_an_endpoint_and_a_bucket(helm: Helm, tmp_path: Path) -> None:
+    values = {"modelStore": {"backend": "s3", "s3": {"endpoint": "https://s3.example.com"}}}
+    proc = helm.template(values=[values_file(tmp_path, values)], check=False)
+    assert proc.returncode != 0
+    assert "bucket" in proc.stderr
+
+
+def test_download_token_key_is_random_or_an_existing_secret(helm: Helm, tmp_path: Path) -> None:
+    objects = render(helm, tmp_path)
+    secret = next(s for s in find(objects, "Secret") if s["metadata"]["name"] == "dockyard-download-tokens")
+    assert len(base64.b64decode(secret["data"]["key"])) == 64
+    own = render(
+        helm, tmp_path, {"modelStore": {"downloadTokens": {"existingSecret": "corp-tokens", "ttlSeconds": 600}}}
+    )
+    assert not [s for s in find(own, "Secret") if s["metadata"]["name"] == "dockyard-download-tokens"]
+    env = env_of(deployments(own)["operator"])
+    assert env["DOCKYARD_OPERATOR_DOWNLOAD_TOKEN_KEY"] == {"secretKeyRef": {"name": "corp-tokens", "key": "key"}}
+    assert env["DOCKYARD_OPERATOR_DOWNLOAD_TOKEN_SECONDS"] == "600"
+
+
+def test_the_import_limits_and_the_body_cap_are_chart_values(helm: Helm, tmp_path: Path) -> None:
+    defaults = env_of(deployments(render(helm, tmp_path))["api"])
+    assert defaults["DOCKYARD_API_MAX_CHUNK_BYTES"] == "67108864"  # whole numbers, never 6.7108864e+07
+    assert defaults["DOCKYARD_API_MAX_FILE_BYTES"] == "214748364800"
+    assert defaults["DOCKYARD_API_SESSION_LIFETIME_SECONDS"] == "86400"
+    assert defaults["DOCKYARD_API_MAX_JSON_BODY_BYTES"] == "1048576"
+    limits = {"maxChunkBytes": 16777216, "maxFileBytes": 1073741824, "sessionLifetimeSeconds": 3600.5}
+    env = env_of(deployments(render(helm, tmp_path, {"facade": {"settings": limits}}))["api"])
+    assert env["DOCKYARD_API_MAX_CHUNK_BYTES"] == "16777216"
+    assert env["DOCKYARD_API_MAX_FILE_BYTES"] == "1073741824"
+    assert env["DOCKYARD_API_SESSION_LIFETIME_SECONDS"] == "3600.5"
+    parsed = ApiSettings.model_validate({k.removeprefix("DOCKYARD_API_").lower(): v for k, v in env.items()
+                                         if k.startswith("DOCKYARD_API_") and isinstance(v, str)})  # fmt: skip
+    assert (parsed.max_chunk_bytes, parsed.max_file_bytes, parsed.session_lifetime_seconds) == (
+        16777216, 1073741824, 3600.5,
+    )  # fmt: skip

@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from dockyard_api.chunkupload import ChunkUpload, UnsupportedMediaType
+from dockyard_api.errortypes import DockyardError
 from dockyard_api.modelstore import (
     ChunkTooLarge,
     ChunkWriter,
@@ -20,7 +21,6 @@ from dockyard_api.modelstore import (
     ModelStore,
     ReceivedChunk,
     SessionMeta,
-    StoreError,
     parse_chunk_number,
 )
 
@@ -135,7 +135,7 @@ def test_a_chunk_over_the_limit_stops_the_read_and_deletes_the_file(tmp_path: Pa
     ],
 )
 def test_incomplete_or_odd_forms_are_refused(
-    tmp_path: Path, parts: list[tuple[str, tuple[str, bytes] | str]], error: type[StoreError], fragment: str
+    tmp_path: Path, parts: list[tuple[str, tuple[str, bytes] | str]], error: type[DockyardError], fragment: str
 ) -> None:
     h = Harness(tmp_path)
     ctype, body = encoded(parts)

@@ -92,30 +92,41 @@ def test_hadolint_would_catch_a_bad_dockerfile(tmp_path: Path) -> None:
         assert rule in proc.stdout
 
 
-def test_two_stages_on_an_exactly_pinned_slim_python(dockerfile: tuple[dict[str, str], list[Stage]]) -> None:
+def stage(dockerfile: tuple[dict[str, str], list[Stage]], name: str) -> Stage:
+    (found,) = [s for s in dockerfile[1] if s.name == name]
+    return found
+
+
+def test_stages_on_an_exactly_pinned_slim_python(dockerfile: tuple[dict[str, str], list[Stage]]) -> None:
     global_args, stages = dockerfile
-    assert [s.name for s in stages] == ["build", "runtime"]
+    # runtime stays last: a plain `docker build .` makes the operator/facade image
+    assert [s.name for s in stages] == ["build", "ct2-build", "ct2-server", "runtime"]
     image = global_args["PYTHON_IMAGE"]
     # an exact patch release of 3.11 on Debian bookworm slim, optionally also pinned by digest
     assert re.fullmatch(r"python:3\.11\.\d+-slim-bookworm(@sha256:[0-9a-f]{64})?", image), image
-    assert all(s.base == "${PYTHON_IMAGE}" for s in stages)
+    assert stage(dockerfile, "ct2-build").base == "build"
+    assert all(s.base == "${PYTHON_IMAGE}" for s in stages if s.name != "ct2-build")
 
 
 def test_build_stage_builds_wheels_of_the_project(dockerfile: tuple[dict[str, str], list[Stage]]) -> None:
-    build = dockerfile[1][0]
+    build = stage(dockerfile, "build")
     copied = {args.split()[0] for args in build.all("COPY")}
     assert copied == {"pyproject.toml", "api", "operator"}
     assert any(args.startswith("pip wheel --wheel-dir /wheels") for args in build.all("RUN"))
 
 
-def test_runtime_stage_is_slim_non_root_and_has_no_build_tools(dockerfile: tuple[dict[str, str], list[Stage]]) -> None:
-    runtime = dockerfile[1][1]
+@pytest.mark.parametrize("name", ["runtime", "ct2-server"])
+def test_runtime_stage_is_slim_non_root_and_has_no_build_tools(
+    dockerfile: tuple[dict[str, str], list[Stage]], name: str
+) -> None:
+    runtime = stage(dockerfile, name)
     runs = " ".join(runtime.all("RUN"))
     for tool in ("apt-get", "apk", "gcc", "build-essential", "make ", "git "):
         assert tool not in runs, f"the runtime stage installs or uses {tool.strip()}"
     assert "pip uninstall --yes setuptools wheel pip" in runs  # not even the packaging tools stay
     assert "--no-index --find-links=/wheels" in runs  # only the build stage's wheels, nothing fetched
-    assert "--mount=type=bind,from=build,source=/wheels" in runs  # wheels never become a layer
+    wheels_from = "ct2-build" if name == "ct2-server" else "build"
+    assert f"--mount=type=bind,from={wheels_from},source=/wheels" in runs  # wheels never become a layer
     assert not runtime.all("COPY"), "the runtime stage copies nothing: no sources, no wheels"
     (user,) = runtime.all("USER")
     uid, _, gid = user.partition(":")
@@ -124,13 +135,14 @@ def test_runtime_stage_is_slim_non_root_and_has_no_build_tools(dockerfile: tuple
     assert int(uid) >= 1000
     assert int(gid) >= 1000
     assert runtime.instructions[-1][0] == "CMD", "CMD is the last instruction"
+    assert stage(dockerfile, "runtime").all("USER") == stage(dockerfile, "ct2-server").all("USER")
     assert [kw for kw, _ in runtime.instructions].index("USER") > max(
         i for i, (kw, _) in enumerate(runtime.instructions) if kw == "RUN"
     ), "everything after the installation runs as the non-root user"
 
 
 def test_entry_points_are_the_two_modules(dockerfile: tuple[dict[str, str], list[Stage]]) -> None:
-    runtime = dockerfile[1][1]
+    runtime = stage(dockerfile, "runtime")
     assert runtime.all("CMD") == ['["python", "-m", "dockyard_api"]']
     assert not runtime.all("ENTRYPOINT"), "no ENTRYPOINT: the chart's `command` selects the component"
     for module in ("dockyard_api", "dockyard_operator"):
@@ -139,20 +151,45 @@ def test_entry_points_are_the_two_modules(dockerfile: tuple[dict[str, str], list
     assert sorted(chart_commands) == ["dockyard_api", "dockyard_operator"]
 
 
+def test_ct2_server_target_runs_the_ct2_server(dockerfile: tuple[dict[str, str], list[Stage]]) -> None:
+    """`docker build --target ct2-server`: the image of the runtime catalog's ctranslate2 entry. The operator
+    sets only the container's args, so the server is the ENTRYPOINT."""
+    ct2 = stage(dockerfile, "ct2-server")
+    assert ct2.all("ENTRYPOINT") == ['["dockyard-ct2-server"]']
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["scripts"]["dockyard-ct2-server"] == "dockyard_ct2.__main__:main"
+    (install,) = [r for r in ct2.all("RUN") if "pip install" in r]
+    assert '"dockyard[ct2,ct2-gpu]==${DOCKYARD_VERSION}"' in install
+    assert any(
+        'pip wheel --wheel-dir /wheels --prefer-binary ".[ct2,ct2-gpu]"' in r
+        for r in stage(dockerfile, "ct2-build").all("RUN")
+    )
+    # CTranslate2 dlopens libcublas.so.12: the nvidia-cublas-cu12 wheel's directory is on the library path
+    env = " ".join(ct2.all("ENV"))
+    assert "LD_LIBRARY_PATH=/usr/local/lib/python3.11/site-packages/nvidia/cublas/lib" in env
+    assert any(d.startswith("nvidia-cublas-cu12==") for d in project["optional-dependencies"]["ct2-gpu"])
+    from dockyard_operator.runtimes import DEFAULT_CATALOG
+
+    assert ct2.all("EXPOSE") == [str(DEFAULT_CATALOG.runtimes["ctranslate2"].port)]
+    (arg,) = [a for a in ct2.all("ARG") if a.startswith("DOCKYARD_VERSION=")]
+    assert DEFAULT_CATALOG.runtimes["ctranslate2"].image.endswith(":" + arg.split("=", 1)[1])
+
+
 def _chart_templates() -> str:
     return "".join(p.read_text() for p in sorted((ROOT / "charts/dockyard/templates").glob("*.yaml")))
 
 
 def test_image_user_matches_the_chart_security_context(dockerfile: tuple[dict[str, str], list[Stage]]) -> None:
-    (user,) = dockerfile[1][1].all("USER")
+    (user,) = stage(dockerfile, "runtime").all("USER")
     values = yaml.safe_load((ROOT / "charts/dockyard/values.yaml").read_text())
     pod = values["podSecurityContext"]
     assert f"{pod['runAsUser']}:{pod['runAsGroup']}" == user
 
 
 def test_image_version_is_the_project_version(dockerfile: tuple[dict[str, str], list[Stage]]) -> None:
-    runtime = dockerfile[1][1]
+    runtime = stage(dockerfile, "runtime")
     (arg,) = [a for a in runtime.all("ARG") if a.startswith("DOCKYARD_VERSION=")]
+    assert stage(dockerfile, "ct2-server").all("ARG") == runtime.all("ARG")
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     assert arg == f"DOCKYARD_VERSION={version}"
     chart = yaml.safe_load((ROOT / "charts/dockyard/Chart.yaml").read_text())
@@ -223,10 +260,15 @@ def test_build_stage_wheel_builds_and_holds_both_components(tmp_path: Path) -> N
     (wheel,) = wheels.glob("dockyard-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     for required in ("dockyard_api/__main__.py", "dockyard_api/app.py", "dockyard_operator/__main__.py",
-                     "dockyard_operator/handlers.py", "dockyard_operator/runtimes.py"):  # fmt: skip
+                     "dockyard_operator/handlers.py", "dockyard_operator/runtimes.py",
+                     "dockyard_ct2/__main__.py", "dockyard_ct2/server.py", "dockyard_ct2/engine.py"):  # fmt: skip
         assert required in names, required
     assert not any(n.startswith(("tests/", "bench/", "charts/")) for n in names)
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     metadata = zipfile.ZipFile(wheel).read(f"dockyard-{project['version']}.dist-info/METADATA").decode()
     requires = {line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Requires-Dist:")}
     assert set(project["dependencies"]) <= requires  # the runtime installs exactly the pinned dependencies
+    for extra in ("ct2", "ct2-gpu"):  # the ct2-server image installs these extras
+        assert f"Provides-Extra: {extra}" in metadata
+        for dep in project["optional-dependencies"][extra]:
+            assert f'{dep}; extra == "{extra}"' in requires, dep

@@ -100,6 +100,17 @@ def test_dependency_checks_name_versions_and_environments() -> None:
     assert envs.tool_holders("weather", "9.9.9", versions, environments) == {}
 
 
+def test_a_tool_used_by_the_draft_that_the_draft_environment_serves_is_held() -> None:
+    draft = {"metadata": {"name": "bot"}, "spec": {"toolVersions": [{"name": "weather", "version": "3.0.0"}]}}
+    environments = [
+        ("bot-draft", {"spec": {"appRef": "bot"}, "status": {"activeVersion": "draft"}}),
+        ("bot-prod", {"spec": {"appRef": "bot", "appVersion": "1.0.0"}, "status": {"activeVersion": "1.0.0"}}),
+    ]
+    assert envs.tool_holders("weather", "3.0.0", [], environments, [draft]) == {"draft of app bot": ["bot-draft"]}
+    assert envs.tool_holders("weather", "3.0.0", [], environments[1:], [draft]) == {}  # no environment serves it
+    assert envs.tool_holders("weather", "1.2.0", [], environments, [draft]) == {}
+
+
 def test_version_problems_name_what_is_wrong() -> None:
     spec = {
         "appRef": "bot",
@@ -134,3 +145,46 @@ def test_audit_record_and_deletion_stamp_share_a_name_but_not_keys() -> None:
     assert set(stamp["data"]) == {"deletion.json"}
     assert json.loads(stamp["data"]["deletion.json"])["deletedBy"] == "alice"
     assert json.loads(record["data"]["usage.json"])["deployments"] == 1
+
+
+def test_each_history_entry_says_what_was_asked_and_whether_it_became_healthy() -> None:
+    first = envs.record_health(envs.next_history([], "1.0.0", T0, "alice", "Deploy"), "1.0.0", "Deploying")
+    assert (first[0].action, first[0].healthy) == ("Deploy", None)  # still being deployed
+    first = envs.record_health(first, "1.0.0", "Active")
+    assert first[0].healthy is True
+    assert envs.record_health(first, "1.0.0", "Failed")[0].healthy is True  # it did serve: stays true
+    broken = envs.record_health(envs.next_history(first, "1.1.0", T0 + timedelta(minutes=1), "bob"), "1.1.0", "Failed")
+    assert [(h.version, h.status, h.healthy) for h in broken] == [
+        ("1.1.0", "Active", False),
+        ("1.0.0", "Previous", True),
+    ]
+    # a deployment replaced before it became healthy is recorded as not healthy
+    pending = envs.next_history(broken, "1.2.0", T0 + timedelta(minutes=2), "bob")
+    replaced = envs.next_history(pending, "1.0.0", T0 + timedelta(minutes=3), "alice", "Rollback")
+    assert [(h.version, h.action, h.healthy) for h in replaced] == [
+        ("1.0.0", "Rollback", None),
+        ("1.2.0", "Deploy", False),
+        ("1.1.0", "Deploy", False),
+        ("1.0.0", "Deploy", True),
+    ]
+    redeploy = envs.next_history(replaced, "1.0.0", T0 + timedelta(minutes=4), "carol", "Redeploy")
+    assert (redeploy[0].action, redeploy[0].status, redeploy[1].status) == ("Redeploy", "Active", "Previous")
+
+
+def test_the_webhook_stamps_a_redeploy_and_a_rollback_and_keeps_the_record_otherwise() -> None:
+    from dockyard_api.resources.v1alpha1 import DEPLOY_ACTION_ANNOTATION, DEPLOY_REQUEST_ANNOTATION
+    from dockyard_operator.apps import deployment_stamp
+
+    def env(version: str, request: str | None = None) -> dict[str, object]:
+        notes = {DEPLOY_REQUEST_ANNOTATION: request} if request else {}
+        return {"metadata": {"annotations": notes}, "spec": {"appVersion": version}}
+
+    def stamp(old: dict, new: dict) -> dict:  # type: ignore[type-arg]
+        return deployment_stamp(operation="UPDATE", old=old, body=new, notes=new["metadata"]["annotations"],
+                                old_notes=old["metadata"]["annotations"], username="alice", now=T0)  # fmt: skip
+
+    assert stamp(env("1.0.0"), env("1.1.0", "Deploy a"))[DEPLOY_ACTION_ANNOTATION] == "Deploy"
+    assert stamp(env("1.0.0"), env("1.1.0"))[DEPLOY_ACTION_ANNOTATION] == "Deploy"  # kubectl edit
+    assert stamp(env("1.0.0", "Deploy a"), env("1.0.0", "Redeploy b"))[DEPLOY_ACTION_ANNOTATION] == "Redeploy"
+    assert stamp(env("1.1.0", "Deploy a"), env("1.0.0", "Rollback b"))[DEPLOY_ACTION_ANNOTATION] == "Rollback"
+    assert stamp(env("1.0.0", "Deploy a"), env("1.0.0", "Deploy a")) == {}  # nothing asked: nothing stamped

@@ -84,10 +84,13 @@ def test_without_a_key_it_is_401(facade: TestClient) -> None:
     assert resp.json()["error"]["code"] == "unauthenticated"
 
 
-def test_a_valid_start_without_an_api_server_is_502_and_leaves_nothing(facade: TestClient, tmp_path: Path) -> None:
+def test_a_valid_start_without_an_api_server_is_503_with_retry_after_and_leaves_nothing(
+    facade: TestClient, tmp_path: Path
+) -> None:
     resp = facade.post(f"{BASE}/start", json=body(sha256="AB" * 32), headers=KEY)
-    assert resp.status_code == 502, resp.text
-    assert resp.json()["error"]["code"] == "upstream_error"
+    assert resp.status_code == 503, resp.text
+    assert resp.json()["error"]["code"] == "upstream_unavailable"
+    assert int(resp.headers["retry-after"]) >= 1
     assert not list((tmp_path / "store" / "sessions").iterdir())
 
 
@@ -101,8 +104,8 @@ def test_malformed_session_ids_are_404_without_touching_anything(facade: TestCli
 
 def test_a_well_formed_unknown_session_is_looked_up_in_kubernetes(facade: TestClient) -> None:
     resp = facade.get(f"{BASE}/{'a' * 32}", headers=KEY)  # the API server is unreachable here
-    assert resp.status_code == 502
-    assert resp.json()["error"]["code"] == "upstream_error"
+    assert resp.status_code == 503
+    assert resp.json()["error"]["code"] == "upstream_unavailable"
 
 
 def test_the_openapi_document_describes_the_multipart_upload(facade: TestClient) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import io
 import json
@@ -123,7 +124,20 @@ def test_an_archive_with_one_top_directory_becomes_the_model_directory(store: Mo
     assert listing(root) == [MANIFEST, "config.json", "model.safetensors"]
     assert (root / "config.json").read_bytes() == CONFIG
     manifest = json.loads((root / MANIFEST).read_text())
-    assert manifest == {"dockStatusId": "job-1", "sizeBytes": len(data), "sha256": sha, "fileName": f"model.{ext}"}
+    files = manifest.pop("files")
+    assert manifest == {
+        "dockStatusId": "job-1",
+        "sizeBytes": len(data),
+        "sha256": sha,
+        "fileName": f"model.{ext}",
+        "format": "safetensors",
+        "file": None,
+    }
+    # every file of the model, with the size and SHA-256 that pods verify their downloads against
+    assert files == [
+        {"path": name, "size": len(body), "sha256": hashlib.sha256(body).hexdigest()}
+        for name, body in sorted((p.name, p.read_bytes()) for p in root.iterdir() if p.name != MANIFEST)
+    ]
     assert oct((root / "config.json").stat().st_mode & 0o777) == "0o644"
 
 
@@ -141,6 +155,9 @@ def test_a_single_weights_file_is_stored_byte_for_byte(store: ModelStore) -> Non
     assert stored.read_bytes() == data
     assert result.sha256 == hashlib.sha256(data).hexdigest()
     assert result.size_bytes == len(data)
+    assert (result.format, result.file) == ("gguf", "tiny.gguf")  # llama.cpp serves it (docs/runtimes.md)
+    again = run_import(store, "ns", "m", up, "job-1", LIMITS)  # the finished job, found again
+    assert (again.format, again.file) == ("gguf", "tiny.gguf")
 
 
 def test_rerunning_the_same_job_reuses_the_result_and_a_new_job_replaces_it(store: ModelStore) -> None:
@@ -342,3 +359,33 @@ def test_files_of_models_missing_from_a_listing_are_collected(store: ModelStore)
     removed = importer.collect_garbage({("ns", "alive")}, listed_at)
     assert sorted(removed) == ["b/x", "ns/.staging-deleted-1a2b3c4d", "ns/deleted"]
     assert sorted(p.name for p in (store.models / "ns").iterdir()) == [".staging-alive-1a2b3c4d", "alive", "newer"]
+
+
+def test_the_files_of_models_deleted_while_the_operator_was_down_go_when_it_starts(store: ModelStore) -> None:
+    """The first collection runs at start, not one interval (10 minutes) later."""
+
+    class Listing:
+        def list_cluster_custom_object(self, *args: object, **kwargs: object) -> dict[str, object]:
+            return {"items": [{"metadata": {"namespace": "ns", "name": "alive"}}]}
+
+    class FakeKube:
+        custom = Listing()
+
+    for rel in ("ns/alive", "ns/deleted-while-down"):
+        (store.models / rel).mkdir(parents=True)
+    time.sleep(0.02)
+
+    async def start_and_wait() -> float:
+        importer = Importer(OperatorSettings(model_store=store.root), kube=FakeKube())  # type: ignore[arg-type]
+        started = time.monotonic()
+        importer.start_garbage_collection(600, grace=0)
+        try:
+            while (store.models / "ns" / "deleted-while-down").exists():
+                assert time.monotonic() - started < 5, "not collected at start"
+                await asyncio.sleep(0.05)
+            return time.monotonic() - started
+        finally:
+            await importer.close()
+
+    assert asyncio.run(start_and_wait()) < 5
+    assert (store.models / "ns" / "alive").is_dir()

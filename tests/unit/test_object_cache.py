@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from dockyard_api.cache import ObjectCache
-from dockyard_api.kubehttp import KubeError
+from dockyard_api.cache import Informer
+from dockyard_api.kubehttp import AsyncKube, KubeError
 
 
 def model(namespace: str, name: str, phase: str | None, version: str) -> dict[str, Any]:
@@ -51,8 +51,8 @@ class FakeKube:
             yield event
 
 
-async def follow(kube: FakeKube) -> ObjectCache:
-    cache = ObjectCache(kube, "models")  # type: ignore[arg-type]
+async def follow(kube: FakeKube) -> Informer:
+    cache = Informer(kube, AsyncKube.all_namespaces_path("models"))  # type: ignore[arg-type]
     cache.start()
     await asyncio.wait_for(kube.done.wait(), timeout=10)
     return cache
@@ -73,12 +73,12 @@ def test_list_then_follow_the_watch() -> None:
         )
         cache = await follow(kube)
         assert cache.synced
-        m1 = cache.get("a", "m1")
+        m1 = cache.cached("a", "m1")
         assert m1 is not None
         assert m1["status"]["phase"] == "ReadyToDeploy"
         assert "managedFields" not in m1["metadata"]
-        assert cache.get("b", "m2") is None
-        assert cache.get("a", "nope") is None
+        assert cache.cached("b", "m2") is None
+        assert cache.cached("a", "nope") is None
         # the watch resumes (after the server ends it) from the last version seen
         assert [p["resourceVersion"] for p in kube.watch_params] == ["10", "13", "14"]
         assert kube.list_calls == 1
@@ -99,8 +99,8 @@ def test_an_expired_watch_lists_again() -> None:
         )
         cache = await follow(kube)
         assert kube.list_calls == 2
-        assert cache.get("a", "gone") is None  # the second list replaced everything
-        assert cache.get("a", "new") is not None
+        assert cache.cached("a", "gone") is None  # the second list replaced everything
+        assert cache.cached("a", "new") is not None
         await cache.stop()
 
     asyncio.run(scenario())
@@ -118,7 +118,7 @@ def test_a_failed_watch_backs_off_and_lists_again(failure: Exception) -> None:
         )
         cache = await follow(kube)
         assert kube.list_calls == 2
-        assert cache.get("a", "m") is not None
+        assert cache.cached("a", "m") is not None
         await cache.stop()
 
     asyncio.run(scenario())
@@ -127,11 +127,11 @@ def test_a_failed_watch_backs_off_and_lists_again(failure: Exception) -> None:
 def test_without_permission_to_list_every_lookup_is_live() -> None:
     async def scenario() -> None:
         kube = FakeKube(lists=[KubeError(403, "Forbidden", "cannot list models at the cluster scope")], watches=[])
-        cache = ObjectCache(kube, "models")  # type: ignore[arg-type]
+        cache = Informer(kube, AsyncKube.all_namespaces_path("models"))  # type: ignore[arg-type]
         cache.start()
         await asyncio.sleep(0.1)
         assert not cache.synced
-        assert cache.get("a", "m") is None
+        assert cache.cached("a", "m") is None
         assert kube.list_calls == 1
         await cache.stop()
 

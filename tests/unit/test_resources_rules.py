@@ -89,6 +89,8 @@ RULE_CASES: list[tuple[type[KubeObject], int, str, Edit, str | None]] = [
     (ModelDeployment, 0, "min > max", lambda d: d["spec"]["scalingParameters"].update(minReplicas=4), "minReplicas"),
     (ModelDeployment, 0, "min == max", lambda d: d["spec"]["scalingParameters"].update(minReplicas=3), None),
     (ModelDeployment, 0, "no max", lambda d: d["spec"]["scalingParameters"].pop("maxReplicas"), None),
+    (ModelDeployment, 0, "64-character name", _set_name("m" * 64), "at most 63 characters"),
+    (ModelDeployment, 0, "63-character name", _set_name("m" * 63), None),
     (Model, 0, "both sources", lambda d: d["spec"]["source"].update(hub={"id": "a/b"}), "exactly one of upload"),
     (Model, 1, "no source", _spec(source={}), "exactly one of upload or hub"),
     (Model, 1, "baseModel without adapter", _spec(baseModel="llama-3-8b-instruct"), "only to adapters"),

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
+import dockyard_ct2.config as ct2_config
 from dockyard_api.devices import DEVICE_TYPES, DEVICES
 from dockyard_api.resources.v1alpha1 import HyperParameters
 from dockyard_operator.runtimes import (
@@ -23,6 +25,7 @@ from dockyard_operator.runtimes import (
 )
 from tests.unit.k8s_shapes import HYPER_PARAMETERS, mdep_spec
 
+ROOT = Path(__file__).resolve().parents[2]
 VLLM = DEFAULT_CATALOG.runtimes["vllm"]
 CT2 = DEFAULT_CATALOG.runtimes["ctranslate2"]
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -129,17 +132,53 @@ def test_vllm_tensor_parallel_size_is_the_devices_gpu_count(device_type: str) ->
 
 
 @pytest.mark.parametrize("device_type", DEVICE_TYPES)
-def test_ctranslate2_tensor_parallel_is_the_devices_gpu_count(device_type: str) -> None:
-    assert flag(args_for(CT2, device_type), "tensor-parallel") == str(GPUS[device_type])
+def test_ctranslate2_device_count_is_the_devices_gpu_count(device_type: str) -> None:
+    assert flag(args_for(CT2, device_type), "device-count") == str(GPUS[device_type])
 
 
-@pytest.mark.parametrize("runtime", [VLLM, CT2], ids=["vllm", "ctranslate2"])
-def test_model_served_name_and_port(runtime: Runtime) -> None:
+@pytest.mark.parametrize(("runtime", "model_flag"), [(VLLM, "model"), (CT2, "model-dir")], ids=["vllm", "ctranslate2"])
+def test_model_served_name_and_port(runtime: Runtime, model_flag: str) -> None:
     custom = runtime.model_copy(update={"port": 9000})
     args = args_for(custom, name="support-bot")
-    assert flag(args, "model") == MODEL
+    assert flag(args, model_flag) == MODEL
     assert flag(args, "served-model-name") == "support-bot"
     assert flag(args, "port") == "9000"
+    assert flag(args, "host") == "0.0.0.0"
+
+
+def test_default_ctranslate2_image_is_the_one_the_project_builds() -> None:
+    """The Dockerfile's ct2-server target, tagged with the project version (as the chart's own image)."""
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert CT2.image == f"ghcr.io/dockyard-dev/dockyard-ct2-server:{version}"
+    assert "AS ct2-server" in (ROOT / "Dockerfile").read_text()
+
+
+@pytest.mark.parametrize("device_type", ["g5.xlarge", "g5.48xlarge"])
+@pytest.mark.parametrize("quantization", ["int8_float16", "no_quantization", ""])
+def test_ctranslate2_args_are_what_the_server_accepts(device_type: str, quantization: str) -> None:
+    """The operator's arguments parse with dockyard-ct2-server's own parser (api/dockyard_ct2/config.py)."""
+    args = args_for(
+        CT2, device_type, hyperParameters=HYPER_PARAMETERS, scalingParameters={"maxBatchSize": 32},
+        **optimization("ctranslate2", quantization),
+    )  # fmt: skip
+    parsed = ct2_config.build_parser().parse_args(args)
+    assert str(parsed.model_dir) == MODEL
+    assert parsed.device == "cuda"
+    assert parsed.device_count == GPUS[device_type]
+    assert parsed.compute_type == ("int8_float16" if quantization == "int8_float16" else "default")
+    assert parsed.max_batch_size == 32
+    assert (parsed.host, parsed.port) == ("0.0.0.0", CT2.port)
+    assert str(parsed.sampling_config) == "/etc/dockyard/sampling.json"
+
+
+def test_sampling_json_is_what_the_server_reads(tmp_path: Path) -> None:
+    """The ConfigMap's sampling.json (sampling_defaults) is a valid --sampling-config."""
+    path = tmp_path / "sampling.json"
+    path.write_text(json.dumps(sampling_defaults(HyperParameters.model_validate(HYPER_PARAMETERS))))
+    defaults = ct2_config.SamplingDefaults.from_file(path)
+    assert defaults == ct2_config.SamplingDefaults(
+        temperature=0.7, top_p=0.9, top_k=50, max_tokens=512, stop=("</s>", "###")
+    )
 
 
 @pytest.mark.parametrize("batch", [1, 64, 256])
@@ -275,9 +314,13 @@ def test_no_catalog_file_means_the_default_catalog(path: str | None) -> None:
     assert load_catalog(path) is DEFAULT_CATALOG
 
 
-def test_default_catalog_has_both_engines() -> None:
+def test_default_catalog_has_the_three_engines() -> None:
     assert DEFAULT_CATALOG.default == "vllm"
-    assert {n: r.engine for n, r in DEFAULT_CATALOG.runtimes.items()} == {"vllm": "vllm", "ctranslate2": "ctranslate2"}
+    assert {n: r.engine for n, r in DEFAULT_CATALOG.runtimes.items()} == {
+        "vllm": "vllm",
+        "ctranslate2": "ctranslate2",
+        "llama-cpp": "llama-cpp",
+    }
 
 
 def write(tmp_path: Path, text: str) -> str:
@@ -339,3 +382,67 @@ runtimes:
 def test_invalid_catalog_is_rejected(tmp_path: Path, text: str, error: str) -> None:
     with pytest.raises(ValidationError, match=error):
         load_catalog(write(tmp_path, text))
+
+
+# --- GGUF and llama.cpp (the model's format picks the engine) ---------------------------------------------
+
+LLAMA = DEFAULT_CATALOG.runtimes["llama-cpp"]
+
+
+@pytest.mark.parametrize("quantization", ["", "no_quantization"])
+def test_a_gguf_model_with_no_optimization_type_is_served_by_llama_cpp(quantization: str) -> None:
+    spec = mdep_spec(optimizationInfo={"optimizationType": "", "quantizationType": quantization})
+    assert select_runtime(spec, DEFAULT_CATALOG, "gguf") == ("llama-cpp", LLAMA)
+    assert select_runtime(mdep_spec(), DEFAULT_CATALOG, "gguf")[0] == "llama-cpp"
+
+
+@pytest.mark.parametrize(
+    ("optimization", "quantization", "field"),
+    [
+        ("ctranslate2", "", "optimizationInfo.optimizationType"),
+        ("vllm", "", "optimizationInfo.optimizationType"),
+        ("", "int8_float16", "optimizationInfo.quantizationType"),
+    ],
+)
+def test_impossible_pairs_with_gguf_are_refused_naming_the_field(
+    optimization: str, quantization: str, field: str
+) -> None:
+    spec = mdep_spec(optimizationInfo={"optimizationType": optimization, "quantizationType": quantization})
+    with pytest.raises(InvalidRuntimeChoice, match=field.replace(".", r"\.")):
+        select_runtime(spec, DEFAULT_CATALOG, "gguf")
+
+
+def test_a_ctranslate2_model_is_served_by_ctranslate2_and_refused_for_vllm() -> None:
+    assert select_runtime(mdep_spec(), DEFAULT_CATALOG, "ctranslate2")[0] == "ctranslate2"
+    spec = mdep_spec(optimizationInfo={"optimizationType": "vllm", "quantizationType": ""})
+    with pytest.raises(InvalidRuntimeChoice, match="optimizationType"):
+        select_runtime(spec, DEFAULT_CATALOG, "ctranslate2")
+
+
+@pytest.mark.parametrize("model_format", [None, "safetensors", "pytorch"])
+def test_other_formats_keep_the_catalogs_choice(model_format: str | None) -> None:
+    assert select_runtime(mdep_spec(), DEFAULT_CATALOG, model_format)[0] == "vllm"
+
+
+def test_llama_cpp_args_come_from_the_spec() -> None:
+    spec = mdep_spec(name="tiny", scalingParameters={"maxBatchSize": 4}, hyperParameters=HYPER_PARAMETERS)
+    args = engine_args(spec, LLAMA, DEVICES["g5.xlarge"], "/models/m/tiny.gguf")
+    assert args[:4] == ["--model=/models/m/tiny.gguf", "--alias=tiny", "--ctx-size=16384", "--parallel=4"]
+    assert "--jinja" in args
+    assert "--n-gpu-layers=999" in args
+    assert f"--port={LLAMA.port}" in args
+    assert "--split-mode=layer" not in args
+    assert f"--temp={HYPER_PARAMETERS['temperature']}" in args
+
+
+def test_llama_cpp_caps_parallel_slots_and_splits_across_gpus() -> None:
+    spec = mdep_spec(scalingParameters={"maxBatchSize": 256})
+    args = engine_args(spec, LLAMA, DEVICES["g5.12xlarge"], "/models/m/x.gguf")
+    assert f"--parallel={LLAMA.max_parallel}" in args
+    assert f"--ctx-size={LLAMA.max_parallel * LLAMA.context_length}" in args
+    assert "--split-mode=layer" in args
+
+
+def test_llama_cpp_serves_no_adapters() -> None:
+    with pytest.raises(InvalidRuntimeChoice, match="adapters"):
+        engine_args(mdep_spec(), LLAMA, DEVICES["g5.xlarge"], "/m/x.gguf", ("lora", "/adapters/lora"))

@@ -7,12 +7,15 @@ ModelDeployment / ToolDeployment it creates or updates, the operator starts the 
 
 Model deploy, per call: one read of the Model (from a watch-fed cache when it shows the Model
 ReadyToDeploy, else from the API server) and one create (or, for an existing deployment, one read and
-one patch) of the ModelDeployment.
+one patch) of the ModelDeployment. The ModelDeployment is owned by the caller's Environment (its uid
+comes with the API key), so deleting the environment releases it; the Model stays (it belongs to the
+namespace).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from typing import Annotated, Any
@@ -21,17 +24,19 @@ import orjson
 from fastapi import APIRouter, Body, Path, Query, Request
 from fastapi.responses import Response
 
-from dockyard_api import apikeys
+from dockyard_api import apikeys, metrics, requestid
 from dockyard_api.auth import EnvironmentCaller, PublicCaller
-from dockyard_api.cache import ObjectCache
+from dockyard_api.cache import Informer
 from dockyard_api.errors import ConflictError, InvalidRequestError, NotFoundError
 from dockyard_api.kubehttp import AsyncKube, KubeError
+from dockyard_api.modelformats import Refusal, engine_for
 from dockyard_api.resources.v1alpha1 import (
     API_VERSION,
     APP_LABEL,
     DOCK_STATUS_ID_LABEL,
     ModelDeploymentSpec,
     ModelType,
+    OptimizationInfo,
     ScalingParameters,
 )
 from dockyard_api.resources.v1alpha1.common import DNS_SUBDOMAIN_PATTERN
@@ -83,7 +88,21 @@ ModelTypeQuery = Annotated[
 ]
 
 
+log = logging.getLogger("dockyard.api.deploy")
+
+
 def _json_response(record: dict[str, Any]) -> Response:
+    kind = "tool" if "toolId" in record else "model"
+    metrics.deploy_outcome(kind, str(record.get("status")))
+    log.info(
+        "%s deploy %s: job %s %s (%s)",
+        kind,
+        record.get("toolId") or record.get("modelId"),
+        record.get("dockStatusId"),
+        record.get("status"),
+        record.get("deploymentName"),
+        extra={"dock_status_id": record.get("dockStatusId"), "deployment": record.get("deploymentName")},
+    )
     return Response(orjson.dumps(record), media_type="application/json")
 
 
@@ -110,7 +129,7 @@ def _requested_by(caller: EnvironmentCaller) -> str:
     response_model=None,
     responses={
         **job_responses(MODEL_DEPLOY_RESPONSE_EXAMPLES, "The deployment job started"),
-        **error_responses(401, 403, 404, 409, 422, 502),
+        **error_responses(401, 403, 404, 409, 422, 503),
     },
 )
 async def deploy_model(
@@ -122,7 +141,8 @@ async def deploy_model(
 ) -> Response:
     kube = _kube(request)
     namespace = caller.namespace
-    await _check_model(request, namespace, model_id, model_type)
+    model = await _check_model(request, namespace, model_id, model_type)
+    _check_runtime(model, body.optimization_info)
     spec = ModelDeploymentSpec(
         model_ref=model_id,
         model_type=model_type,
@@ -134,16 +154,17 @@ async def deploy_model(
         optimization_info=body.optimization_info,
     )
     job_id = str(uuid.uuid4())
-    metadata = {
+    metadata: dict[str, Any] = {
         "labels": {DOCK_STATUS_ID_LABEL: job_id},
-        "annotations": {REQUESTED_BY_ANNOTATION: _requested_by(caller)},
+        "annotations": {REQUESTED_BY_ANNOTATION: _requested_by(caller), **requestid.as_annotation()},
     }
     collection = kube.custom_path(namespace, "modeldeployments")
+    owner = await _owner(kube, caller)
     if not body.is_deployed_previously:
         manifest = {
             "apiVersion": API_VERSION,
             "kind": "ModelDeployment",
-            "metadata": {"name": body.name, **metadata},
+            "metadata": {"name": body.name, **metadata, "ownerReferences": [owner]},
             "spec": spec.model_dump(mode="json", by_alias=True, exclude_none=True),
         }
         try:
@@ -176,6 +197,9 @@ async def deploy_model(
         )
     if existing["metadata"].get("deletionTimestamp"):
         raise ConflictError(f"model deployment {body.name!r} is being deleted; retry when it is gone")
+    owners = existing["metadata"].get("ownerReferences") or []
+    if all(o.get("uid") != owner["uid"] for o in owners):  # deployed through one more environment
+        metadata = {**metadata, "ownerReferences": [*owners, owner]}
     patch = {"metadata": metadata, "spec": spec.model_dump(mode="json", by_alias=True, exclude={"replicas"})}
     try:
         patched = await kube.request("PATCH", path, json=patch, content_type="application/merge-patch+json")
@@ -186,10 +210,26 @@ async def deploy_model(
     return _json_response(pending_record(patched, "modelId", job_id, PENDING_MESSAGE))
 
 
-async def _check_model(request: Request, namespace: str, model_id: str, model_type: str) -> None:
+async def _owner(kube: AsyncKube, caller: EnvironmentCaller) -> dict[str, Any]:
+    """The caller's Environment as an owner: deleting the environment releases (garbage-collects) what
+    its public API deployed. A deployment made through several environments goes with the last of them."""
+    uid = caller.environment_uid
+    if not uid:  # a key Secret that names no owner: read the environment
+        try:
+            env = await kube.request("GET", kube.custom_path(caller.namespace, "environments", caller.environment))
+        except KubeError as exc:
+            if exc.status == 404:
+                raise NotFoundError(f"environment {caller.environment!r} no longer exists") from exc
+            raise
+        uid = env["metadata"]["uid"]
+    return {"apiVersion": API_VERSION, "kind": "Environment", "name": caller.environment, "uid": uid,
+            "blockOwnerDeletion": False}  # fmt: skip
+
+
+async def _check_model(request: Request, namespace: str, model_id: str, model_type: str) -> dict[str, Any]:
     """404 for an unknown model, 409 unless it is ReadyToDeploy, 422 when modelType contradicts it."""
-    cache: ObjectCache | None = getattr(request.app.state, "models", None)
-    model = cache.get(namespace, model_id) if cache is not None else None
+    cache: Informer | None = getattr(request.app.state, "models", None)
+    model = cache.cached(namespace, model_id) if cache is not None else None
     if model is None or _phase(model) != READY_TO_DEPLOY:
         try:
             model = await _kube(request).request("GET", AsyncKube.custom_path(namespace, "models", model_id))
@@ -211,6 +251,21 @@ async def _check_model(request: Request, namespace: str, model_id: str, model_ty
         raise InvalidRequestError(
             f"the request is not valid: query.modelType: {why}", [{"field": "query.modelType", "message": why}]
         )
+    return model
+
+
+def _check_runtime(model: dict[str, Any], info: OptimizationInfo | None) -> None:
+    """422 naming the field when no engine can serve the model's format with this optimizationInfo
+    (e.g. a GGUF model with optimizationType ctranslate2; docs/runtimes.md)."""
+    model_format = ((model.get("status") or {}).get("storage") or {}).get("format")
+    try:
+        engine_for(model_format, info.optimization_type if info else "", info.quantization_type if info else "")
+    except Refusal as exc:
+        field = f"body.{exc.field}"
+        raise InvalidRequestError(
+            f"the request is not valid: {field}: {exc.message}",
+            [{"field": field, "message": exc.message, "modelFormat": model_format}],
+        ) from exc
 
 
 def _phase(model: dict[str, Any]) -> str | None:
@@ -232,7 +287,7 @@ def _phase(model: dict[str, Any]) -> str | None:
     response_model=None,
     responses={
         **job_responses(TOOL_DEPLOY_RESPONSE_EXAMPLES, "The deployment job: finished (isAsync false) or started"),
-        **error_responses(401, 403, 404, 409, 422, 502),
+        **error_responses(401, 403, 404, 409, 422, 503),
     },
 )
 async def deploy_tool(
@@ -253,7 +308,7 @@ async def deploy_tool(
     job_id = str(uuid.uuid4())
     metadata = {
         "labels": {DOCK_STATUS_ID_LABEL: job_id},
-        "annotations": {REQUESTED_BY_ANNOTATION: _requested_by(caller)},
+        "annotations": {REQUESTED_BY_ANNOTATION: _requested_by(caller), **requestid.as_annotation()},
     }
     obj = await _update_tool_deployment(kube, namespace, name, metadata, body.is_async)
     if obj is None:
@@ -291,19 +346,7 @@ async def _create_tool_deployment(
     """A ToolDeployment owned by the caller's Environment (deleted with it). It does not carry the
     environment label: the environment's own reconciler manages only the tools of its deployed version,
     and adopts this object (same name) if a later version includes the tool."""
-    try:
-        env = await kube.request("GET", kube.custom_path(caller.namespace, "environments", caller.environment))
-    except KubeError as exc:
-        if exc.status == 404:
-            raise NotFoundError(f"environment {caller.environment!r} no longer exists") from exc
-        raise
-    owner = {
-        "apiVersion": API_VERSION,
-        "kind": "Environment",
-        "name": caller.environment,
-        "uid": env["metadata"]["uid"],
-        "blockOwnerDeletion": False,
-    }
+    owner = await _owner(kube, caller)
     labels = {**metadata["labels"], APP_LABEL: caller.app, "app.kubernetes.io/managed-by": "dockyard"}
     manifest = {
         "apiVersion": API_VERSION,

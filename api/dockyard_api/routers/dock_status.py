@@ -87,7 +87,7 @@ def pending_record(obj: dict[str, Any], id_key: str, dock_status_id: str, messag
             {"failed": {"summary": "A deployment that failed, with its reason", "value": EXAMPLE}},
             "The job record, with reason and message",
         ),
-        **error_responses(401, 403, 404, 422, 502),
+        **error_responses(401, 403, 404, 422, 503),
     },
 )
 async def dock_status(

@@ -9,17 +9,18 @@ appends the history entry. API keys are Secrets no user touches directly: the fa
 from __future__ import annotations
 
 import contextlib
+import uuid
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query, status
+from fastapi import APIRouter, Path, Query, Response, status
 
-from dockyard_api import apikeys, audit
+from dockyard_api import apikeys, audit, requestid
 from dockyard_api.auth import Auth, KubeUser, NamespaceParam
 from dockyard_api.errors import ConflictError, InvalidError, NotFoundError
 from dockyard_api.events import record_event
 from dockyard_api.kubehttp import AsyncKube, KubeError, User
-from dockyard_api.resources.v1alpha1 import API_KEY_LABEL, API_VERSION, ENVIRONMENT_LABEL
+from dockyard_api.resources.v1alpha1 import API_KEY_LABEL, API_VERSION, DEPLOY_REQUEST_ANNOTATION, ENVIRONMENT_LABEL
 from dockyard_api.routers.apps import AppName, Kube
 from dockyard_api.schemas.management import Deploy, EnvironmentCreate, KeyCreate, KeyView, NewKeyView, Rollback
 
@@ -47,6 +48,9 @@ def environment_view(obj: dict[str, Any]) -> dict[str, Any]:
         "widgetScriptUrl": urls.get("widgetScriptUrl"),
         "appId": st.get("appId"),
         "curlScript": st.get("curlScript"),
+        "embedCode": st.get("embedCode"),
+        "access": spec.get("access") or {"webClient": "signIn"},
+        "widget": spec.get("widget") or {"allowedOrigins": []},
         "history": st.get("history", []),
         "checklist": st.get("checklist", []),
         "conditions": st.get("conditions", []),
@@ -67,7 +71,8 @@ async def create_environment(
         spec["appVersion"] = body.app_version
     if body.configuration:
         spec["configuration"] = body.configuration
-    obj = {"apiVersion": API_VERSION, "kind": "Environment", "metadata": {"name": f"{app}-{body.name}"}, "spec": spec}
+    metadata = {"name": f"{app}-{body.name}", "annotations": requestid.as_annotation()}
+    obj = {"apiVersion": API_VERSION, "kind": "Environment", "metadata": metadata, "spec": spec}
     created = await kube.request("POST", kube.custom_path(namespace, "environments"), json=obj, as_user=user)
     return environment_view(created)
 
@@ -94,19 +99,45 @@ async def get_environment(
     "/environments/{environment}/deploy",
     status_code=status.HTTP_202_ACCEPTED,
     summary="Deploy a version to the environment (recorded in its history)",
+    description="202: another version is being deployed (a history entry with action Deploy). 200: the version is "
+    "the one already linked: it is deployed again (a history entry with action Redeploy) and `message` says so.",
 )
 async def deploy(
-    namespace: NamespaceParam, environment: EnvName, body: Deploy, user: KubeUser, kube: Kube, auth: Auth
+    namespace: NamespaceParam,
+    environment: EnvName,
+    body: Deploy,
+    user: KubeUser,
+    kube: Kube,
+    auth: Auth,
+    response: Response,
 ) -> dict[str, Any]:
     await auth.require(user, verb="create", namespace=namespace, resource="environments", subresource="deploy")
-    await _environment(kube, user, namespace, environment)
-    return environment_view(await _set_version(kube, user, namespace, environment, body.version))
+    env = await _environment(kube, user, namespace, environment)
+    spec, st = env.get("spec") or {}, env.get("status") or {}
+    if spec.get("appVersion") == body.version:
+        response.status_code = status.HTTP_200_OK
+        state = (
+            "is already the active version"
+            if st.get("activeVersion") == body.version
+            else f"is already linked (phase {st.get('phase') or 'Pending'})"
+        )
+        view = environment_view(await _set_version(kube, user, namespace, environment, body.version, "Redeploy"))
+        view["message"] = (
+            f"version {body.version} {state} of {environment}: it is deployed again "
+            "(a new history entry with action Redeploy)"
+        )
+        return view
+    view = environment_view(await _set_version(kube, user, namespace, environment, body.version, "Deploy"))
+    view["message"] = f"deploying version {body.version} to {environment} (a new history entry with action Deploy)"
+    return view
 
 
 @router.post(
     "/environments/{environment}/rollback",
     status_code=status.HTTP_202_ACCEPTED,
-    summary="Roll back to a previous version from the history (a new history entry)",
+    summary="Roll back to a previous working version from the history (a new history entry)",
+    description="409 when the version is the active one, is not in the history as Previous, or none of its "
+    "deployments to this environment became healthy (not a working version).",
 )
 async def rollback(
     namespace: NamespaceParam, environment: EnvName, body: Rollback, user: KubeUser, kube: Kube, auth: Auth
@@ -115,14 +146,34 @@ async def rollback(
     if not body.confirm:
         raise InvalidError("a rollback must be confirmed: send confirm: true", [{"field": "confirm"}])
     env = await _environment(kube, user, namespace, environment)
-    history = (env.get("status") or {}).get("history", [])
-    previous = [h["version"] for h in history if h.get("status") == "Previous"]
-    if body.version not in previous:
+    spec, st = env.get("spec") or {}, env.get("status") or {}
+    history = st.get("history", [])
+    working = sorted({h["version"] for h in history if h.get("status") == "Previous" and h.get("healthy") is not False})
+    current = st.get("activeVersion") or spec.get("appVersion") or "draft"
+    if body.version in (current, spec.get("appVersion")):
+        raise ConflictError(
+            f"version {body.version} is the active version of {environment}: there is nothing to roll back; "
+            "to deploy it again, use deploy (a redeploy)",
+            {"activeVersion": current, "previousWorkingVersions": working},
+        )
+    earlier = [h for h in history if h.get("status") == "Previous" and h["version"] == body.version]
+    if not earlier:
         raise ConflictError(
             f"version {body.version} is not a previous deployment of {environment}",
-            {"previousVersions": sorted(set(previous))},
+            {"previousWorkingVersions": working},
         )
-    return environment_view(await _set_version(kube, user, namespace, environment, body.version))
+    if all(h.get("healthy") is False for h in earlier):
+        raise ConflictError(
+            f"version {body.version} never became healthy in {environment} (deployed at "
+            f"{', '.join(str(h.get('deployedAt')) for h in earlier)}): roll back to a previous working version",
+            {"previousWorkingVersions": working},
+        )
+    view = environment_view(await _set_version(kube, user, namespace, environment, body.version, "Rollback"))
+    view["message"] = (
+        f"rolling back {environment} from {current} to version {body.version} "
+        "(a new history entry with action Rollback)"
+    )
+    return view
 
 
 @router.delete(
@@ -168,7 +219,9 @@ async def delete_environment(
     return {
         "deleted": environment,
         "auditRecord": f"ConfigMap {namespace}/{audit.audit_record_name(env['metadata'])}",
-        "message": "endpoints deactivated and API keys revoked; the audit log and usage statistics are kept",
+        "message": "endpoints deactivated and API keys revoked; the model and tool deployments made through its "
+        "public API are released (imported Models stay: they belong to the namespace); the audit log and usage "
+        "statistics are kept",
     }
 
 
@@ -254,11 +307,19 @@ async def _key_secrets(kube: AsyncKube, namespace: str, environment: str) -> lis
     return items
 
 
-async def _set_version(kube: AsyncKube, user: User, namespace: str, name: str, version: str) -> dict[str, Any]:
+async def _set_version(
+    kube: AsyncKube, user: User, namespace: str, name: str, version: str, action: str
+) -> dict[str, Any]:
+    """Link ``version``; the deploy request annotation makes it a new deployment even when the version
+    stays (a redeploy), and tells the admission webhook what was asked (it records the action)."""
+    request = f"{action} {uuid.uuid4().hex}"
     patched: dict[str, Any] = await kube.request(
         "PATCH",
         kube.custom_path(namespace, "environments", name),
-        json={"spec": {"appVersion": version}},
+        json={
+            "metadata": {"annotations": {DEPLOY_REQUEST_ANNOTATION: request, **requestid.as_annotation()}},
+            "spec": {"appVersion": version},
+        },
         content_type="application/merge-patch+json",
         as_user=user,
     )

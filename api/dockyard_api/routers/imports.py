@@ -5,20 +5,19 @@ Mounted under ``/e/{namespace}/{environment}``: SPEC's {base_url} is the environ
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from functools import partial
 from typing import Annotated, Any, TypeVar
 
 import anyio
-from fastapi import APIRouter, Path, Request
+from fastapi import APIRouter, Body, Path, Request
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
 
+from dockyard_api import metrics
 from dockyard_api.auth import PublicCaller
 from dockyard_api.chunkupload import ChunkUpload
-from dockyard_api.errors import DockyardError
 from dockyard_api.imports import ImportService, StartRequest
-from dockyard_api.modelstore import ChunkWriter, StoreError, parse_chunk_number
+from dockyard_api.modelstore import ChunkWriter, parse_chunk_number
 from dockyard_api.schemas.public import error_responses, ok_responses
 
 router = APIRouter(prefix="/api/public/files/session", tags=["model import"])
@@ -27,10 +26,20 @@ T = TypeVar("T")
 SessionId = Annotated[str, Path(description="sessionId returned by the start call", max_length=128)]
 
 
-class StartBody(BaseModel):
-    """Body of the start call (SPEC.md §1). ``sha256`` is a Dockyard extension."""
+def sha256_hex(value: str | None) -> str | None:
+    if value is None:
+        return None
+    value = value.strip().lower()
+    if len(value) != 64 or any(c not in "0123456789abcdef" for c in value):
+        raise ValueError("sha256 must be 64 hexadecimal digits")
+    return value
 
-    model_config = ConfigDict(extra="ignore")
+
+class StartBody(BaseModel):
+    """Body of the start call (SPEC.md §1). ``sha256`` is a Dockyard extension. Unknown fields are refused
+    with 422 naming them, like every public body (docs/public-api.md, "Unknown fields")."""
+
+    model_config = ConfigDict(extra="forbid")
 
     fileContext: str = Field(min_length=1, max_length=64, description="context of the file, e.g. model")
     totalChunks: StrictInt = Field(ge=1, description="number of chunks the file is divided into")
@@ -46,12 +55,24 @@ class StartBody(BaseModel):
     @field_validator("sha256")
     @classmethod
     def _hex(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        value = value.strip().lower()
-        if len(value) != 64 or any(c not in "0123456789abcdef" for c in value):
-            raise ValueError("sha256 must be 64 hexadecimal digits")
-        return value
+        return sha256_hex(value)
+
+
+class CompleteBody(BaseModel):
+    """Optional body of the completion call (a Dockyard extension; SPEC's call has no body)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sha256: str | None = Field(
+        default=None,
+        description="hex SHA-256 of the whole file, computed while uploading; the import job FAILS when it "
+        "differs (409 checksum_conflict when it contradicts the start call's)",
+    )
+
+    @field_validator("sha256")
+    @classmethod
+    def _hex(cls, value: str | None) -> str | None:
+        return sha256_hex(value)
 
 
 class StartResponse(BaseModel):
@@ -83,21 +104,8 @@ def service(request: Request) -> ImportService:
     return svc
 
 
-@contextmanager
-def answers() -> Iterator[None]:
-    """The store's errors as the facade's error answers (same status, code, message and details)."""
-    try:
-        yield
-    except StoreError as exc:
-        err = DockyardError(exc.message, exc.details)
-        err.status_code = exc.status_code
-        err.code = exc.code
-        raise err from exc
-
-
 async def blocking(fn: Callable[..., T], *args: Any) -> T:
-    with answers():
-        return await anyio.to_thread.run_sync(partial(fn, *args))
+    return await anyio.to_thread.run_sync(partial(fn, *args))
 
 
 SESSION_EXAMPLE = {
@@ -128,7 +136,7 @@ SESSION_STATE_EXAMPLE = {
     "/start",
     response_model=StartResponse,
     summary="Start an import session (SPEC.md §1)",
-    responses={**ok_responses(SESSION_EXAMPLE, "The session"), **error_responses(401, 403, 404, 422, 502)},
+    responses={**ok_responses(SESSION_EXAMPLE, "The session"), **error_responses(401, 403, 404, 422, 503)},
 )
 async def start(body: StartBody, caller: PublicCaller, request: Request) -> Any:
     req = StartRequest(
@@ -140,7 +148,9 @@ async def start(body: StartBody, caller: PublicCaller, request: Request) -> Any:
         is_adapter=body.isAdapter,
         sha256=body.sha256,
     )
-    return await blocking(service(request).start, caller.namespace, caller.environment, req)
+    session = await blocking(service(request).start, caller.namespace, caller.environment, req)
+    metrics.import_outcome("started")
+    return session
 
 
 @router.post(
@@ -149,7 +159,7 @@ async def start(body: StartBody, caller: PublicCaller, request: Request) -> Any:
     summary="Upload one chunk (SPEC.md §2): multipart fields file and chunkNumber",
     responses={
         **ok_responses({"chunkNumber": 0, "sessionId": "7c9e6679-7425-40de-944b-e07fc1f90ae7"}, "The chunk is stored"),
-        **error_responses(401, 403, 404, 409, 410, 413, 422, 502),
+        **error_responses(401, 403, 404, 409, 410, 413, 422, 503),
     },
     openapi_extra={
         "requestBody": {
@@ -175,18 +185,17 @@ async def upload_chunk(sessionId: SessionId, caller: PublicCaller, request: Requ
     fsync = svc.settings.fsync_chunks
 
     def open_writer() -> ChunkWriter:
-        with answers():
-            return svc.store.writer(meta, svc.settings.max_chunk_bytes, fsync=fsync)
+        return svc.store.writer(meta, svc.settings.max_chunk_bytes, fsync=fsync)
 
     def check_number(raw: str) -> int:
-        with answers():
-            return parse_chunk_number(raw, meta.total_chunks)
+        return parse_chunk_number(raw, meta.total_chunks)
 
-    with answers():
-        number, chunk = await ChunkUpload(open_writer, check_number).read(
-            request.headers.get("content-type"), request.stream()
-        )
-    await blocking(svc.store.publish, meta, number, chunk)
+    number, chunk = await ChunkUpload(open_writer, check_number).read(
+        request.headers.get("content-type"), request.stream()
+    )
+    size = chunk.size
+    if await blocking(svc.store.publish, meta, number, chunk):
+        metrics.upload_chunk(size)
     return {"chunkNumber": number, "sessionId": sessionId}
 
 
@@ -208,7 +217,9 @@ async def describe(sessionId: SessionId, caller: PublicCaller, request: Request)
     },
 )
 async def abort(sessionId: SessionId, caller: PublicCaller, request: Request) -> dict[str, Any]:
-    return await blocking(service(request).abort, caller.namespace, caller.environment, sessionId)
+    aborted = await blocking(service(request).abort, caller.namespace, caller.environment, sessionId)
+    metrics.import_outcome("aborted")
+    return aborted
 
 
 @router.post(
@@ -218,8 +229,13 @@ async def abort(sessionId: SessionId, caller: PublicCaller, request: Request) ->
     summary="Complete the import (SPEC.md §3): starts the import job; calling it again returns the same job",
     responses={
         **ok_responses(IMPORT_JOB_EXAMPLE, "The import job"),
-        **error_responses(401, 403, 404, 409, 410, 422, 502),
+        **error_responses(401, 403, 404, 409, 410, 422, 503),
     },
 )
-async def complete(sessionId: SessionId, caller: PublicCaller, request: Request) -> Any:
-    return await blocking(service(request).complete, caller.namespace, caller.environment, sessionId)
+async def complete(
+    sessionId: SessionId, caller: PublicCaller, request: Request, body: Annotated[CompleteBody | None, Body()] = None
+) -> Any:
+    sha256 = body.sha256 if body is not None else None
+    job = await blocking(service(request).complete, caller.namespace, caller.environment, sessionId, sha256)
+    metrics.import_outcome("completed")
+    return job

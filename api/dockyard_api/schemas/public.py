@@ -234,9 +234,9 @@ ERROR_MEANINGS = {
     409: "the request contradicts the current state (model not ReadyToDeploy, name taken, chunks missing, "
     "a chunk re-sent with other bytes)",
     410: "the import session expired",
-    413: "a chunk larger than the maximum chunk size",
+    413: "a chunk larger than the maximum chunk size, or a JSON body larger than 1 MiB (configurable)",
     422: "invalid path, query or body: the message and details name each field",
-    502: "the Kubernetes API server failed or could not be reached; retry",
+    503: "the Kubernetes API server is unavailable (restarting, or no answer in time): retry after Retry-After",
 }
 
 

@@ -123,8 +123,12 @@ app.kubernetes.io/component: {{ index . 1 }}
   emptyDir:
     sizeLimit: {{ .Values.tmpSizeLimit }}
 - name: model-store
+{{- if eq .Values.modelStore.backend "s3" }}
+  emptyDir: {}
+{{- else }}
   persistentVolumeClaim:
     claimName: {{ include "dockyard.modelStore.claimName" . }}
+{{- end }}
 {{- if .Values.deviceCatalog }}
 - name: device-catalog
   configMap:
@@ -232,3 +236,64 @@ https://{{ (index .Values.facade.ingress.hosts 0).host }}
 http://{{ include "dockyard.facade.fullname" . }}.{{ .Release.Namespace }}.svc:{{ .Values.facade.service.port }}
 {{- end -}}
 {{- end }}
+
+{{- define "dockyard.downloadTokens.secretName" -}}
+{{- .Values.modelStore.downloadTokens.existingSecret | default (printf "%s-download-tokens" (include "dockyard.fullname" .)) }}
+{{- end }}
+
+{{- define "dockyard.s3.secretName" -}}
+{{- .Values.modelStore.s3.existingSecret | default (printf "%s-model-store-s3" (include "dockyard.fullname" .)) }}
+{{- end }}
+
+{{/* The model store's backend settings and the download-token key, for both components; argument:
+(list . "API") or (list . "OPERATOR"). */}}
+{{- define "dockyard.modelStoreEnv" -}}
+{{- $ := index . 0 }}
+{{- $p := printf "DOCKYARD_%s_" (index . 1) }}
+{{- $ms := $.Values.modelStore }}
+- name: {{ $p }}MODEL_STORE_BACKEND
+  value: {{ $ms.backend | quote }}
+{{- if eq $ms.backend "s3" }}
+- name: {{ $p }}S3_ENDPOINT
+  value: {{ $ms.s3.endpoint | quote }}
+- name: {{ $p }}S3_BUCKET
+  value: {{ $ms.s3.bucket | quote }}
+- name: {{ $p }}S3_PREFIX
+  value: {{ $ms.s3.prefix | quote }}
+{{- with $ms.s3.region }}
+- name: {{ $p }}S3_REGION
+  value: {{ . | quote }}
+{{- end }}
+- name: {{ $p }}S3_CREATE_BUCKET
+  value: {{ $ms.s3.createBucket | toString | quote }}
+{{- if or $ms.s3.existingSecret $ms.s3.accessKey }}
+- name: {{ $p }}S3_ACCESS_KEY
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "dockyard.s3.secretName" $ }}
+      key: accessKey
+- name: {{ $p }}S3_SECRET_KEY
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "dockyard.s3.secretName" $ }}
+      key: secretKey
+{{- end }}
+{{- end }}
+- name: {{ $p }}DOWNLOAD_TOKEN_KEY
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "dockyard.downloadTokens.secretName" $ }}
+      key: key
+{{- end }}
+
+{{/*
+A setting as an environment variable value: whole numbers without an exponent (Helm reads YAML numbers
+as floats, and 67108864 would otherwise become "6.7108864e+07").
+*/}}
+{{- define "dockyard.settingValue" -}}
+{{- if and (kindIs "float64" .) (eq (float64 (int64 .)) .) -}}
+{{- int64 . | toString | quote -}}
+{{- else -}}
+{{- . | toString | quote -}}
+{{- end -}}
+{{- end -}}

@@ -30,6 +30,8 @@ from dockyard_api.resources.v1alpha1.common import (
     API_VERSION,
     APP_LABEL,
     AUDIT_LABEL,
+    DEPLOY_ACTION_ANNOTATION,
+    DEPLOY_REQUEST_ANNOTATION,
     DEPLOYED_AT_ANNOTATION,
     DEPLOYED_BY_ANNOTATION,
     DOCK_STATUS_ID_LABEL,
@@ -56,6 +58,9 @@ from dockyard_api.resources.v1alpha1.environment import (
     EnvironmentStatus,
     EnvironmentUrls,
     HistoryEntry,
+    RateLimits,
+    UsageCounters,
+    UsageSummary,
 )
 from dockyard_api.resources.v1alpha1.model import (
     HubSource,
@@ -94,6 +99,8 @@ __all__ = [
     "AUDIT_LABEL",
     "DEPLOYED_AT_ANNOTATION",
     "DEPLOYED_BY_ANNOTATION",
+    "DEPLOY_ACTION_ANNOTATION",
+    "DEPLOY_REQUEST_ANNOTATION",
     "DOCK_STATUS_ID_LABEL",
     "ENVIRONMENT_LABEL",
     "FAILED",
@@ -137,6 +144,7 @@ __all__ = [
     "ModelType",
     "ObjectMeta",
     "OptimizationInfo",
+    "RateLimits",
     "ScalingParameters",
     "StatusBase",
     "Tool",
@@ -147,5 +155,7 @@ __all__ = [
     "ToolSpec",
     "ToolVersionRef",
     "UploadSource",
+    "UsageCounters",
+    "UsageSummary",
     "WorkloadStatus",
 ]

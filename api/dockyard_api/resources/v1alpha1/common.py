@@ -27,6 +27,14 @@ DEPLOYED_AT_ANNOTATION = f"{GROUP}/deployed-at"
 """Annotation with the time (RFC 3339) an Environment's appVersion was last changed; set by the
 Environment mutating webhook together with deployed-by. It identifies one deployment in the history."""
 
+DEPLOY_REQUEST_ANNOTATION = f"{GROUP}/deploy-request"
+"""Annotation the facade sets with every deploy, redeploy or rollback: ``<Deploy|Redeploy|Rollback> <nonce>``.
+A new value is a new deployment even when appVersion stays the same (a redeploy)."""
+
+DEPLOY_ACTION_ANNOTATION = f"{GROUP}/deploy-action"
+"""Annotation with what the latest deployment was (Deploy, Redeploy or Rollback); set by the Environment
+mutating webhook with deployed-by/-at, copied by the operator into the history entry."""
+
 RESTORED_FROM_ANNOTATION = f"{GROUP}/restored-from"
 """Annotation on an App: the version its draft was last restored from (with restored-by/-at)."""
 

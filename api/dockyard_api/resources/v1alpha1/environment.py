@@ -21,8 +21,60 @@ from dockyard_api.resources.v1alpha1.common import (
 
 EnvironmentPhase = Literal["Pending", "Deploying", "Active", "Failed"]
 HistoryStatus = Literal["Active", "Previous"]
+HistoryAction = Literal["Deploy", "Redeploy", "Rollback"]
 ChecklistCategory = Literal["Configuration", "Testing", "Security", "Monitoring"]
 ChecklistState = Literal["Done", "NotDone", "Manual"]
+
+
+class RateLimits(DockyardModel):
+    """Limits on calls of the deployed app (POST {apiBaseUrl}/v1/apps/{appId}/execute). Over a limit the
+    call answers 429 with Retry-After. Counted in the conversation database, so they hold across facade
+    replicas sharing PostgreSQL."""
+
+    requests_per_minute: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
+    """Calls per API key per minute (fixed one-minute windows, UTC); absent: no limit."""
+    tokens_per_day: Annotated[int, Field(ge=1, le=1_000_000_000_000)] | None = None
+    """Model tokens (input + output) of the whole environment per UTC day; a call is refused once the day's
+    total has reached it (the call that crosses it completes); absent: no limit."""
+
+
+WebClientAccess = Literal["public", "signIn", "disabled"]
+Origin = Annotated[
+    str,
+    Field(
+        max_length=253,
+        pattern=r"^(\*|https?://(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?)(:[0-9]{1,5})?)$",
+    ),
+]
+"""A web origin as browsers send it: scheme://host[:port], no path and no trailing slash; ``*`` is any site."""
+
+
+class Access(DockyardModel):
+    """Who may open the environment's browser pages."""
+
+    web_client: WebClientAccess = "signIn"
+    """The web client page (status.urls.webClientUrl): public (anyone with the URL chats, as an anonymous
+    end user; no API key in the browser), signIn (a person signs in with a Kubernetes token allowed to get
+    this Environment; the default) or disabled (the page answers 404)."""
+
+
+class WidgetSettings(DockyardModel):
+    """The embeddable widget ({widget_url}/v1/loader.js): which sites may embed it and how hard it may
+    be used. The widget never holds an API key: it asks POST {apiBaseUrl}/v1/widget/token for a
+    short-lived token, which the facade issues only to a page whose Origin is listed here."""
+
+    allowed_origins: Annotated[list[Origin], Field(max_length=64)] = Field(default_factory=list)
+    """Sites allowed to embed the widget, e.g. https://shop.example.com (scheme, host and port exactly as
+    the browser sends them in Origin). They also make up the CORS answer of the deployed-app API and the
+    web client page's frame-ancestors. Empty: no site (the widget shows that the site is not allowed)."""
+    token_ttl_seconds: Annotated[int, Field(ge=60, le=86_400)] = 900
+    """How long a widget token lasts; the widget renews it (keeping the same anonymous end user)."""
+    requests_per_minute_per_token: Annotated[int, Field(ge=1, le=10_000)] = 20
+    """Messages one end user (one widget token and its renewals) may send per minute."""
+    requests_per_minute_per_address: Annotated[int, Field(ge=1, le=100_000)] = 60
+    """Messages all widget and web-client users of one client IP address may send per minute."""
+    tokens_per_minute_per_address: Annotated[int, Field(ge=1, le=10_000)] = 10
+    """Tokens one client IP address may obtain per minute (new end users and renewals)."""
 
 
 class EnvironmentSpec(DockyardModel):
@@ -45,6 +97,13 @@ class EnvironmentSpec(DockyardModel):
     environment)."""
     configuration: dict[str, Any] = Field(default_factory=dict)
     """Environment-specific configuration, free-form; independent of other environments."""
+    rate_limits: RateLimits | None = None
+    """Rate limits of the deployed app; absent: none (the checklist's "Rate limits set" is NotDone)."""
+    access: Access | None = None
+    """Who may open the web client page; absent: signIn."""
+    widget: WidgetSettings | None = None
+    """The embeddable widget: allowed sites, token lifetime, per-user and per-address limits; absent: no
+    site may embed it."""
 
 
 class HistoryEntry(DockyardModel):
@@ -58,6 +117,12 @@ class HistoryEntry(DockyardModel):
     """Who deployed it (from the dockyard.dev/deployed-by annotation)."""
     status: HistoryStatus
     """Active for the version deployed now, Previous for earlier ones."""
+    action: HistoryAction = "Deploy"
+    """What was asked: Deploy (another version linked), Redeploy (the Active version deployed again) or
+    Rollback (a previous working version chosen from the history)."""
+    healthy: bool | None = None
+    """Whether this deployment became healthy (the environment Active with it): true once it did; false
+    when it failed, or was replaced before it did; unset while it is still being deployed."""
 
 
 class EnvironmentUrls(DockyardModel):
@@ -84,6 +149,36 @@ class ChecklistItem(DockyardModel):
     """How the state was computed, or what to check by hand."""
 
 
+class UsageCounters(DockyardModel):
+    """Calls of the deployed app and the model tokens they used."""
+
+    requests: Annotated[int, Field(ge=0)] = 0
+    """Calls answered (successes and errors)."""
+    errors: Annotated[int, Field(ge=0)] = 0
+    """Calls that ended in an error."""
+    rate_limited: Annotated[int, Field(ge=0)] = 0
+    """Calls refused by a rate limit (429), not counted in requests."""
+    tokens_in: Annotated[int, Field(ge=0)] = 0
+    """Model input tokens."""
+    tokens_out: Annotated[int, Field(ge=0)] = 0
+    """Model output tokens."""
+
+
+class UsageSummary(DockyardModel):
+    """A summary of the usage statistics (the full figures, per day and API key: GET
+    /api/v1/namespaces/{namespace}/environments/{name}/usage). Written by the facade at most once a minute
+    when usage changed; the statistics live in the conversation database and outlive the environment."""
+
+    day: str
+    """The UTC day of ``today`` (YYYY-MM-DD)."""
+    today: UsageCounters
+    """Usage on that day."""
+    last30_days: UsageCounters
+    """Usage over the 30 days ending that day."""
+    updated_at: datetime
+    """When the summary was computed."""
+
+
 class EnvironmentStatus(StatusBase):
     """Observed state of an Environment."""
 
@@ -97,10 +192,15 @@ class EnvironmentStatus(StatusBase):
     """Generated URLs."""
     curl_script: str | None = None
     """A cURL command calling the deployed app by API (the API key left as a placeholder)."""
+    embed_code: str | None = None
+    """The HTML snippet that embeds the chat widget in a web page (SPEC's Embed Code): a container element
+    and the loader script with this environment's app id; paste it into every page of an allowed site."""
     history: Annotated[list[HistoryEntry], Field(max_length=100)] = Field(default_factory=list)
     """Deployments, newest first: one Active entry, then Previous ones."""
     checklist: Annotated[list[ChecklistItem], Field(max_length=64)] = Field(default_factory=list)
     """The pre-production checklist (SPEC.md), recomputed on every reconcile."""
+    usage: UsageSummary | None = None
+    """Usage of the deployed app today and over 30 days (written by the facade)."""
 
 
 class Environment(Resource):

@@ -106,6 +106,12 @@ class ModelStorage(DockyardModel):
     """Bytes received."""
     sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] | None = None
     """SHA-256 of the received file."""
+    format: Literal["gguf", "ctranslate2", "safetensors", "pytorch"] | None = None
+    """Format of the stored weights, found by the import: gguf (served by llama.cpp), ctranslate2,
+    safetensors or pytorch (docs/runtimes.md says which engine serves which)."""
+    file: Annotated[str, Field(min_length=1, max_length=255)] | None = None
+    """For a format an engine loads by file name (GGUF): that file, in the model's directory (of a
+    split GGUF, the first part)."""
 
 
 class ModelStatus(StatusBase):

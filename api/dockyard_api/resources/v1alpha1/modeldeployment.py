@@ -133,6 +133,11 @@ class ModelDeploymentStatus(WorkloadStatus):
     operator restart loses nothing."""
 
 
+MAX_NAME_LENGTH = 63
+"""A ModelDeployment's name is a label value of its workload (``app.kubernetes.io/instance``,
+``dockyard.dev/model-deployment``): at most 63 characters, refused above at admission (CEL)."""
+
+
 class ModelDeployment(Resource):
     """A model served on GPU nodes of one device type, with replica bounds and sampling defaults.
 
@@ -156,6 +161,15 @@ class ModelDeployment(Resource):
         ),
         scale=ScaleSubresource(),
         selectable_fields=(".spec.modelRef", ".spec.deviceType"),
+    )
+
+    cel_rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            "self.metadata.name.size() <= 63",
+            "metadata.name must be at most 63 characters: it is the value of the labels of the deployment's "
+            "pods and Service (a Kubernetes label value has at most 63 characters)",
+            check=lambda m: m.metadata.name is None or len(m.metadata.name) <= MAX_NAME_LENGTH,
+        ),
     )
 
     kind: Literal["ModelDeployment"] = "ModelDeployment"

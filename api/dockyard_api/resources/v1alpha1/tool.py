@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, StrictBool, StrictInt
 
@@ -76,6 +76,10 @@ class ToolSpec(DockyardModel):
     """Call the tool at this URL instead (it runs elsewhere)."""
     mcp: ToolMcp | None = None
     """Set when the tool is an MCP server."""
+    parameters: dict[str, Any] | None = None
+    """JSON Schema (an object schema) of the arguments of an HTTP tool: agents offer it to their model as a
+    function's parameters and POST the model's arguments to the tool as a JSON object. An MCP tool lists
+    its own schemas (tools/list)."""
 
 
 class Tool(Resource):

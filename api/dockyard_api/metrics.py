@@ -1,0 +1,193 @@
+"""Prometheus metrics of the facade, served at ``/metrics`` (text exposition, prometheus_client).
+
+Requests are counted by route TEMPLATE (``/e/{namespace}/{environment}/api/public/dock-status/{dock_status_id}``,
+never the concrete path: bounded cardinality), method and status, with a latency histogram. The
+functions below are what the request handlers call; the deployed-app runtime and its rate limiter call
+:func:`execute_outcome`, :func:`tokens` and :func:`rate_limited`.
+
+An environment's namespace is the label ``environment_namespace``: Prometheus adds ``namespace`` (the
+facade pod's) to every series it scrapes.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import re
+import time
+from typing import Any
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client.gc_collector import GCCollector
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
+
+from dockyard_api import requestid
+
+log = logging.getLogger("dockyard.api.metrics")
+REGISTRY = CollectorRegistry(auto_describe=True)
+ProcessCollector(registry=REGISTRY)
+PlatformCollector(registry=REGISTRY)
+GCCollector(registry=REGISTRY)
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+
+REQUESTS = Counter(
+    "dockyard_api_requests", "HTTP requests answered, by route template, method and status",
+    ["route", "method", "status"], registry=REGISTRY,
+)  # fmt: skip
+LATENCY = Histogram(
+    "dockyard_api_request_duration_seconds", "Time to answer an HTTP request (until the last body byte is sent)",
+    ["route", "method"], buckets=LATENCY_BUCKETS, registry=REGISTRY,
+)  # fmt: skip
+IN_FLIGHT = Gauge("dockyard_api_requests_in_flight", "HTTP requests being answered", registry=REGISTRY)
+UPLOAD_BYTES = Counter("dockyard_api_upload_bytes", "Bytes of import chunks stored", registry=REGISTRY)
+UPLOAD_CHUNKS = Counter("dockyard_api_upload_chunks", "Import chunks stored", registry=REGISTRY)
+IMPORTS = Counter(
+    "dockyard_api_imports", "Import session calls by outcome (started, completed, aborted, refused)", ["outcome"],
+    registry=REGISTRY,
+)  # fmt: skip
+DEPLOYS = Counter(
+    "dockyard_api_deploys", "Public deploy calls answered 200, by kind (model, tool) and the job status answered",
+    ["kind", "outcome"], registry=REGISTRY,
+)  # fmt: skip
+EXECUTES = Counter(
+    "dockyard_api_executes", "Deployed-app calls by environment and outcome (ok, or the error code)",
+    ["environment_namespace", "environment", "outcome"], registry=REGISTRY,
+)  # fmt: skip
+EXECUTE_LATENCY = Histogram(
+    "dockyard_api_execute_duration_seconds", "Time of a deployed-app call, by environment",
+    ["environment_namespace", "environment"], buckets=LATENCY_BUCKETS, registry=REGISTRY,
+)  # fmt: skip
+TOKENS = Counter(
+    "dockyard_api_tokens", "Model tokens of deployed-app calls by environment and direction (in, out)",
+    ["environment_namespace", "environment", "direction"], registry=REGISTRY,
+)  # fmt: skip
+RATE_LIMITED = Counter(
+    "dockyard_api_rate_limited", "Calls refused by a rate limit (429), by environment and limit",
+    ["environment_namespace", "environment", "limit"], registry=REGISTRY,
+)  # fmt: skip
+
+UNMATCHED = "<unmatched>"
+
+
+def upload_chunk(size: int) -> None:
+    UPLOAD_BYTES.inc(size)
+    UPLOAD_CHUNKS.inc()
+
+
+def import_outcome(outcome: str) -> None:
+    IMPORTS.labels(outcome).inc()
+
+
+def deploy_outcome(kind: str, outcome: str) -> None:
+    """``kind`` model or tool; ``outcome`` the job status answered (IN_PROGRESS, SUCCESS, FAILED) or refused."""
+    DEPLOYS.labels(kind, outcome).inc()
+
+
+def execute_outcome(namespace: str, environment: str, outcome: str, seconds: float | None = None) -> None:
+    """One deployed-app call ended: ``outcome`` is ``ok`` or the error code answered."""
+    EXECUTES.labels(namespace, environment, outcome).inc()
+    if seconds is not None:
+        EXECUTE_LATENCY.labels(namespace, environment).observe(seconds)
+
+
+def tokens(namespace: str, environment: str, tokens_in: int, tokens_out: int) -> None:
+    if tokens_in:
+        TOKENS.labels(namespace, environment, "in").inc(tokens_in)
+    if tokens_out:
+        TOKENS.labels(namespace, environment, "out").inc(tokens_out)
+
+
+def rate_limited(namespace: str, environment: str, limit: str) -> None:
+    """A call was refused with 429; ``limit`` names the limit (e.g. requestsPerMinute, tokensPerDay)."""
+    RATE_LIMITED.labels(namespace, environment, limit).inc()
+
+
+def exposition() -> tuple[bytes, str]:
+    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
+
+
+class RouteTemplates:
+    """The route template of a request path, from the app's OpenAPI paths (``{param}`` matches one segment).
+
+    A template with fewer parameters wins (``/files/session/start`` before ``/files/session/{sessionId}``).
+    Built on first use, so every router included by then counts; paths that match none are ``<unmatched>``
+    (a scan of random URLs cannot grow the metric's cardinality)."""
+
+    EXTRA = ("/metrics",)
+
+    def __init__(self) -> None:
+        self._patterns: list[tuple[re.Pattern[str], str]] | None = None
+
+    def build(self, app: Any) -> None:
+        paths = list(app.openapi().get("paths", {})) + list(self.EXTRA)
+        ordered = sorted(set(paths), key=lambda p: (p.count("{"), -len(p)))
+        self._patterns = [(re.compile("^" + re.sub(r"\\{[^/]+?\\}", "[^/]+", re.escape(p)) + "$"), p) for p in ordered]
+
+    @functools.lru_cache(maxsize=4096)  # noqa: B019 - one instance per app, kept for its lifetime
+    def match(self, path: str) -> str:
+        for pattern, template in self._patterns or ():
+            if pattern.match(path):
+                return template
+        return UNMATCHED
+
+    def of(self, scope: dict[str, Any]) -> str:
+        if self._patterns is None:
+            app = scope.get("app")
+            if app is None or not hasattr(app, "openapi"):
+                return UNMATCHED
+            try:
+                self.build(app)
+            except Exception:  # metrics must never break a request: count it unmatched, try again next time
+                log.warning("cannot list the route templates for the request metrics", exc_info=True)
+                return UNMATCHED
+        return self.match(scope.get("path", ""))
+
+
+class RequestMiddleware:
+    """Pure ASGI middleware: the request id (header, log context) and the request metrics."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.routes = RouteTemplates()
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        offered = None
+        for name, value in scope.get("headers") or ():
+            if name == b"x-request-id":
+                offered = value.decode("latin-1")
+                break
+        rid = requestid.new_id(offered)
+        token = requestid.current.set(rid)
+        status = 500
+        header = (b"x-request-id", rid.encode())
+
+        async def send_wrapper(message: dict[str, Any]) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message["headers"] = [*message.get("headers", []), header]
+            await send(message)
+
+        start = time.perf_counter()
+        IN_FLIGHT.inc()
+        try:
+            await self.app(scope, receive, send_wrapper)
+        finally:
+            IN_FLIGHT.dec()
+            route = self.routes.of(scope)
+            method = scope.get("method", "")
+            REQUESTS.labels(route, method, str(status)).inc()
+            LATENCY.labels(route, method).observe(time.perf_counter() - start)
+            requestid.current.reset(token)

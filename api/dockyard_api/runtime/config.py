@@ -1,0 +1,253 @@
+"""What a turn runs: the environment, the app content ACTIVE in it, the agents' models and tools.
+
+An Environment serves the AppVersion ``<appRef>-<spec.appVersion>``, or the App's draft when
+``spec.appVersion`` is absent (the draft environment). A session is pinned to the version it started
+with (the conversation store keeps it), so a turn may run an older version than the active one.
+
+Objects come from informers (watch-fed, no API call per turn) and a parsed app content is cached by
+(namespace, name, resourceVersion): an AppVersion never changes, a draft edit is a new resourceVersion.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from dockyard_api.cache import Informer
+from dockyard_api.errors import NotFoundError
+from dockyard_api.kubehttp import AsyncKube, KubeError
+from dockyard_api.resources.v1alpha1.tool import tool_deployment_name
+from dockyard_api.runtime.agent import AgentSpec, ModelTarget
+from dockyard_api.runtime.endpoints import EndpointResolver
+from dockyard_api.runtime.errors import AppNotRunnableError, ModelUnavailableError
+from dockyard_api.runtime.model import ModelClient
+from dockyard_api.runtime.tools import Limits, McpClient, McpServerRef, Toolbox, http_function
+
+log = logging.getLogger(__name__)
+
+DRAFT = "draft"
+
+
+@dataclass(frozen=True)
+class EnvironmentView:
+    namespace: str
+    name: str
+    app: str
+    active_version: str
+    """The version the environment serves: spec.appVersion, or "draft"."""
+    rate_limits: dict[str, Any]
+    """spec.rateLimits (requestsPerMinute, tokensPerDay), {} when none are set."""
+
+
+@dataclass(frozen=True)
+class McpServerSpec:
+    name: str
+    url: str
+    transport: str
+    headers: tuple[tuple[str, str], ...]
+    headers_secret_ref: str | None
+
+
+@dataclass(frozen=True)
+class AppContent:
+    """The runnable part of an App's draft or of an AppVersion."""
+
+    version: str
+    agents: tuple[AgentSpec, ...]
+    tool_versions: dict[str, str]
+    mcp_servers: tuple[McpServerSpec, ...]
+
+
+def parse_content(spec: dict[str, Any], version: str) -> AppContent:
+    agents = tuple(
+        AgentSpec(
+            name=str(a.get("name", "")),
+            instructions=str(a.get("instructions") or ""),
+            model=a.get("model") or None,
+            tools=tuple(str(t) for t in a.get("tools") or ()),
+        )
+        for a in spec.get("agents") or ()
+    )
+    tools = {str(t["name"]): str(t["version"]) for t in spec.get("toolVersions") or () if "name" in t}
+    servers = tuple(
+        McpServerSpec(
+            name=str(s.get("name", "")),
+            url=str(s.get("url", "")),
+            transport=str(s.get("transport") or "streamable-http"),
+            headers=tuple(sorted((str(k), str(v)) for k, v in (s.get("headers") or {}).items())),
+            headers_secret_ref=s.get("headersSecretRef") or None,
+        )
+        for s in spec.get("mcpServers") or ()
+    )
+    return AppContent(version, agents, tools, servers)
+
+
+def model_params(mdep: dict[str, Any]) -> dict[str, Any]:
+    """The chat-completion body fields a ModelDeployment sets: its served name and hyperParameters."""
+    spec = mdep.get("spec") or {}
+    params: dict[str, Any] = {"model": spec.get("name") or mdep["metadata"]["name"]}
+    hyper = spec.get("hyperParameters") or {}
+    if "temperature" in hyper:
+        params["temperature"] = hyper["temperature"]
+    if hyper.get("maxTokens"):  # 0 (allowed by SPEC's range) leaves the engine's default
+        params["max_tokens"] = hyper["maxTokens"]
+    if "topP" in hyper:
+        params["top_p"] = hyper["topP"]
+    if "topK" in hyper:
+        params["top_k"] = hyper["topK"]
+    if hyper.get("stopSequence"):
+        params["stop"] = list(hyper["stopSequence"])
+    return params
+
+
+class Catalog:
+    """Reads environments, app contents, model deployments, tools and the Secrets MCP servers need."""
+
+    def __init__(self, kube: AsyncKube, informers: dict[str, Informer], resolver: EndpointResolver) -> None:
+        self.kube = kube
+        self.informers = informers
+        self.resolver = resolver
+        self._contents: dict[tuple[str, str], tuple[str, AppContent]] = {}
+        self._secrets: dict[tuple[str, str], tuple[float, tuple[tuple[str, str], ...]]] = {}
+
+    async def environment(self, namespace: str, name: str) -> EnvironmentView:
+        env = await self.informers["environments"].get(namespace, name)
+        if env is None or (env.get("metadata") or {}).get("deletionTimestamp"):
+            raise NotFoundError(f"environment {name!r} does not exist in namespace {namespace!r}")
+        spec = env.get("spec") or {}
+        return EnvironmentView(
+            namespace,
+            name,
+            str(spec.get("appRef", "")),
+            str(spec.get("appVersion") or DRAFT),
+            dict(spec.get("rateLimits") or {}),
+        )
+
+    async def content(self, namespace: str, app: str, version: str) -> AppContent:
+        """The app content of ``version`` ("draft": the App's draft)."""
+        if version == DRAFT:
+            obj = await self.informers["apps"].get(namespace, app)
+            what = f"App {app!r}"
+        else:
+            obj = await self.informers["appversions"].get(namespace, f"{app}-{version}")
+            what = f"version {version} of app {app!r} (AppVersion {app}-{version})"
+        if obj is None:
+            raise AppNotRunnableError(f"{what} does not exist any more", {"app": app, "version": version})
+        meta = obj["metadata"]
+        key = (namespace, meta["name"])
+        rv = str(meta.get("resourceVersion", ""))
+        hit = self._contents.get(key)
+        if hit is not None and hit[0] == rv:
+            return hit[1]
+        content = parse_content(obj.get("spec") or {}, version)
+        if len(self._contents) > 10_000:
+            self._contents.clear()
+        self._contents[key] = (rv, content)
+        return content
+
+    async def model_target(self, namespace: str, agent: AgentSpec) -> ModelTarget:
+        if not agent.model:
+            raise AppNotRunnableError(f"agent {agent.name!r} has no model", {"agent": agent.name})
+        mdep = await self.informers["modeldeployments"].get(namespace, agent.model)
+        if mdep is None:
+            raise ModelUnavailableError(
+                f"ModelDeployment {agent.model!r} (the model of agent {agent.name!r}) does not exist",
+                {"agent": agent.name, "modelDeployment": agent.model},
+            )
+        base = await self.resolver.base_url(namespace, agent.model)
+        return ModelTarget(base, model_params(mdep), f"ModelDeployment {agent.model!r}")
+
+    async def tool_url(self, namespace: str, environment: str, tool: dict[str, Any]) -> str | None:
+        spec = tool.get("spec") or {}
+        if spec.get("endpoint"):
+            return str(spec["endpoint"])
+        tdep = await self.informers["tooldeployments"].get(
+            namespace, tool_deployment_name(environment, spec["name"], spec["version"])
+        )
+        endpoint = ((tdep or {}).get("status") or {}).get("endpoint")
+        return str(endpoint) if endpoint else None
+
+    async def headers(self, namespace: str, secret: str | None) -> tuple[tuple[str, str], ...]:
+        """The keys and values of Secret ``secret`` as HTTP headers (cached 30 s)."""
+        if not secret:
+            return ()
+        hit = self._secrets.get((namespace, secret))
+        if hit is not None and hit[0] > time.monotonic():
+            return hit[1]
+        try:
+            obj = await self.kube.request("GET", AsyncKube.core_path(namespace, "secrets", secret))
+        except KubeError as exc:
+            log.warning("MCP headers Secret %s/%s cannot be read: %s", namespace, secret, exc.message)
+            return ()
+        found = tuple(
+            sorted((k, base64.b64decode(v).decode("utf-8", "replace")) for k, v in (obj.get("data") or {}).items())
+        )
+        self._secrets[(namespace, secret)] = (time.monotonic() + 30.0, found)
+        return found
+
+
+class TurnWorld:
+    """An agent's model and tools inside one environment (the loop's :class:`AgentEnvironment`)."""
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        models: ModelClient,
+        mcp: McpClient,
+        env: EnvironmentView,
+        content: AppContent,
+        limits: Limits,
+    ) -> None:
+        self.catalog = catalog
+        self.models = models
+        self.mcp = mcp
+        self.env = env
+        self.content = content
+        self.limits = limits
+
+    async def model(self, agent: AgentSpec) -> ModelTarget:
+        return await self.catalog.model_target(self.env.namespace, agent)
+
+    async def toolbox(self, agent: AgentSpec) -> Toolbox:
+        box = Toolbox()
+        namespace = self.env.namespace
+        servers: list[McpServerRef] = []
+        for name in agent.tools:
+            version = self.content.tool_versions.get(name)
+            tool = await self.catalog.informers["tools"].get(namespace, f"{name}-{version}") if version else None
+            if tool is None:
+                log.warning("tool %s-%s of agent %s does not exist: not offered", name, version, agent.name)
+                continue
+            spec = tool.get("spec") or {}
+            url = await self.catalog.tool_url(namespace, self.env.name, tool)
+            if spec.get("mcp"):
+                if url:
+                    path = str((spec["mcp"] or {}).get("path") or "/mcp")
+                    transport = str((spec["mcp"] or {}).get("transport") or "streamable-http")
+                    servers.append(McpServerRef(name, url.rstrip("/") + path, transport))
+                continue
+            box.add(
+                http_function(
+                    name=name,
+                    description=str(spec.get("description") or ""),
+                    parameters=spec.get("parameters"),
+                    url=url,
+                    http=self.models.http(),
+                    limits=self.limits,
+                )
+            )
+        for server in self.content.mcp_servers:
+            secret_headers = await self.catalog.headers(namespace, server.headers_secret_ref)
+            servers.append(McpServerRef(server.name, server.url, server.transport, server.headers + secret_headers))
+        for ref in servers:
+            try:
+                listed = await self.mcp.list_tools(ref, self.limits)
+            except Exception as exc:  # an MCP server that is down: its tools are not offered this turn
+                log.warning("MCP server %s (%s) cannot list its tools: %r", ref.name, ref.url, exc)
+                continue
+            for function in self.mcp.functions(ref, listed, self.limits):
+                box.add(function)
+        return box

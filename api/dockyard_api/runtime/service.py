@@ -1,0 +1,290 @@
+"""The runtime of the facade: one object (``app.state.runtime``) that runs turns of deployed apps.
+
+A turn, in order: the environment (404 when gone) and its app (404 for another app id); the rate
+limits (429); the conversation store takes the session for the turn (creating it pinned to the active
+version; 404 for another user's session, 409 while another turn runs on it); the app content of the
+session's version; the agent loop under the whole-turn deadline; then the store keeps the user message
+and the reply in one transaction (or nothing of a failed turn) and counts the usage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from dockyard_api import metrics
+from dockyard_api.auth import EnvironmentCaller
+from dockyard_api.cache import Informer
+from dockyard_api.errors import DockyardError, NotFoundError, RateLimitedError, from_kube
+from dockyard_api.kubehttp import AsyncKube, KubeError
+from dockyard_api.resources import GROUP
+from dockyard_api.resources.v1alpha1 import VERSION
+from dockyard_api.runtime.agent import AgentRunner, Emit, TurnResult
+from dockyard_api.runtime.config import AppContent, Catalog, EnvironmentView, TurnWorld
+from dockyard_api.runtime.endpoints import MODEL_DEPLOYMENT_LABEL, EndpointMode, EndpointResolver
+from dockyard_api.runtime.errors import AppNotRunnableError, ModelTimeoutError
+from dockyard_api.runtime.model import ModelClient, Usage
+from dockyard_api.runtime.tools import Limits, McpClient
+
+log = logging.getLogger(__name__)
+
+KINDS = ("environments", "apps", "appversions", "modeldeployments", "tools", "tooldeployments")
+
+
+class Store(Protocol):
+    """The part of Contract 3's ConversationStore that a turn uses."""
+
+    async def check_rate_limit(self, *, namespace: str, environment: str, key_id: str, limits: Any) -> None: ...
+
+    async def start_turn(
+        self,
+        *,
+        namespace: str,
+        environment: str,
+        app: str,
+        session_id: str | None,
+        user_id: str | None,
+        version: str,
+        key_id: str,
+    ) -> Any: ...
+
+    async def finish_turn(
+        self,
+        turn: Any,
+        *,
+        user_message: str,
+        reply: str,
+        agent: str,
+        tools_used: list[str],
+        tokens_in: int,
+        tokens_out: int,
+    ) -> str: ...
+
+    async def abort_turn(self, turn: Any, *, error: str) -> None: ...
+
+    async def record_usage(
+        self, *, namespace: str, environment: str, key_id: str, ok: bool, tokens_in: int, tokens_out: int
+    ) -> None: ...
+
+
+@dataclass(frozen=True)
+class RuntimeSettings:
+    endpoint_mode: EndpointMode = "cluster"
+    max_steps: int = 6
+    turn_timeout_seconds: float = 120.0
+    tool_timeout_seconds: float = 20.0
+    tool_max_bytes: int = 64 * 1024
+    model_connections: int = 256
+
+
+@dataclass
+class Prepared:
+    """A turn that has its session: what runs next."""
+
+    caller: EnvironmentCaller
+    env: EnvironmentView
+    turn: Any
+    message: str
+
+
+def answer_body(result: TurnResult, session_id: str, message_id: str) -> dict[str, Any]:
+    """The execute answer (SPEC.md §6 fields, plus the stored reply's id)."""
+    return {
+        "response": result.response,
+        "session_id": session_id,
+        "agent": result.agent,
+        "tools_used": list(result.tools_used),
+        "tokens": {"input": result.usage.tokens_in, "output": result.usage.tokens_out},
+        "message_id": message_id,
+    }
+
+
+class Runtime:
+    def __init__(self, kube: AsyncKube, settings: RuntimeSettings) -> None:
+        self.settings = settings
+        self.kube = kube
+        self.informers = {plural: Informer(kube, f"/apis/{GROUP}/{VERSION}/{plural}") for plural in KINDS}
+        pods = None
+        if settings.endpoint_mode == "local":
+            pods = Informer(
+                kube, "/api/v1/pods", label_selector=MODEL_DEPLOYMENT_LABEL, index_label=MODEL_DEPLOYMENT_LABEL
+            )
+            self.informers["pods"] = pods
+        resolver = EndpointResolver(settings.endpoint_mode, self.informers["modeldeployments"], pods)
+        self.catalog = Catalog(kube, self.informers, resolver)
+        self.models = ModelClient(max_connections=settings.model_connections)
+        self.mcp = McpClient()
+        self.runner = AgentRunner(self.models, max_steps=settings.max_steps)
+        self.limits = Limits(settings.tool_timeout_seconds, settings.tool_max_bytes)
+
+    def start(self) -> None:
+        for informer in self.informers.values():
+            informer.start()
+
+    async def aclose(self) -> None:
+        for informer in self.informers.values():
+            await informer.stop()
+        await self.models.aclose()
+
+    # --- a turn ------------------------------------------------------------------------------------
+
+    async def prepare(
+        self,
+        store: Store,
+        caller: EnvironmentCaller,
+        app_id: str,
+        *,
+        message: str,
+        session_id: str | None,
+        user_id: str | None,
+    ) -> Prepared:
+        """Everything that can refuse the request with a plain HTTP error, before any answer is sent."""
+        env = await self.catalog.environment(caller.namespace, caller.environment)
+        if app_id != env.app:
+            raise NotFoundError(
+                f"app {app_id!r} is not deployed in environment {env.name!r} (its app is {env.app!r})",
+                {"appId": app_id},
+            )
+        try:
+            await store.check_rate_limit(
+                namespace=env.namespace, environment=env.name, key_id=caller.key_id, limits=env.rate_limits
+            )
+        except RateLimitedError as exc:
+            limit = exc.details.get("limit") if isinstance(exc.details, dict) else None
+            metrics.rate_limited(env.namespace, env.name, str(limit or "unknown"))
+            raise
+        owner = caller.end_user if caller.end_user is not None else user_id
+        turn = await store.start_turn(
+            namespace=env.namespace,
+            environment=env.name,
+            app=env.app,
+            session_id=session_id,
+            user_id=owner,
+            version=env.active_version,
+            key_id=caller.key_id,
+        )
+        return Prepared(caller, env, turn, message)
+
+    async def complete(
+        self, store: Store, prepared: Prepared, *, emit: Emit | None = None, stream: bool = False
+    ) -> dict[str, Any]:
+        """Run the prepared turn and store it: the answer body. Any failure releases the session, keeps
+        nothing of the turn, counts an error and is raised (a :class:`DockyardError` for every expected one)."""
+        usage = Usage()
+        env, turn = prepared.env, prepared.turn
+        started = time.monotonic()
+        try:
+            content = await self.catalog.content(env.namespace, env.app, turn.version)
+            result = await self._run(prepared, content, usage, emit, stream)
+            message_id = await store.finish_turn(
+                turn,
+                user_message=prepared.message,
+                reply=result.response,
+                agent=result.agent,
+                tools_used=result.tools_used,
+                tokens_in=usage.tokens_in,
+                tokens_out=usage.tokens_out,
+            )
+        except BaseException as exc:
+            outcome = exc.code if isinstance(exc, DockyardError) else "error"
+            metrics.execute_outcome(env.namespace, env.name, outcome, time.monotonic() - started)
+            metrics.tokens(env.namespace, env.name, usage.tokens_in, usage.tokens_out)
+            with contextlib.suppress(Exception):
+                await asyncio.shield(store.abort_turn(turn, error=_why(exc)))
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._usage(store, prepared, usage, ok=False))
+            raise
+        metrics.execute_outcome(env.namespace, env.name, "ok", time.monotonic() - started)
+        metrics.tokens(env.namespace, env.name, usage.tokens_in, usage.tokens_out)
+        with contextlib.suppress(DockyardError):  # the answer is stored; a lost usage count must not lose it
+            await self._usage(store, prepared, usage, ok=True)
+        return answer_body(result, turn.session_id, message_id)
+
+    async def _usage(self, store: Store, prepared: Prepared, usage: Usage, *, ok: bool) -> None:
+        await store.record_usage(
+            namespace=prepared.env.namespace,
+            environment=prepared.env.name,
+            key_id=prepared.caller.key_id,
+            ok=ok,
+            tokens_in=usage.tokens_in,
+            tokens_out=usage.tokens_out,
+        )
+
+    async def _run(
+        self, prepared: Prepared, content: AppContent, usage: Usage, emit: Emit | None, stream: bool
+    ) -> TurnResult:
+        if not content.agents:
+            raise AppNotRunnableError(
+                f"version {content.version} of app {prepared.env.app!r} has no agents: add one to answer messages",
+                {"app": prepared.env.app, "version": content.version},
+            )
+        world = TurnWorld(self.catalog, self.models, self.mcp, prepared.env, content, self.limits)
+        history = [{"role": m.role, "content": m.content} for m in prepared.turn.history]
+        deadline = self.settings.turn_timeout_seconds
+        try:
+            async with asyncio.timeout(deadline):
+                return await self.runner.run(
+                    list(content.agents), world, history, prepared.message, emit=emit, stream=stream, usage=usage
+                )
+        except TimeoutError:
+            raise ModelTimeoutError(
+                f"the turn did not finish within its deadline of {deadline:g}s (model calls: {usage.calls})",
+                {"deadlineSeconds": deadline},
+            ) from None
+
+    async def events(
+        self, store: Store, prepared: Prepared, *, ping_seconds: float = 15.0
+    ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        """The turn as a stream of (event, data): agent, tool_call, tool_result, delta, then done or error;
+        ("ping", {}) whenever nothing happened for ``ping_seconds``."""
+        queue: asyncio.Queue[tuple[str, dict[str, Any]] | None] = asyncio.Queue()
+
+        async def emit(event: str, data: dict[str, Any]) -> None:
+            queue.put_nowait((event, data))
+
+        async def produce() -> None:
+            try:
+                body = await self.complete(store, prepared, emit=emit, stream=True)
+                queue.put_nowait(("done", body))
+            except (DockyardError, KubeError) as exc:
+                error = from_kube(exc) if isinstance(exc, KubeError) else exc
+                queue.put_nowait(("error", _error_event(error.code, error.message, error.details, error.status_code)))
+            except Exception as exc:
+                log.exception("turn failed")
+                queue.put_nowait(("error", _error_event("internal_error", _why(exc), None, 500)))
+            finally:
+                queue.put_nowait(None)
+
+        task = asyncio.create_task(produce())
+        try:
+            while True:
+                try:
+                    item = await asyncio.wait_for(queue.get(), ping_seconds)
+                except TimeoutError:
+                    yield ("ping", {})
+                    continue
+                if item is None:
+                    break
+                yield item
+        finally:
+            if not task.done():  # the client went away: the turn stops, nothing of it is kept
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+
+def _error_event(code: str, message: str, details: Any, status: int) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, "details": details}, "status": status}
+
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, DockyardError):
+        return exc.message
+    if isinstance(exc, asyncio.CancelledError):
+        return "the client went away"
+    return f"{exc.__class__.__name__}: {exc}"

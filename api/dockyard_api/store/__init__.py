@@ -1,0 +1,30 @@
+"""Sessions, messages, usage statistics and rate limits of deployed apps, in a relational database.
+
+``ConversationStore`` (Contract 3 of the runtime) is created in the facade's lifespan as
+``app.state.store``: a SQLite file on the model store volume by default (one facade replica),
+PostgreSQL when ``DOCKYARD_API_DATABASE_URL`` is set (any number of replicas). Alembic migrations
+(``migrations/``) run at start.
+"""
+
+from dockyard_api.errors import DatabaseUnavailableError, RateLimitedError
+from dockyard_api.store.store import (
+    ConversationStore,
+    Counters,
+    RateLimits,
+    StoredMessage,
+    Turn,
+    UsageReport,
+    default_url,
+)
+
+__all__ = [
+    "ConversationStore",
+    "Counters",
+    "DatabaseUnavailableError",
+    "RateLimitedError",
+    "RateLimits",
+    "StoredMessage",
+    "Turn",
+    "UsageReport",
+    "default_url",
+]

@@ -1,0 +1,258 @@
+"""The browser-facing side of an environment: its widget settings, token issue and verification, limits.
+
+- :class:`Directory`: an Environment's browser settings (app id, allowed origins, web-client access),
+  read from the API server and cached a few seconds (an origin removed from the list stops working
+  within ``widget_config_cache_seconds``).
+- :class:`WindowLimiter`: per-token and per-address limits, counted per facade replica in one-minute
+  sliding windows (with N replicas behind a load balancer a client may get up to N times the limit;
+  the environment's ``spec.rateLimits``, counted in the database, still bound the whole environment).
+- :class:`WebService`: issues tokens (origin checked, renewal keeps the anonymous end user) and turns a
+  token on the execute endpoint into an :class:`~dockyard_api.auth.EnvironmentCaller` with ``end_user``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from dockyard_api.errors import (
+    ForbiddenError,
+    NotFoundError,
+    RateLimitedError,
+    UnauthenticatedError,
+    UpstreamError,
+)
+from dockyard_api.kubehttp import AsyncKube, KubeError
+from dockyard_api.resources.v1alpha1.environment import Access, WidgetSettings
+from dockyard_api.settings import ApiSettings
+from dockyard_api.web import tokens
+
+if TYPE_CHECKING:
+    from dockyard_api.auth import EnvironmentCaller
+
+WIDGET_KEY_ID = "widget"
+"""The key id under which widget calls are counted (usage statistics, spec.rateLimits.requestsPerMinute)."""
+WEB_KEY_ID = "web-client"
+"""The key id under which web-client calls are counted."""
+
+
+@dataclass(frozen=True)
+class BrowserConfig:
+    """What the browser side needs of one Environment."""
+
+    namespace: str
+    environment: str
+    app: str
+    display_name: str
+    access: Access
+    widget: WidgetSettings
+
+    def origin_allowed(self, origin: str | None) -> bool:
+        if not origin:
+            return False
+        return "*" in self.widget.allowed_origins or origin in self.widget.allowed_origins
+
+    @property
+    def frame_ancestors(self) -> str:
+        """The web client page's CSP frame-ancestors: itself and the widget's allowed sites."""
+        if "*" in self.widget.allowed_origins:
+            return "*"
+        return " ".join(["'self'", *self.widget.allowed_origins])
+
+
+def same_origin(origin: str | None, host: str | None) -> bool:
+    """Whether a browser's Origin names the host the request was sent to (the page is the facade's own)."""
+    if not origin or not host:
+        return False
+    try:
+        parts = urlsplit(origin)
+    except ValueError:  # e.g. "http://[x": not an origin a browser sends
+        return False
+    return parts.scheme in ("http", "https") and parts.netloc.lower() == host.lower()
+
+
+class Directory:
+    """Environments' browser settings, read from the API server with a short cache."""
+
+    def __init__(self, kube: AsyncKube, ttl: float) -> None:
+        self.kube = kube
+        self.ttl = ttl
+        self._cache: dict[tuple[str, str], tuple[float, BrowserConfig | None]] = {}
+
+    async def get(self, namespace: str, environment: str) -> BrowserConfig | None:
+        hit = self._cache.get((namespace, environment))
+        if hit and hit[0] > time.monotonic():
+            return hit[1]
+        try:
+            obj = await self.kube.request("GET", AsyncKube.custom_path(namespace, "environments", environment))
+        except KubeError as exc:
+            if exc.status not in (403, 404):
+                raise UpstreamError(f"cannot read environment {namespace}/{environment}: {exc.message}") from exc
+            obj = None
+        config = _config(namespace, environment, obj) if obj else None
+        if self.ttl > 0:
+            if len(self._cache) > 10_000:
+                self._cache.clear()
+            self._cache[(namespace, environment)] = (time.monotonic() + self.ttl, config)
+        return config
+
+    async def require(self, namespace: str, environment: str) -> BrowserConfig:
+        config = await self.get(namespace, environment)
+        if config is None:
+            raise NotFoundError(f"environment {namespace}/{environment} does not exist")
+        return config
+
+
+def _config(namespace: str, environment: str, obj: dict[str, Any]) -> BrowserConfig:
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    return BrowserConfig(
+        namespace=namespace,
+        environment=environment,
+        app=str(status.get("appId") or spec.get("appRef") or ""),
+        display_name=str(spec.get("displayName") or environment),
+        access=Access.model_validate(spec.get("access") or {}),
+        widget=WidgetSettings.model_validate(spec.get("widget") or {}),
+    )
+
+
+def _scope(token: str) -> tuple[str, str]:
+    try:
+        return tokens.unverified_scope(token)
+    except tokens.TokenError:
+        return ("", "")
+
+
+@dataclass
+class WindowLimiter:
+    """At most ``limit`` events per key in any 60-second window (per replica)."""
+
+    window: float = 60.0
+    max_keys: int = 100_000
+    _events: dict[str, deque[float]] = field(default_factory=dict)
+
+    def hit(self, key: str, limit: int, what: str) -> None:
+        now = time.monotonic()
+        events = self._events.get(key)
+        if events is None:
+            if len(self._events) >= self.max_keys:
+                self._prune(now)
+            events = self._events[key] = deque()
+        while events and events[0] <= now - self.window:
+            events.popleft()
+        if len(events) >= limit:
+            retry = int(events[0] + self.window - now) + 1
+            raise RateLimitedError(
+                f"too many requests: {what} allows {limit} per minute; try again in {retry} s",
+                {"limit": what, "value": limit},
+                retry_after=retry,
+            )
+        events.append(now)
+
+    def _prune(self, now: float) -> None:
+        for key in [k for k, v in self._events.items() if not v or v[-1] <= now - self.window]:
+            del self._events[key]
+        if len(self._events) >= self.max_keys:
+            self._events.clear()
+
+
+@dataclass(frozen=True)
+class Issued:
+    token: str
+    claims: tokens.Claims
+
+    def view(self) -> dict[str, Any]:
+        return {
+            "token": self.token,
+            "tokenType": "Bearer",
+            "expiresAt": self.claims.exp,
+            "expiresIn": self.claims.exp - self.claims.iat,
+            "endUser": self.claims.sub,
+            "appId": self.claims.app,
+            "kind": self.claims.kind,
+        }
+
+
+class WebService:
+    """Token issue and verification for the widget and the web client of every environment."""
+
+    def __init__(self, kube: AsyncKube, settings: ApiSettings) -> None:
+        self.settings = settings
+        self.keys = tokens.SigningKeys(kube, settings)
+        self.directory = Directory(kube, settings.widget_config_cache_seconds)
+        self.limits = WindowLimiter()
+
+    async def issue(
+        self,
+        config: BrowserConfig,
+        *,
+        kind: tokens.TokenKind,
+        sub: str | None,
+        ttl: int,
+        previous: str | None = None,
+    ) -> Issued:
+        """A new token for ``sub``; with ``sub`` None, the anonymous user of ``previous`` when that is a
+        renewable token of the same environment and app, else a new anonymous user."""
+        key = await self.keys.key(config.namespace, config.environment)
+        if sub is None and previous:
+            try:
+                old = tokens.verify(key, previous, leeway=self.settings.widget_renewal_days * 86400)
+            except tokens.TokenError:
+                old = None
+            if old and old.renewable and old.kind == kind and old.app == config.app and old.env == config.environment:
+                sub = old.sub
+        now = int(time.time())
+        claims = tokens.Claims(
+            ns=config.namespace,
+            env=config.environment,
+            app=config.app,
+            sub=sub or tokens.new_anonymous_user(),
+            kind=kind,
+            iat=now,
+            exp=now + ttl,
+            renewable=(sub is None or sub.startswith("anon-")),
+        )
+        return Issued(tokens.sign(key, claims), claims)
+
+    async def caller(
+        self, *, namespace: str, environment: str, token: str, origin: str | None, host: str | None, address: str
+    ) -> EnvironmentCaller:
+        """The caller of a widget or web-client token on the deployed-app API (401 expired or invalid, 403
+        another environment or a site no longer allowed, 429 over the per-token or per-address limit)."""
+        from dockyard_api.auth import EnvironmentCaller  # auth imports this module lazily too
+
+        try:
+            claims = tokens.verify(await self.keys.key(namespace, environment), token)
+        except tokens.TokenError as exc:
+            scope = _scope(token)
+            if exc.reason == "signature" and all(scope) and scope != (namespace, environment):
+                raise ForbiddenError(
+                    f"this token belongs to environment {scope[0]}/{scope[1]}, not {namespace}/{environment}",
+                    {"reason": "other_environment"},
+                ) from exc
+            raise UnauthenticatedError(exc.message, {"reason": exc.reason}) from exc
+        config = await self.directory.require(namespace, environment)
+        if claims.app != config.app:
+            raise ForbiddenError(f"this token is for app {claims.app!r}, not {config.app!r}", {"reason": "other_app"})
+        if claims.kind == "web":
+            if config.access.web_client == "disabled" or (config.access.web_client == "signIn" and claims.anonymous):
+                raise UnauthenticatedError(
+                    f"the web client of {namespace}/{environment} is now {config.access.web_client}: sign in again",
+                    {"reason": "access_changed"},
+                )
+            if origin and not same_origin(origin, host):
+                raise ForbiddenError(f"a web-client token is not usable from {origin}", {"reason": "origin"})
+        elif origin and not config.origin_allowed(origin):
+            raise ForbiddenError(
+                f"the site {origin} is not allowed to use this chat (spec.widget.allowedOrigins of "
+                f"environment {namespace}/{environment})",
+                {"reason": "origin_not_allowed", "origin": origin},
+            )
+        self.limits.hit(f"u/{namespace}/{environment}/{claims.sub}", config.widget.requests_per_minute_per_token,
+                        "spec.widget.requestsPerMinutePerToken")  # fmt: skip
+        self.limits.hit(f"a/{namespace}/{environment}/{address}", config.widget.requests_per_minute_per_address,
+                        "spec.widget.requestsPerMinutePerAddress")  # fmt: skip
+        key_id = WEB_KEY_ID if claims.kind == "web" else WIDGET_KEY_ID
+        return EnvironmentCaller(namespace, environment, claims.app, key_id, end_user=claims.sub)

@@ -1,0 +1,3 @@
+from dockyard_client.cli.app import main
+
+main()

@@ -1,0 +1,306 @@
+"""Deployed-app calls through the facade vs the same chat completion sent straight to the model server.
+
+One local control plane of its own, the operator and the facade as their own processes, and the
+scripted OpenAI-compatible model server (``tests.support.scripted_model``) as a process of its own that
+answers every chat completion after a fixed delay (``--delay-ms``: a fast model; real engines take
+hundreds of milliseconds to seconds per answer). The facade runs in local endpoint mode; the benchmark
+plays the local engine runner (it annotates the ModelDeployment's Ready pod with the server's address).
+
+Paths, alternated in rounds so that a load change on the shared machine hits both:
+
+- ``direct``: ``POST <model>/v1/chat/completions`` with the body the facade sends for this app (system
+  instructions, the user message, the deployment's hyperParameters);
+- ``facade``: ``POST /e/<ns>/<env>/v1/apps/bot/execute`` with a real API key, each call a NEW session
+  (so the run creates ``rounds x calls`` sessions in the conversation database, SQLite by default):
+  auth, the environment and app from the informers, the store's start_turn / finish_turn /
+  record_usage, one model call.
+
+Printed: requests/s of both and their ratio (target >= 0.9), p50/p99 and the p50 the facade adds
+(target <= 5 ms) at ``--concurrency`` and at concurrency 1, the facade's CPU per call, and its resident
+memory after the warm-up, after each round and at the end (flat over the sessions created).
+
+    .venv/bin/python -m bench.execute [--calls 2000 --rounds 5 --concurrency 32 --delay-ms 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+from kubernetes import client
+from tests.support.runners import free_port, wait_http_ok
+
+from bench.common import api_for, bench_cluster, cpu_seconds, load, namespace, operator_process, wait_until
+from dockyard_api import apikeys
+from dockyard_api.resources import GROUP
+from dockyard_api.resources.v1alpha1 import API_VERSION, VERSION
+from dockyard_api.runtime.endpoints import LOCAL_ENDPOINT_ANNOTATION, MODEL_DEPLOYMENT_LABEL
+from dockyard_localcluster.cluster import LocalCluster
+
+INSTRUCTIONS = "You are a helpful assistant. Answer briefly."
+HYPER = {"temperature": 0.2, "maxTokens": 128, "topP": 0.9, "topK": 40}
+MESSAGE = "What is the capital of Norway?"
+
+
+@dataclass
+class Result:
+    path: str
+    calls: int
+    seconds: float
+    latencies_ms: list[float]
+    errors: int
+
+    @property
+    def rps(self) -> float:
+        return self.calls / self.seconds
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+@contextmanager
+def model_process(delay_ms: float) -> Iterator[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.scripted_model", "--port", "0", "--delay-ms", str(delay_ms)],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().decode().strip()
+        wait_http_ok(f"{url}/health", timeout=30)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@contextmanager
+def facade_process(cluster: LocalCluster) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    port = free_port()
+    state = cluster.settings.state_dir
+    database = state / "bench-execute.db"
+    for stale in state.glob("bench-execute.db*"):
+        stale.unlink()
+    env = dict(
+        os.environ,
+        KUBECONFIG=str(cluster.settings.kubeconfig),
+        DOCKYARD_API_HOST="127.0.0.1",
+        DOCKYARD_API_PORT=str(port),
+        DOCKYARD_API_ENDPOINT_MODE="local",
+        DOCKYARD_API_DATABASE_URL=f"sqlite+aiosqlite:///{database}",
+        DOCKYARD_API_MODEL_STORE=str(state / "model-store"),
+    )
+    log = (state / "facade.log").open("ab")
+    proc = subprocess.Popen([sys.executable, "-m", "dockyard_api"], env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_http_ok(f"http://127.0.0.1:{port}/readyz", timeout=60)
+        yield f"http://127.0.0.1:{port}", proc
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        log.close()
+
+
+def setup(api: client.ApiClient, ns: str, model_url: str) -> str:
+    """A hub Model, its ModelDeployment (served by the scripted server), an App with one agent, its draft
+    environment and an API key; returns the key."""
+    objects = client.CustomObjectsApi(api)
+
+    def create(plural: str, kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+        body = {"apiVersion": API_VERSION, "kind": kind, "metadata": {"name": name}, "spec": spec}
+        created: dict[str, Any] = objects.create_namespaced_custom_object(GROUP, VERSION, ns, plural, body)
+        return created
+
+    create("models", "Model", "tiny", {"modelType": "openSource", "source": {"hub": {"id": "bench/tiny"}}})
+    create(
+        "modeldeployments",
+        "ModelDeployment",
+        "tiny",
+        {"modelRef": "tiny", "modelType": "openSource", "name": "tiny", "deviceType": "g5.xlarge",
+         "hyperParameters": HYPER},
+    )  # fmt: skip
+    agent = {"name": "helper", "version": "1.0.0", "instructions": INSTRUCTIONS, "model": "tiny"}
+    create("apps", "App", "bot", {"agents": [agent]})
+    core = client.CoreV1Api(api)
+
+    def ready_pod() -> Any:
+        for pod in core.list_namespaced_pod(ns, label_selector=f"{MODEL_DEPLOYMENT_LABEL}=tiny").items:
+            if any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or []):
+                return pod
+        return None
+
+    wait_until(ready_pod, 180, "a Ready pod of the ModelDeployment")
+    pod = ready_pod()
+    core.patch_namespaced_pod(
+        pod.metadata.name, ns, {"metadata": {"annotations": {LOCAL_ENDPOINT_ANNOTATION: model_url}}}
+    )
+
+    def draft() -> Any:
+        try:
+            return objects.get_namespaced_custom_object(GROUP, VERSION, ns, "environments", "bot-draft")
+        except client.ApiException:
+            return None
+
+    wait_until(draft, 60, "the draft environment")
+    key = apikeys.generate()
+    secret = apikeys.key_secret(
+        key=key, name="bench", environment=draft(), created_by="bench", created_at=datetime.now(UTC)
+    )
+    core.create_namespaced_secret(ns, secret)
+    return key.value
+
+
+async def run_async(calls: int, concurrency: int, send: Callable[[], Awaitable[tuple[int, str]]]) -> Result:
+    latencies: list[float] = []
+    errors = 0
+    left = calls
+
+    async def worker() -> None:
+        nonlocal errors, left
+        while left > 0:
+            left -= 1
+            started = time.perf_counter()
+            status, text = await send()
+            latencies.append((time.perf_counter() - started) * 1000)
+            if status >= 300:
+                errors += 1
+                if errors <= 3:
+                    print(f"    error {status}: {text[:300]}")
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return Result("", calls, time.perf_counter() - start, latencies, errors)
+
+
+def run_path(path: str, calls: int, concurrency: int, target: dict[str, str]) -> Result:
+    async def main() -> Result:
+        connector = aiohttp.TCPConnector(limit=concurrency)
+        async with aiohttp.ClientSession(connector=connector) as http:
+            if path == "direct":
+                url = f"{target['model']}/v1/chat/completions"
+                body = orjson.dumps(
+                    {
+                        "model": "tiny",
+                        "temperature": HYPER["temperature"],
+                        "max_tokens": HYPER["maxTokens"],
+                        "top_p": HYPER["topP"],
+                        "top_k": HYPER["topK"],
+                        "messages": [
+                            {"role": "system", "content": INSTRUCTIONS},
+                            {"role": "user", "content": MESSAGE},
+                        ],
+                    }
+                )
+                headers = {"Content-Type": "application/json"}
+            else:
+                url = target["execute"]
+                body = orjson.dumps({"message": MESSAGE, "metadata": {"user_id": "bench"}})
+                headers = {"Content-Type": "application/json", "Authorization": f"Bearer {target['key']}"}
+
+            async def send() -> tuple[int, str]:
+                async with http.post(url, data=body, headers=headers) as response:
+                    return response.status, await response.text()
+
+            result = await run_async(calls, concurrency, send)
+            result.path = path
+            return result
+
+    return asyncio.run(main())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--calls", type=int, default=2000, help="calls per path and round")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--delay-ms", type=float, default=100.0, help="the model server's time per answer")
+    parser.add_argument("--warmup", type=int, default=200)
+    parser.add_argument("--sequential", type=int, default=200, help="calls per path at concurrency 1")
+    parser.add_argument("--keep", action="store_true", help="leave the benchmark's control plane running")
+    args = parser.parse_args()
+    print(
+        f"inputs: calls={args.calls} per path and round, rounds={args.rounds}, concurrency={args.concurrency}, "
+        f"model delay={args.delay_ms:g} ms, warmup={args.warmup}, sequential={args.sequential}, "
+        f"cpus={os.cpu_count()}, loadavg={load()}"
+    )
+    cluster = bench_cluster("bench-execute", nodes_per_type=1)
+    api = api_for(cluster)
+    ns = namespace(api, "bench-execute")
+    results: list[Result] = []
+    with model_process(args.delay_ms) as model_url, operator_process(cluster), facade_process(cluster) as (url, proc):
+        key = setup(api, ns, model_url)
+        target = {"model": model_url, "execute": f"{url}/e/{ns}/bot-draft/v1/apps/bot/execute", "key": key}
+        wait_until(lambda: run_path("facade", 1, 1, target).errors == 0, 30, "the facade answering execute calls")
+        for path in ("direct", "facade"):
+            run_path(path, args.warmup, args.concurrency, target)
+        memory = [("after warm-up", rss_mib(proc.pid))]
+        cpu_ms: list[float] = []
+        for round_ in range(1, args.rounds + 1):
+            for path in ("direct", "facade"):
+                before = cpu_seconds(proc.pid)
+                result = run_path(path, args.calls, args.concurrency, target)
+                if path == "facade":
+                    cpu_ms.append((cpu_seconds(proc.pid) - before) * 1000 / args.calls)
+                results.append(result)
+                p50, p99 = percentile(result.latencies_ms, 50), percentile(result.latencies_ms, 99)
+                print(
+                    f"  round {round_} {path:7} {result.rps:7.1f} req/s  p50 {p50:6.1f} ms  p99 {p99:6.1f} ms"
+                    f"  errors {result.errors}"
+                )
+            memory.append((f"after round {round_} ({round_ * args.calls + args.warmup} sessions)", rss_mib(proc.pid)))
+        sequential = {path: run_path(path, args.sequential, 1, target) for path in ("direct", "facade")}
+        memory.append(("at the end", rss_mib(proc.pid)))
+
+    print(f"\nloadavg after: {load()}")
+    print(f"facade CPU per execute call (its own process, by round): {', '.join(f'{v:.2f} ms' for v in cpu_ms)}")
+    print(f"\nconcurrency {args.concurrency}:")
+    summary: dict[str, tuple[float, float, float]] = {}
+    for path in ("direct", "facade"):
+        mine = [r for r in results if r.path == path]
+        latencies = [v for r in mine for v in r.latencies_ms]
+        rps = statistics.median(r.rps for r in mine)
+        summary[path] = (rps, percentile(latencies, 50), percentile(latencies, 99))
+        print(f"  {path:7} {rps:8.1f} req/s (median of rounds)  p50 {summary[path][1]:6.1f} ms  "
+              f"p99 {summary[path][2]:6.1f} ms  errors {sum(r.errors for r in mine)}")  # fmt: skip
+    print(f"\nconcurrency 1 ({args.sequential} calls each):")
+    for path, result in sequential.items():
+        print(f"  {path:7} p50 {percentile(result.latencies_ms, 50):6.1f} ms  "
+              f"p99 {percentile(result.latencies_ms, 99):6.1f} ms")  # fmt: skip
+    ratio = summary["facade"][0] / summary["direct"][0]
+    added = summary["facade"][1] - summary["direct"][1]
+    added_1 = percentile(sequential["facade"].latencies_ms, 50) - percentile(sequential["direct"].latencies_ms, 50)
+    print(f"\nthroughput facade / direct: {ratio:.2f} (target >= 0.9)")
+    print(f"added p50: {added:.1f} ms at concurrency {args.concurrency}, {added_1:.1f} ms at concurrency 1 "
+          "(target <= 5 ms)")  # fmt: skip
+    print("facade resident memory:")
+    for label, mib in memory:
+        print(f"  {label:40} {mib:7.1f} MiB")
+    client.CoreV1Api(api).delete_namespace(ns)
+    if not args.keep:
+        cluster.down()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,175 @@
+"""Prometheus metrics of the operator, served at ``/metrics`` on its health port.
+
+- reconciles by kind and result (success, error, conflict, gone) with their duration;
+- the work queue: depth (objects waiting for a reconcile), reconciles running, and the wait from the
+  first trigger to the start of the reconcile that serves it;
+- dock jobs: outcomes (SUCCESS / FAILED) and the time from start to that outcome, by job type, action
+  and device type (``none`` for tools and imports);
+- autoscaler decisions by reason (ScaleUp, ScaleDown, Holding, WithinBounds, Clamped, NoMetrics).
+
+The log line of every job start and outcome carries ``request_id``: the facade's request id from the
+object's ``dockyard.dev/request-id`` annotation.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from collections.abc import Iterator, Mapping
+from datetime import datetime
+from typing import Any, Protocol
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.gc_collector import GCCollector
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.registry import Collector
+
+from dockyard_api.requestid import REQUEST_ID_ANNOTATION
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+ProcessCollector(registry=REGISTRY)
+PlatformCollector(registry=REGISTRY)
+GCCollector(registry=REGISTRY)
+
+SHORT = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+LONG = (1, 5, 10, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200)
+
+RECONCILES = Counter(
+    "dockyard_operator_reconciles", "Reconciles by kind and result (success, error, conflict, gone)",
+    ["kind", "result"], registry=REGISTRY,
+)  # fmt: skip
+RECONCILE_SECONDS = Histogram(
+    "dockyard_operator_reconcile_duration_seconds", "Time of one reconcile", ["kind"], buckets=SHORT,
+    registry=REGISTRY,
+)  # fmt: skip
+QUEUE_WAIT = Histogram(
+    "dockyard_operator_workqueue_wait_seconds",
+    "Time from an object's first pending trigger to the start of the reconcile that serves it (batch window "
+    "and waiting for a slot included)",
+    ["kind"], buckets=SHORT, registry=REGISTRY,
+)  # fmt: skip
+JOBS = Counter(
+    "dockyard_operator_jobs", "Dock jobs that reached SUCCESS or FAILED",
+    ["job_type", "action", "device_type", "status"], registry=REGISTRY,
+)  # fmt: skip
+JOB_SECONDS = Histogram(
+    "dockyard_operator_job_duration_seconds", "Time from a dock job's start to SUCCESS or FAILED",
+    ["job_type", "action", "device_type", "status"], buckets=LONG, registry=REGISTRY,
+)  # fmt: skip
+AUTOSCALER = Counter(
+    "dockyard_operator_autoscaler_decisions", "Autoscaler decisions by reason", ["reason"], registry=REGISTRY
+)
+
+jobs_log = logging.getLogger("dockyard.jobs")
+
+
+class _Queue(Protocol):
+    kind: str
+
+    def depth(self) -> int: ...
+
+    def running(self) -> int: ...
+
+
+class _QueueCollector(Collector):
+    """Depth and running reconciles of every live work queue, read when scraped."""
+
+    def __init__(self) -> None:
+        self.queues: weakref.WeakSet[Any] = weakref.WeakSet()
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        depth = GaugeMetricFamily(
+            "dockyard_operator_workqueue_depth", "Objects waiting for a reconcile (triggered, not yet started)",
+            labels=["kind"],
+        )  # fmt: skip
+        running = GaugeMetricFamily("dockyard_operator_workqueue_running", "Reconciles running now", labels=["kind"])
+        for queue in list(self.queues):
+            depth.add_metric([queue.kind], queue.depth())
+            running.add_metric([queue.kind], queue.running())
+        yield depth
+        yield running
+
+
+QUEUES = _QueueCollector()
+REGISTRY.register(QUEUES)
+
+
+def register_queue(queue: _Queue) -> None:
+    QUEUES.queues.add(queue)
+
+
+def reconciled(kind: str, result: str, seconds: float) -> None:
+    RECONCILES.labels(kind, result).inc()
+    RECONCILE_SECONDS.labels(kind).observe(seconds)
+
+
+def waited(kind: str, seconds: float) -> None:
+    QUEUE_WAIT.labels(kind).observe(seconds)
+
+
+def autoscaler_decision(reason: str) -> None:
+    AUTOSCALER.labels(reason).inc()
+
+
+def request_id_of(body: Mapping[str, Any]) -> str | None:
+    annotations = (body.get("metadata") or {}).get("annotations") or {}
+    value = annotations.get(REQUEST_ID_ANNOTATION)
+    return str(value) if value else None
+
+
+def _ref(body: Mapping[str, Any]) -> str:
+    meta = body.get("metadata") or {}
+    return f"{body.get('kind', '?')} {meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+def job_started(body: Mapping[str, Any], dock_status_id: str, job_type: str, action: str) -> None:
+    jobs_log.info(
+        "dock job %s started: %s %s of %s",
+        dock_status_id,
+        job_type,
+        action,
+        _ref(body),
+        extra={"request_id": request_id_of(body), "dock_status_id": dock_status_id, "object": _ref(body)},
+    )
+
+
+def job_finished(
+    body: Mapping[str, Any],
+    *,
+    dock_status_id: str,
+    job_type: str,
+    action: str,
+    status: str,
+    reason: str,
+    device_type: str | None,
+    start: datetime | None,
+    end: datetime | None,
+) -> None:
+    """A job reached SUCCESS or FAILED: count it, time it, log it with the request id."""
+    device = device_type or "none"
+    JOBS.labels(job_type, action, device, status).inc()
+    if start is not None and end is not None:
+        JOB_SECONDS.labels(job_type, action, device, status).observe(max(0.0, (end - start).total_seconds()))
+    jobs_log.info(
+        "dock job %s %s (%s): %s %s of %s",
+        dock_status_id,
+        status,
+        reason,
+        job_type,
+        action,
+        _ref(body),
+        extra={
+            "request_id": request_id_of(body),
+            "dock_status_id": dock_status_id,
+            "object": _ref(body),
+            "status": status,
+            "reason": reason,
+            "device_type": device,
+        },
+    )
+
+
+def exposition() -> tuple[bytes, str]:
+    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST

@@ -1,0 +1,271 @@
+"""Browser tests: Debian's Chromium driven by Playwright's Python package, against the real facade and
+operator on the local control plane, with the scripted OpenAI-compatible model server behind the app.
+
+Chromium is the distribution's (``/usr/bin/chromium``, installed by ``.ci/run`` and the README's set-up);
+Playwright never downloads a browser here. Host pages of "other sites" are served from other loopback
+addresses (127.0.0.2, 127.0.0.3), which browsers treat as other origins than the facade's 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from kubernetes import client
+from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright
+
+from dockyard_api import apikeys
+from dockyard_api.runtime.endpoints import LOCAL_ENDPOINT_ANNOTATION, MODEL_DEPLOYMENT_LABEL
+from dockyard_api.settings import ApiSettings
+from tests.e2e.conftest import api, cluster, crds, namespace  # noqa: F401 - the same fixtures as e2e
+from tests.support.cluster import E2ECluster
+from tests.support.dockyard import create, get, hub_model, model_deployment, patch
+from tests.support.runners import free_port, run_facade, run_operator
+from tests.support.scripted_model import ScriptedModel, scripted_model
+from tests.support.waiting import wait_for
+
+CHROMIUM = os.environ.get("DOCKYARD_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+ALLOWED_HOST = "127.0.0.2"
+"""A site listed in the environment's spec.widget.allowedOrigins."""
+OTHER_HOST = "127.0.0.3"
+"""A site that is not."""
+WEATHER_SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/browser/" in item.nodeid:
+            item.add_marker(pytest.mark.k8s)
+
+
+@pytest.fixture(scope="package")
+def browser() -> Iterator[Browser]:
+    """One Chromium for the browser tests, stopped after them: Playwright's sync API keeps an event loop
+    running in this thread while it lives, and the later tests' asyncio.run() would refuse to start."""
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (.ci/run does)")
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+@dataclass
+class Facade:
+    url: str
+    http: httpx.Client
+
+
+@pytest.fixture(scope="module")
+def model_server() -> Iterator[ScriptedModel]:
+    with scripted_model() as server:
+        yield server
+
+
+@pytest.fixture
+def model(model_server: ScriptedModel) -> ScriptedModel:
+    model_server.reset()
+    return model_server
+
+
+@pytest.fixture(scope="module")
+def facade(cluster: E2ECluster, crds: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Facade]:  # noqa: F811
+    """The operator (its generated URLs name this facade) and the facade in local endpoint mode; widget
+    settings are read fresh on every request (no cache) so a test's spec change applies at once."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = {"DOCKYARD_OPERATOR_ENVIRONMENT_INTERVAL_SECONDS": "1", "DOCKYARD_OPERATOR_PUBLIC_URL": url}
+    state = tmp_path_factory.mktemp("facade")
+    settings = ApiSettings(
+        host="127.0.0.1",
+        port=port,
+        api_key_cache_seconds=0,
+        last_used_interval_seconds=0,
+        sweep_interval_seconds=0,
+        usage_summary_seconds=0,
+        model_store=state / "model-store",
+        database_url=f"sqlite+aiosqlite:///{state}/conversations.db",
+        endpoint_mode="local",
+        widget_config_cache_seconds=0,
+    )
+    with run_operator(env=env), run_facade(settings, port) as running:
+        yield Facade(url, running.client)
+
+
+@dataclass
+class Bot:
+    namespace: str
+    environment: str
+    status: dict[str, Any]
+
+    @property
+    def base(self) -> str:
+        return str(self.status["urls"]["apiBaseUrl"])
+
+
+def deploy_bot(api: client.ApiClient, namespace: str, model: ScriptedModel, **env_spec: Any) -> Bot:  # noqa: F811
+    """App ``bot`` (agent ``helper`` with HTTP tool ``weather``) on ModelDeployment ``tiny``, which the
+    scripted model serves (this plays the local engine runner, Contract 1); its draft environment gets
+    ``env_spec`` (access, widget) and is returned once the operator has published its URLs and embed code."""
+    hub_model(api, namespace, "tiny")
+    model_deployment(api, namespace, "tiny")
+    weather = model.tool("weather", lambda args: {"city": args.get("city"), "celsius": 12})
+    spec = {"name": "weather", "version": "1.0.0", "endpoint": weather, "parameters": WEATHER_SCHEMA}
+    create(api, namespace, "tools", "Tool", "weather-1.0.0", spec)
+    agent = {"name": "helper", "version": "1.0.0", "instructions": "You are helpful.", "model": "tiny"}
+    app = {
+        "displayName": "Bot",
+        "agents": [{**agent, "tools": ["weather"]}],
+        "toolVersions": [{"name": "weather", "version": "1.0.0"}],
+    }
+    create(api, namespace, "apps", "App", "bot", app)
+    wait_for(lambda: _get(api, namespace, "bot-draft"), timeout=30, what="the draft environment")
+    if env_spec:
+        patch(api, namespace, "environments", "bot-draft", {"spec": env_spec})
+    status = wait_for(
+        lambda: (
+            (_get(api, namespace, "bot-draft").get("status") or {}).get("embedCode")
+            and _get(api, namespace, "bot-draft")["status"]
+        ),
+        timeout=60,
+        what="the environment's embed code",
+    )
+    serve_model(api, namespace, model.url)
+    return Bot(namespace, "bot-draft", status)
+
+
+def _get(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:  # noqa: F811
+    try:
+        return get(api, namespace, "environments", name)
+    except client.ApiException as exc:
+        if exc.status == 404:
+            return {}
+        raise
+
+
+def serve_model(api: client.ApiClient, namespace: str, url: str) -> None:  # noqa: F811
+    core = client.CoreV1Api(api)
+
+    def ready_pods() -> list[Any]:
+        pods = core.list_namespaced_pod(namespace, label_selector=f"{MODEL_DEPLOYMENT_LABEL}=tiny").items
+        return [p for p in pods if any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])]
+
+    for pod in wait_for(ready_pods, timeout=90, what="a Ready pod of ModelDeployment tiny"):
+        core.patch_namespaced_pod(
+            pod.metadata.name, namespace, {"metadata": {"annotations": {LOCAL_ENDPOINT_ANNOTATION: url}}}
+        )
+
+
+def api_key(api: client.ApiClient, namespace: str, environment: str) -> str:  # noqa: F811
+    env = get(api, namespace, "environments", environment)
+    key = apikeys.generate()
+    secret = apikeys.key_secret(key=key, name="site", environment=env, created_by="test", created_at=datetime.now(UTC))
+    client.CoreV1Api(api).create_namespaced_secret(namespace, secret)
+    return key.value
+
+
+@dataclass
+class Site:
+    """A web site on its own loopback origin: ``pages`` maps a path to its HTML."""
+
+    origin: str
+    pages: dict[str, str]
+
+    def url(self, path: str = "/") -> str:
+        return self.origin + path
+
+
+@contextmanager
+def serve_site(host: str) -> Iterator[Site]:
+    site = Site("", {})
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            page = site.pages.get(self.path.split("?")[0])
+            body = (page or "not found").encode()
+            self.send_response(200 if page else 404)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            return
+
+    server = ThreadingHTTPServer((host, 0), Handler)
+    site.origin = f"http://{host}:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield site
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def allowed_site() -> Iterator[Site]:
+    with serve_site(ALLOWED_HOST) as site:
+        yield site
+
+
+@pytest.fixture
+def other_site() -> Iterator[Site]:
+    with serve_site(OTHER_HOST) as site:
+        yield site
+
+
+@dataclass
+class Tab:
+    """A page with what it logged: console messages and uncaught errors (the host page must see none)."""
+
+    page: Page
+    console: list[str]
+    errors: list[str]
+    shots: Path
+
+    def shot(self, name: str) -> Path:
+        path = self.shots / f"{name}.png"
+        self.page.screenshot(path=str(path), full_page=False)
+        return path
+
+
+@pytest.fixture
+def open_tab(browser: Browser, tmp_path: Path) -> Iterator[Callable[..., Tab]]:
+    """Opens pages in one fresh browser context (its own storage); screenshots go under the test's tmp dir."""
+    context = browser.new_context(viewport={"width": 1100, "height": 760})
+    context.set_default_timeout(20_000)
+
+    def opener(viewport: dict[str, int] | None = None) -> Tab:
+        page = context.new_page()
+        if viewport:
+            page.set_viewport_size({"width": viewport["width"], "height": viewport["height"]})
+        tab = Tab(page, [], [], tmp_path)
+
+        def on_console(msg: ConsoleMessage) -> None:
+            tab.console.append(f"{msg.type}: {msg.text}")
+
+        page.on("console", on_console)
+        page.on("pageerror", lambda exc: tab.errors.append(str(exc)))
+        return tab
+
+    yield opener
+    context.close()

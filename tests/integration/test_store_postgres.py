@@ -1,0 +1,285 @@
+"""The conversation store against a REAL PostgreSQL server (the distribution's package, started on a
+free loopback port by tests/support/postgres.py). Two ConversationStore instances on one database
+are two facade replicas: one turn at a time per session and the rate limits must hold across them."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
+
+import pytest
+from sqlalchemy import func, select, text
+
+from dockyard_api.errors import ConflictError, DatabaseUnavailableError, NotFoundError, RateLimitedError
+from dockyard_api.store import ConversationStore, Turn, migrate
+from dockyard_api.store.schema import messages, sessions
+from tests.support.postgres import Postgres, postgres_server
+
+T = TypeVar("T")
+WHERE = {"namespace": "shop", "environment": "bot-production"}
+
+
+@pytest.fixture(scope="module")
+def pg() -> Iterator[Postgres]:
+    with postgres_server() as server:
+        yield server
+
+
+def run(coro: Awaitable[T]) -> T:
+    return asyncio.run(coro)  # type: ignore[arg-type]
+
+
+async def replicas(pg: Postgres, n: int = 2, **kw: Any) -> list[ConversationStore]:
+    """``n`` stores on one new database, started at the same moment (like replicas of a rollout)."""
+    url = pg.url(await pg.create_database())
+    stores = [ConversationStore(url, **kw) for _ in range(n)]
+    await asyncio.gather(*(s.start() for s in stores))
+    assert all(s.ready for s in stores), [s._last_error for s in stores]
+    return stores
+
+
+async def close(*stores: ConversationStore) -> None:
+    for s in stores:
+        await s.close()
+
+
+async def turn(store: ConversationStore, session_id: str | None = "session-1", user: str | None = "user-1",
+               version: str = "1.0.0") -> Turn:  # fmt: skip
+    return await store.start_turn(**WHERE, app="bot", session_id=session_id, user_id=user, version=version,
+                                  key_id="key1")  # fmt: skip
+
+
+async def finish(store: ConversationStore, t: Turn, text: str) -> str:
+    return await store.finish_turn(t, user_message=text, reply=f"re: {text}", agent="helper", tools_used=[],
+                                   tokens_in=3, tokens_out=4)  # fmt: skip
+
+
+def test_replicas_starting_together_migrate_once(pg: Postgres) -> None:
+    async def main() -> None:
+        stores = await replicas(pg, 6)
+        assert await stores[0].run(migrate.current) == migrate.head()
+        query = text("SELECT count(*) FROM pg_tables WHERE tablename LIKE 'dockyard_%'")
+        tables = await stores[0].run(lambda c: c.execute(query).scalar_one())
+        assert tables == 6  # five tables and the version table, each once
+        await close(*stores)
+
+    run(main())
+
+
+def test_sessions_continuity_ownership_and_history_on_postgres(pg: Postgres) -> None:
+    async def main() -> None:
+        [store] = await replicas(pg, 1, history_messages=4)
+        first = await turn(store, version="1.0.0")
+        assert first.created
+        await finish(store, first, "m0")
+        for i in range(1, 4):
+            t = await turn(store, version="2.0.0")
+            assert t.version == "1.0.0"  # pinned at creation
+            await finish(store, t, f"m{i}")
+        t = await turn(store)
+        assert [m.content for m in t.history] == ["m2", "re: m2", "m3", "re: m3"]
+        await store.abort_turn(t, error="-")
+        with pytest.raises(NotFoundError, match="belongs to another user"):
+            await turn(store, user="mallory")
+        generated = await turn(store, session_id=None)
+        assert generated.session_id.startswith("ses_")
+        await close(store)
+
+    run(main())
+
+
+def test_one_turn_at_a_time_across_two_replicas(pg: Postgres) -> None:
+    async def main() -> None:
+        a, b = await replicas(pg, 2, busy_wait_seconds=0.3)
+        held = await turn(a)
+        with pytest.raises(ConflictError, match="busy"):
+            await turn(b)
+        await finish(a, held, "on a")
+        on_b = await turn(b)
+        assert [m.content for m in on_b.history] == ["on a", "re: on a"]
+        await finish(b, on_b, "on b")
+        await close(a, b)
+
+    run(main())
+
+
+def test_many_concurrent_turns_through_two_replicas_never_overlap_nor_get_lost(pg: Postgres) -> None:
+    async def main() -> None:
+        a, b = await replicas(pg, 2, busy_wait_seconds=60)
+        running = overlaps = 0
+
+        async def one(store: ConversationStore, i: int) -> None:
+            nonlocal running, overlaps
+            t = await turn(store)
+            running += 1
+            overlaps += running > 1
+            await asyncio.sleep(0.002)
+            running -= 1
+            await finish(store, t, f"m{i}")
+
+        await asyncio.gather(*(one(a if i % 2 else b, i) for i in range(30)))
+        assert overlaps == 0
+        stored = await a.stored_messages(**WHERE, session_id="session-1")
+        assert len(stored) == 60
+        users = [m.content for m in stored if m.role == "user"]
+        assert sorted(users) == sorted(f"m{i}" for i in range(30))  # nothing lost, nothing duplicated
+        assert all(stored[i + 1].content == f"re: {stored[i].content}" for i in range(0, 60, 2))
+        await close(a, b)
+
+    run(main())
+
+
+def test_a_killed_replicas_turn_is_taken_over_after_its_heartbeat_stops(pg: Postgres) -> None:
+    async def main() -> None:
+        a, b = await replicas(pg, 2, busy_wait_seconds=0, heartbeat_seconds=0.2)
+        await turn(a)
+        with pytest.raises(ConflictError):
+            await turn(b)  # a is alive: its turn holds
+        a._task.cancel()  # type: ignore[union-attr]  # "SIGKILL": no heartbeat, no abort, no close
+        await a.dispose()
+        started = time.monotonic()
+        while True:
+            try:
+                t = await turn(b)
+                break
+            except ConflictError:
+                assert time.monotonic() - started < 10, "the dead replica's turn was never freed"
+                await asyncio.sleep(0.1)
+        waited = time.monotonic() - started
+        assert waited >= b.stale_after.total_seconds() - 0.5  # not before the replica counts as dead
+        assert t.history == []  # no half turn
+        await finish(b, t, "taken over")
+        await close(b)
+
+    run(main())
+
+
+def wait_for_a_fresh_minute() -> None:
+    """Fixed one-minute windows: start a counting test well inside a minute."""
+    second = datetime.now(UTC).second
+    if second > 45:
+        time.sleep(61 - second)
+
+
+def test_requests_per_minute_hold_across_two_replicas(pg: Postgres) -> None:
+    async def main() -> None:
+        a, b = await replicas(pg, 2)
+        wait_for_a_fresh_minute()
+        limits = {"requestsPerMinute": 10}
+
+        async def call(store: ConversationStore) -> int | None:
+            try:
+                await store.check_rate_limit(**WHERE, key_id="key1", limits=limits)
+                return None
+            except RateLimitedError as exc:
+                return exc.retry_after
+
+        answers = await asyncio.gather(*(call(a if i % 2 else b) for i in range(30)))
+        allowed = [r for r in answers if r is None]
+        refused = [r for r in answers if r is not None]
+        assert len(allowed) == 10  # not 10 per replica
+        assert len(refused) == 20
+        assert all(1 <= r <= 60 for r in refused)
+        today = datetime.now(UTC).date()
+        report = await a.usage(**WHERE, since=today, until=today)
+        assert report.totals.rate_limited == 20
+        await close(a, b)
+
+    run(main())
+
+
+def test_tokens_per_day_hold_across_two_replicas(pg: Postgres) -> None:
+    async def main() -> None:
+        a, b = await replicas(pg, 2)
+        limits = {"tokensPerDay": 50}
+        await a.check_rate_limit(**WHERE, key_id="key1", limits=limits)
+        await a.record_usage(**WHERE, key_id="key1", ok=True, tokens_in=40, tokens_out=10)
+        with pytest.raises(RateLimitedError, match="tokensPerDay"):
+            await b.check_rate_limit(**WHERE, key_id="key2", limits=limits)
+        await close(a, b)
+
+    run(main())
+
+
+def test_usage_counts_from_two_replicas_add_up(pg: Postgres) -> None:
+    async def main() -> None:
+        a, b = await replicas(pg, 2)
+        await asyncio.gather(
+            *(
+                (a if i % 2 else b).record_usage(
+                    **WHERE, key_id=f"key{i % 3}", ok=i % 5 != 0, tokens_in=i, tokens_out=2 * i
+                )
+                for i in range(60)
+            )
+        )
+        today = datetime.now(UTC).date()
+        report = (await b.usage(**WHERE, since=today - timedelta(days=1), until=today)).view()
+        assert report["totals"] == {
+            "requests": 60,
+            "errors": 12,
+            "rateLimited": 0,
+            "tokensIn": sum(range(60)),
+            "tokensOut": 2 * sum(range(60)),
+        }
+        assert [k["requests"] for k in report["keys"]] == [20, 20, 20]
+        await close(a, b)
+
+    run(main())
+
+
+def test_postgres_stopped_answers_503_with_the_reason_and_recovers_without_restart(pg: Postgres) -> None:
+    async def main() -> None:
+        [store] = await replicas(pg, 1, busy_wait_seconds=0)
+        await finish(store, await turn(store), "before")
+        pg.stop()
+        try:
+            started = time.monotonic()
+            with pytest.raises(DatabaseUnavailableError, match="the conversation database is unavailable: ") as caught:
+                await turn(store)
+            assert time.monotonic() - started < 15  # an answer, not a hang
+            assert caught.value.status_code == 503
+            with pytest.raises(DatabaseUnavailableError):
+                await store.record_usage(**WHERE, key_id="key1", ok=True, tokens_in=1, tokens_out=1)
+        finally:
+            pg.start()
+        t = await turn(store)  # the same store: its pool reconnects
+        assert [m.content for m in t.history] == ["before", "re: before"]
+        await finish(store, t, "after")
+        count = await store.run(lambda c: c.execute(select(func.count()).select_from(messages)).scalar_one())
+        busy = select(func.count()).select_from(sessions).where(sessions.c.turn_token.is_not(None))
+        locked = await store.run(lambda c: c.execute(busy).scalar_one())
+        assert (count, locked) == (4, 0)
+        await close(store)
+
+    run(main())
+
+
+def test_a_turn_cut_by_the_outage_frees_its_session_once_postgres_is_back(pg: Postgres) -> None:
+    async def main() -> None:
+        [store] = await replicas(pg, 1, busy_wait_seconds=0, heartbeat_seconds=0.2)
+        await finish(store, await turn(store), "before")
+        cut = await turn(store)  # the turn is running when the database goes
+        pg.stop()
+        try:
+            with pytest.raises(DatabaseUnavailableError):
+                await finish(store, cut, "lost with the outage")
+            with pytest.raises(DatabaseUnavailableError):
+                await store.abort_turn(cut, error="database unavailable")
+        finally:
+            pg.start()
+        started = time.monotonic()
+        while True:  # the release is retried in the background: the session is not held for the lease
+            try:
+                t = await turn(store)
+                break
+            except (ConflictError, DatabaseUnavailableError):
+                assert time.monotonic() - started < 10, "the cut turn still holds the session"
+                await asyncio.sleep(0.1)
+        assert [m.content for m in t.history] == ["before", "re: before"]  # nothing of the cut turn
+        await finish(store, t, "after")
+        await close(store)
+
+    run(main())
