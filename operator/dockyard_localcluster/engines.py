@@ -145,28 +145,33 @@ def llama_cpp_command(args: list[str], model_file: Path, port: int, threads: int
 
 
 def ctranslate2_command(
-    args: list[str], model_dir: Path, port: int, sampling: str | None, sampling_file: Path
+    args: list[str], model_dir: Path, port: int, sampling: str | None, sampling_file: Path, threads: int = 1
 ) -> EngineCommand:
-    """Dockyard's CTranslate2 server with the operator's arguments, on the CPU of this machine."""
+    """Dockyard's CTranslate2 server with the operator's arguments (runtimes.ctranslate2_args), on the CPU
+    of this machine: the model directory from the local store, a loopback port, one replica, ``threads``
+    CPU threads, and the pod's sampling settings written to ``sampling_file``. The requested compute type
+    stays (``int8_float16`` falls back to ``int8_float32`` on the CPU, as in a pod without a GPU)."""
     if importlib.util.find_spec("dockyard_ct2") is None:
         raise NoLocalEngine("Dockyard's CTranslate2 server (package dockyard_ct2) is not installed")
     rewritten: list[str] = []
     for arg in args:
         key = arg[2:].partition("=")[0] if arg.startswith("--") else ""
-        if key == "model":
-            rewritten.append(f"--model={model_dir}")
+        if key == "model-dir":
+            rewritten.append(f"--model-dir={model_dir}")
         elif key == "port":
             rewritten.append(f"--port={port}")
         elif key == "device":
             rewritten.append("--device=cpu")
+        elif key == "device-count":
+            rewritten.append("--device-count=1")
         elif key == "sampling-config":
             rewritten.append(f"--sampling-config={sampling_file}")
-        elif key in ("host", "tensor-parallel"):
+        elif key in ("host", "intra-threads"):
             continue
         else:
             rewritten.append(arg)
-    files = {str(sampling_file): sampling or "{}"}
-    return EngineCommand([sys.executable, "-m", "dockyard_ct2", *rewritten, "--host=127.0.0.1"], "/health", files)
+    argv = [sys.executable, "-m", "dockyard_ct2", *rewritten, f"--intra-threads={threads}", "--host=127.0.0.1"]
+    return EngineCommand(argv, "/health", {str(sampling_file): sampling or "{}"})
 
 
 def free_port() -> int:
@@ -305,7 +310,12 @@ class EngineRunner:
         elif runtime == "ctranslate2":
             sampling = self._sampling(pod)
             command = ctranslate2_command(
-                args, model_dir, port, sampling, self.log_dir / f"{namespace}.{meta['name']}.sampling.json"
+                args,
+                model_dir,
+                port,
+                sampling,
+                self.log_dir / f"{namespace}.{meta['name']}.sampling.json",
+                self.settings.threads,
             )
         else:
             raise NoLocalEngine(f"runtime {runtime or '?'} has no local engine (it needs a GPU)")

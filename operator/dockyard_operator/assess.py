@@ -35,6 +35,7 @@ TRANSIENT_TAINTS = (
 _MISSING_CLAIM = re.compile(r'persistentvolumeclaim "([^"]+)" not found')
 _MISSING_OBJECT = re.compile(r'(secret|configmap) "([^"]+)" not found', re.IGNORECASE)
 _MISSING_KEY = re.compile(r"couldn't find key (\S+) in (Secret|ConfigMap) ([^\s]+)")
+_MOUNT_VOLUME = re.compile(r'for volume "([^"]+)"')
 _ITEM = re.compile(r"^(\d+) (.*)$")
 _TAINT = re.compile(r"untolerated taint(?:\(s\))? \{([^:}]+)")
 
@@ -255,6 +256,82 @@ def _missing_config(pods: Sequence[Mapping[str, Any]]) -> tuple[str, str] | None
     return None
 
 
+MOUNT_STUCK_AFTER_SECONDS = 2.0
+"""A scheduled pod whose containers have not started this long after it was scheduled may be stuck on
+a volume: its FailedMount Events are worth a look (the kubelet reports them within a second)."""
+
+
+def mount_pending(pods: Sequence[Mapping[str, Any]], now: datetime) -> list[str]:
+    """Names of the pods that sit scheduled but not started (phase Pending on a node) for at least
+    :data:`MOUNT_STUCK_AFTER_SECONDS`: those whose FailedMount Events the reconcile reads. A pod that
+    runs needs no look, so a healthy rollout costs no Event list."""
+    names = []
+    for pod in pods:
+        status = pod.get("status", {})
+        if not pod.get("spec", {}).get("nodeName") or status.get("phase", "Pending") != "Pending":
+            continue
+        scheduled = next(
+            (
+                c
+                for c in status.get("conditions") or []
+                if c.get("type") == "PodScheduled" and c.get("status") == "True"
+            ),
+            None,
+        )
+        since = (scheduled or {}).get("lastTransitionTime")
+        if (
+            since
+            and (now - datetime.fromisoformat(since.replace("Z", "+00:00"))).total_seconds() < MOUNT_STUCK_AFTER_SECONDS
+        ):
+            continue
+        names.append(pod.get("metadata", {}).get("name"))
+    return [n for n in names if n]
+
+
+def _failed_mount(
+    pods: Sequence[Mapping[str, Any]], events: Sequence[Mapping[str, Any]]
+) -> tuple[str, str, bool] | None:
+    """The kubelet's FailedMount Event of one of ``pods`` (v1 Events, as the API server returns them):
+    (reason, message, permanent). A volume whose Secret, ConfigMap, key or claim does not exist is
+    permanent (the scheduler does not check Secret and ConfigMap volume sources); any other mount
+    failure (a slow attach, an unreachable NFS server, a CSI driver starting) may pass."""
+    names = {p.get("metadata", {}).get("name") for p in pods if not p.get("metadata", {}).get("deletionTimestamp")}
+    found: tuple[str, str, bool] | None = None
+    for event in events:
+        involved = event.get("involvedObject") or {}
+        if event.get("reason") != "FailedMount" or involved.get("kind", "Pod") != "Pod":
+            continue
+        if involved.get("name") not in names:
+            continue
+        text = str(event.get("message") or "").strip()
+        volume = _MOUNT_VOLUME.search(text)
+        where = f'volume "{volume.group(1)}" of pod {involved.get("name")}' if volume else f"pod {involved.get('name')}"
+        namespace = involved.get("namespace") or (event.get("metadata") or {}).get("namespace") or "its namespace"
+        if missing := _MISSING_OBJECT.search(text):
+            kind = "Secret" if missing.group(1).lower() == "secret" else "ConfigMap"
+            return (
+                f"Missing{kind}",
+                f'{where} cannot be mounted: the {kind} "{missing.group(2)}" does not exist in namespace {namespace} '
+                f"(kubelet: {text})",
+                True,
+            )
+        if key := _MISSING_KEY.search(text):
+            return (
+                f"Missing{key.group(2)}Key",
+                f"{where} cannot be mounted: {key.group(2)} {key.group(3)} has no key {key.group(1)} (kubelet: {text})",
+                True,
+            )
+        if claim := _MISSING_CLAIM.search(text):
+            return (
+                "MissingVolumeClaim",
+                f'{where} cannot be mounted: the PersistentVolumeClaim "{claim.group(1)}" does not exist in '
+                f"namespace {namespace} (kubelet: {text})",
+                True,
+            )
+        found = found or ("FailedMount", f"{where} cannot be mounted (kubelet: {text})", False)
+    return found
+
+
 def _init_failure(pods: Sequence[Mapping[str, Any]]) -> str | None:
     """An init container (the storage initializer) that keeps failing, with its last message."""
     for pod in pods:
@@ -305,8 +382,15 @@ def assess(
     now: datetime,
     unschedulable_deadline_seconds: float,
     node_autoscaling: bool = False,
+    events: Sequence[Mapping[str, Any]] = (),
 ) -> Verdict:
     """The job's status now. A terminal job keeps its verdict.
+
+    ``events`` are the FailedMount Events of the pods (see :func:`mount_pending`): a volume whose Secret,
+    ConfigMap or claim does not exist FAILS the job at once (reason ``MissingSecret``,
+    ``MissingConfigMap``, ``Missing<Kind>Key`` or ``MissingVolumeClaim``, naming the volume and the
+    object); any other mount failure is shown while the job waits and FAILS it (``FailedMount``) at the
+    unschedulable deadline, counted from the job's start.
 
     A replica that cannot be scheduled FAILS the job at once when the cause is not capacity (a missing
     claim, no node matching the selector unless ``node_autoscaling`` may add one, a taint every node of
@@ -321,6 +405,9 @@ def assess(
         return Verdict("FAILED", "ImagePullError", f"the image cannot be pulled ({pulled[0]}): {pulled[1]}")
     if missing := _missing_config(live):
         return Verdict("FAILED", missing[0], missing[1])
+    mount = _failed_mount(live, events)
+    if mount is not None and mount[2]:
+        return Verdict("FAILED", mount[0], mount[1])
     if init := _init_failure(live):
         return Verdict("FAILED", "WeightDownloadFailed" if "storage-initializer" in init else "InitCrashLoop", init)
     if crash := _crash(live):
@@ -349,6 +436,11 @@ def assess(
             return Verdict("FAILED", "Unschedulable", f"{what} for {waited:.0f}s: {scheduler}")
         return Verdict("IN_PROGRESS", "Unschedulable", f"waiting for {what} ({waited:.0f}s): {scheduler}")
     status = (deployment or {}).get("status", {})
+    if mount is not None:
+        waited = (now - (job.start_time or now)).total_seconds()
+        if waited >= unschedulable_deadline_seconds:
+            return Verdict("FAILED", mount[0], f"{mount[1]}; waited {waited:.0f}s")
+        return Verdict("IN_PROGRESS", mount[0], f"waiting ({waited:.0f}s): {mount[1]}")
     return Verdict(
         "IN_PROGRESS",
         "RollingOut",

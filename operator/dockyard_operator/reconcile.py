@@ -26,6 +26,7 @@ import kopf
 
 from dockyard_api import downloadtokens
 from dockyard_api.devices import DEVICES
+from dockyard_api.kubehttp import KubeError
 from dockyard_api.resources.v1alpha1 import (
     DOCK_STATUS_ID_LABEL,
     DockJob,
@@ -37,7 +38,15 @@ from dockyard_api.resources.v1alpha1 import (
     ToolDeployment,
 )
 from dockyard_operator import kube, monitoring
-from dockyard_operator.assess import NodeFit, Verdict, assess, conditions_for, rolled_out, seconds_to_deadline
+from dockyard_operator.assess import (
+    NodeFit,
+    Verdict,
+    assess,
+    conditions_for,
+    mount_pending,
+    rolled_out,
+    seconds_to_deadline,
+)
 from dockyard_operator.builders import (
     APPLIED_HASH_ANNOTATION,
     TEMPLATE_HASH_ANNOTATION,
@@ -401,6 +410,27 @@ def _status_of(ctx: Context, body: Body) -> ModelDeploymentStatus:
     return status
 
 
+async def _mount_events(ctx: Context, namespace: str, pods: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The FailedMount Events of the pods that sit scheduled but not started (assess.mount_pending): one
+    list call, only while such a pod exists (the scheduler does not check Secret and ConfigMap volumes;
+    only the kubelet's Events say why such a pod never starts)."""
+    waiting = set(mount_pending(pods, now()))
+    if not waiting:
+        return []
+    try:
+        listed = await ctx.kube.http.request(
+            "GET",
+            f"/api/v1/namespaces/{namespace}/events",
+            params={"fieldSelector": "involvedObject.kind=Pod,reason=FailedMount"},
+        )
+    except KubeError as exc:
+        if exc.status in (401, 403, 404):  # no right to read Events: the deadline decides, as before
+            return []
+        raise
+    items: list[dict[str, Any]] = listed.get("items") or []
+    return [e for e in items if (e.get("involvedObject") or {}).get("name") in waiting]
+
+
 async def reconcile_model_deployment(ctx: Context, body: Body, views: Views) -> Outcome:
     meta = body["metadata"]
     name, namespace = meta["name"], meta["namespace"]
@@ -440,6 +470,7 @@ async def reconcile_model_deployment(ctx: Context, body: Body, views: Views) -> 
                 now=now(),
                 unschedulable_deadline_seconds=ctx.settings.unschedulable_deadline_seconds,
                 node_autoscaling=ctx.settings.node_autoscaling,
+                events=await _mount_events(ctx, namespace, pods),
             )
     else:
         assert problem is not None
@@ -572,6 +603,7 @@ async def reconcile_tool_deployment(
             fit=NodeFit("general-purpose", 0, {}),
             now=now(),
             unschedulable_deadline_seconds=ctx.settings.unschedulable_deadline_seconds,
+            events=await _mount_events(ctx, namespace, pods) if job.status == "IN_PROGRESS" else (),
         )
         ready = rolled_out(deployment, tdep.spec.replicas)
         status["serviceName"] = workload.service["metadata"]["name"]

@@ -1,5 +1,8 @@
 """Model pods that answer on the local control plane (Contract 1), end to end.
 
+A tiny random-weight CTranslate2 model (directory tar) takes the same path through Dockyard's own
+CTranslate2 server, and its chat completion goes through the facade's local endpoint resolver.
+
 The tiny random-weight GGUF model is imported through the PUBLIC import API, deployed through the
 public deploy API on g5.xlarge, and the local engine runner starts llama.cpp's server for its pod:
 the pod turns Ready only once the engine answers, carries ``dockyard.dev/local-endpoint``, and a chat
@@ -10,7 +13,11 @@ local engines stays simulated with an Event that says so.
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
+import io
 import json
+import tarfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,10 +27,14 @@ import httpx
 import pytest
 from kubernetes import client
 
+from dockyard_api.cache import Informer
+from dockyard_api.kubehttp import AsyncKube
+from dockyard_api.runtime.endpoints import MODEL_DEPLOYMENT_LABEL, EndpointResolver
+from dockyard_api.runtime.model import Completion, ModelClient
 from dockyard_api.settings import ApiSettings
 from dockyard_localcluster.engines import LOCAL_ENDPOINT_ANNOTATION, EngineRunner, EngineSettings
-from dockyard_localcluster.tinymodel import sha256_of
 from tests.support.cluster import E2ECluster
+from tests.support.ct2_model import build as build_ct2
 from tests.support.dockyard import condition, create, get, model_deployment, wait_job
 from tests.support.engines import CLOCK_TOOL, tiny_gguf
 from tests.support.publicapi import ImportClient, api_key
@@ -82,16 +93,29 @@ pytestmark = pytest.mark.usefixtures("operator", "runner")
 def import_tiny_model(imports: ImportClient, directory: Path) -> str:
     """SPEC.md §1 to §3 with the tiny GGUF; returns the modelId once the import job is SUCCESS."""
     path = tiny_gguf(directory)
-    data = path.read_bytes()
+    return import_file(imports, path.name, "gguf", path.read_bytes())
+
+
+def import_tiny_ct2_model(imports: ImportClient, directory: Path) -> str:
+    """The tiny random-weight CTranslate2 model (tests/support/ct2_model.py, tokenizer trained here) as a
+    tar of its directory, through the same public chunked import; returns the modelId."""
+    model = build_ct2(directory / "tiny-ct2")
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        tar.add(model.path, arcname="tiny-ct2")
+    return import_file(imports, "tiny-ct2.tar", "tar", buf.getvalue())
+
+
+def import_file(imports: ImportClient, name: str, extension: str, data: bytes) -> str:
     chunk = 200 * 1024
     parts = [data[i : i + chunk] for i in range(0, len(data), chunk)]
     start = imports.start(
         fileContext="model",
         totalChunks=len(parts),
-        fileExtension="gguf",
-        fileName=path.name,
+        fileExtension=extension,
+        fileName=name,
         fileSize=len(data),
-        sha256=sha256_of(path),
+        sha256=hashlib.sha256(data).hexdigest(),
     )
     assert start.status_code == 200, start.text
     session = start.json()
@@ -213,6 +237,98 @@ def test_an_imported_gguf_model_answers_through_its_pods_local_endpoint(
         return False
 
     wait_for(engine_gone, timeout=30, what="the engine process to stop")
+
+
+def resolve_and_complete(kubeconfig: str, namespace: str, mdep: str) -> tuple[str, Completion, Completion, str]:
+    """The facade's path to a model (endpoint mode ``local``): the resolver over live informers of the
+    ModelDeployments and of their pods, then the runtime's model client, once whole and once streamed."""
+
+    async def go() -> tuple[str, Completion, Completion, str]:
+        kube = AsyncKube(kubeconfig)
+        deployments = Informer(kube, "/apis/dockyard.dev/v1alpha1/modeldeployments")
+        pods = Informer(kube, "/api/v1/pods", label_selector=MODEL_DEPLOYMENT_LABEL, index_label=MODEL_DEPLOYMENT_LABEL)
+        deployments.start()
+        pods.start()
+        models = ModelClient()
+        try:
+            base = await EndpointResolver("local", deployments, pods).base_url(namespace, mdep)
+            body = {"model": mdep, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 12}
+            whole = await models.complete(base, body, what=mdep)
+            pieces: list[str] = []
+
+            async def on_delta(text: str) -> None:
+                pieces.append(text)
+
+            streamed = await models.complete(base, body, what=mdep, on_delta=on_delta)
+            return base, whole, streamed, "".join(pieces)
+        finally:
+            await models.aclose()
+            await deployments.stop()
+            await pods.stop()
+            await kube.aclose()
+
+    return asyncio.run(go())
+
+
+def test_an_imported_ctranslate2_model_answers_through_dockyards_ct2_server(
+    api: client.ApiClient, cluster: E2ECluster, namespace: str, facade: RunningFacade, tmp_path: Path
+) -> None:
+    """The same path for a CTranslate2 model: public import of its directory (tar), public deploy with
+    optimizationType ctranslate2 and int8_float16 on a GPU type; the runner starts Dockyard's CT2 server
+    (CPU fallback compute type) and the facade's local resolver reaches it."""
+    create(api, namespace, "environments", "Environment", ENV, {"appRef": "app"})
+    imports = ImportClient(facade.client, namespace, ENV, api_key(api, namespace, ENV))
+    model_id = import_tiny_ct2_model(imports, tmp_path)
+    storage = get(api, namespace, "models", model_id)["status"]["storage"]
+    assert storage["format"] == "ctranslate2"
+
+    body = {
+        **DEPLOY_BODY,
+        "name": "tiny-ct2",
+        "optimizationInfo": {"optimizationType": "ctranslate2", "quantizationType": "int8_float16"},
+    }
+    resp = facade.client.post(
+        f"{imports.root}/models/{model_id}/deploy",
+        params={"modelType": "openSource"},
+        json=body,
+        headers=imports.headers,
+    )
+    assert resp.status_code == 200, resp.text
+    wait_job(api, namespace, "modeldeployments", "tiny-ct2", "SUCCESS", timeout=180)
+    assert get(api, namespace, "modeldeployments", "tiny-ct2")["status"]["runtime"] == "ctranslate2"
+    [pod] = pods_of(api, namespace, "tiny-ct2")
+    assert ready(pod)
+    endpoint = pod["metadata"]["annotations"][LOCAL_ENDPOINT_ANNOTATION]
+
+    health = httpx.get(f"{endpoint}/health", timeout=10).json()
+    assert health["model"] == "tiny-ct2"
+    assert health["device"] == "cpu"
+    assert health["compute_type"] == "int8_float32"  # int8_float16 asked, the CPU fallback
+    assert health["max_batch_size"] == 2
+
+    base, whole, streamed, text = resolve_and_complete(str(cluster.kubeconfig), namespace, "tiny-ct2")
+    assert base == endpoint
+    assert whole.content
+    assert whole.tokens_in > 0
+    assert 0 < whole.tokens_out <= 12
+    assert whole.finish_reason in ("stop", "length")
+    # greedy (hyperParameters temperature 0 as the server's default): the stream says the same
+    assert text == streamed.content == whole.content
+    assert (streamed.tokens_in, streamed.tokens_out) == (whole.tokens_in, whole.tokens_out)
+
+    client.CustomObjectsApi(api).delete_namespaced_custom_object(
+        "dockyard.dev", "v1alpha1", namespace, "modeldeployments", "tiny-ct2"
+    )
+    wait_for(lambda: not pods_of(api, namespace, "tiny-ct2"), timeout=60, what="the pod to go")
+
+    def engine_gone() -> bool:
+        try:
+            httpx.get(f"{endpoint}/health", timeout=1)
+        except httpx.HTTPError:
+            return True
+        return False
+
+    wait_for(engine_gone, timeout=30, what="the CT2 server to stop")
 
 
 def test_a_gguf_model_deployed_with_kubectl_for_ctranslate2_fails_with_the_reason(

@@ -10,7 +10,16 @@ import pytest
 
 from dockyard_api.devices import DEVICES
 from dockyard_api.resources.v1alpha1 import FAILED, PROGRESSING, READY, Condition, DockJob
-from dockyard_operator.assess import NodeFit, Verdict, assess, conditions_for, never_fits, parse_quantity, rolled_out
+from dockyard_operator.assess import (
+    NodeFit,
+    Verdict,
+    assess,
+    conditions_for,
+    mount_pending,
+    never_fits,
+    parse_quantity,
+    rolled_out,
+)
 from dockyard_operator.builders import pod_resources
 from tests.unit.k8s_shapes import (
     T0,
@@ -49,6 +58,7 @@ def verdict_of(
     fit: NodeFit | None = None,
     now: datetime = T0,
     node_autoscaling: bool = False,
+    events: Sequence[Mapping[str, Any]] = (),
 ) -> Verdict:
     return assess(
         the_job or job(),
@@ -60,6 +70,7 @@ def verdict_of(
         now=now,
         unschedulable_deadline_seconds=DEADLINE,
         node_autoscaling=node_autoscaling,
+        events=events,
     )
 
 
@@ -560,3 +571,120 @@ def test_a_failing_storage_initializer_fails_the_job_with_its_message() -> None:
     verdict = verdict_of(rolling(), [failing], now=T0)
     assert (verdict.status, verdict.reason) == ("FAILED", "WeightDownloadFailed")
     assert "SHA-256 mismatch" in verdict.message
+
+
+# --- FailedMount: the kubelet's Events of a pod that never starts -------------------------------------------
+
+
+def creating_pod(name: str = "model-llama-abc12", scheduled: datetime = T0) -> dict[str, Any]:
+    """A pod on a node whose container the kubelet has not created (its volumes do not mount), as read back."""
+    stuck = pod(
+        name,
+        conditions=[
+            condition("PodScheduled", "True", since=scheduled),
+            condition("Initialized", "True", since=scheduled),
+            condition("Ready", "False", "ContainersNotReady", "containers with unready status: [engine]", scheduled),
+        ],
+        containers=[container_status(waiting="ContainerCreating")],
+    )
+    stuck["status"]["phase"] = "Pending"
+    return stuck
+
+
+def kubelet_event(pod_name: str, message: str, *, count: int = 1, reason: str = "FailedMount") -> dict[str, Any]:
+    """A v1 Event as the kubelet records it (kubectl get event -o json on a kind cluster)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{pod_name}.1879a2b3c4d5e6f7", "namespace": "team-a", "resourceVersion": "4711"},
+        "involvedObject": {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "name": pod_name,
+            "namespace": "team-a",
+            "uid": "5b0c3e1e-8d1c-4a0e-9d77-2f6f6d0b8a11",
+            "resourceVersion": "4690",
+        },
+        "reason": reason,
+        "message": message,
+        "source": {"component": "kubelet", "host": "g5-48xlarge-0"},
+        "firstTimestamp": "2026-01-01T00:00:01Z",
+        "lastTimestamp": "2026-01-01T00:00:09Z",
+        "count": count,
+        "type": "Warning",
+        "reportingComponent": "kubelet",
+        "reportingInstance": "g5-48xlarge-0",
+    }
+
+
+@pytest.mark.parametrize(
+    ("message", "reason", "named"),
+    [
+        (
+            'MountVolume.SetUp failed for volume "hf-token" : secret "hf-token" not found',
+            "MissingSecret",
+            'Secret "hf-token"',
+        ),
+        (
+            'MountVolume.SetUp failed for volume "sampling" : configmap "model-llama-sampling" not found',
+            "MissingConfigMap",
+            'ConfigMap "model-llama-sampling"',
+        ),
+        (
+            'MountVolume.SetUp failed for volume "creds" : couldn\'t find key token in Secret team-a/creds',
+            "MissingSecretKey",
+            "no key token",
+        ),
+        (
+            'MountVolume.SetUp failed for volume "weights" : persistentvolumeclaim "cache" not found',
+            "MissingVolumeClaim",
+            'PersistentVolumeClaim "cache"',
+        ),
+    ],
+)
+def test_a_volume_whose_source_does_not_exist_fails_at_once(message: str, reason: str, named: str) -> None:
+    stuck = creating_pod()
+    verdict = verdict_of(rolling(), [stuck], now=at(5), events=[kubelet_event("model-llama-abc12", message)])
+    assert (verdict.status, verdict.reason) == ("FAILED", reason)
+    assert named in verdict.message
+    assert "cannot be mounted" in verdict.message
+    assert "model-llama-abc12" in verdict.message
+    assert "capacity" not in verdict.message
+    assert "GPU" not in verdict.message
+
+
+def test_another_mount_failure_waits_and_then_fails_naming_it() -> None:
+    message = (
+        'MountVolume.MountDevice failed for volume "pvc-1" : kubernetes.io/csi: attacher.MountDevice failed to '
+        "create newCsiDriverClient: driver name ebs.csi.aws.com not found in the list of registered CSI drivers"
+    )
+    events = [kubelet_event("model-llama-abc12", message, count=4)]
+    waiting = verdict_of(rolling(), [creating_pod()], now=at(60), events=events)
+    assert (waiting.status, waiting.reason) == ("IN_PROGRESS", "FailedMount")
+    assert "ebs.csi.aws.com" in waiting.message
+    failed = verdict_of(rolling(), [creating_pod()], now=at(DEADLINE), events=events)
+    assert (failed.status, failed.reason) == ("FAILED", "FailedMount")
+    assert "ebs.csi.aws.com" in failed.message
+
+
+def test_mount_events_of_other_pods_or_other_reasons_do_not_count() -> None:
+    missing = 'MountVolume.SetUp failed for volume "x" : secret "x" not found'
+    events = [
+        kubelet_event("model-other-zzz99", missing),  # another deployment's pod
+        kubelet_event("model-llama-abc12", "Successfully assigned team-a/model-llama-abc12", reason="Scheduled"),
+    ]
+    verdict = verdict_of(rolling(), [creating_pod()], now=at(5), events=events)
+    assert (verdict.status, verdict.reason) == ("IN_PROGRESS", "RollingOut")
+    gone = creating_pod()
+    gone["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:04Z"
+    verdict = verdict_of(rolling(), [gone], now=at(5), events=[kubelet_event("model-llama-abc12", missing)])
+    assert verdict.status == "IN_PROGRESS"
+
+
+def test_only_pods_that_sit_scheduled_but_not_started_have_their_events_read() -> None:
+    running = pod("model-llama-run01", containers=[container_status(ready=True)], ready=True)
+    pending = unschedulable_pod()  # no node: the scheduler's message says why
+    fresh = creating_pod("model-llama-new01", scheduled=at(4))
+    stuck = creating_pod("model-llama-old01", scheduled=T0)
+    assert mount_pending([running, pending, fresh, stuck], at(5)) == ["model-llama-old01"]
+    assert mount_pending([running, pending, fresh, stuck], at(7)) == ["model-llama-new01", "model-llama-old01"]

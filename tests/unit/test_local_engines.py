@@ -7,8 +7,12 @@ from pathlib import Path
 
 import pytest
 
+import dockyard_ct2.config as ct2_config
+from dockyard_api.devices import DEVICES
 from dockyard_localcluster import engines
 from dockyard_localcluster.engines import NoLocalEngine, ctranslate2_command, llama_cpp_command
+from dockyard_operator.runtimes import DEFAULT_CATALOG, engine_args
+from tests.unit.k8s_shapes import mdep_spec
 
 
 def test_llama_cpp_keeps_the_served_name_and_the_context_per_sequence(tmp_path: Path) -> None:
@@ -30,32 +34,35 @@ def test_llama_cpp_keeps_the_served_name_and_the_context_per_sequence(tmp_path: 
     assert command.health_path == "/v1/models"
 
 
-def test_ctranslate2_runs_the_pods_arguments_on_this_cpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("device_type", ["g5.xlarge", "g5.48xlarge"])
+def test_ctranslate2_runs_the_pods_arguments_on_this_cpu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, device_type: str
+) -> None:
+    """The arguments the operator gives the pod (runtimes.ctranslate2_args), rewritten for this machine,
+    are what dockyard-ct2-server's own parser accepts: the local model directory, the CPU, one replica."""
     monkeypatch.setattr(engines.importlib.util, "find_spec", lambda name: object())
-    args = [
-        "--model=/models/models/ns/m",
-        "--served-model-name=chat",
-        "--device=cuda",
-        "--tensor-parallel=1",
-        "--compute-type=int8_float16",
-        "--max-batch-size=8",
-        "--port=8000",
-        "--sampling-config=/etc/dockyard/sampling.json",
-    ]
-    command = ctranslate2_command(args, tmp_path, 40000, '{"temperature": 0.2}', tmp_path / "sampling.json")
+    spec = mdep_spec(
+        name="chat",
+        deviceType=device_type,
+        scalingParameters={"maxBatchSize": 8},
+        optimizationInfo={"optimizationType": "ctranslate2", "quantizationType": "int8_float16"},
+    )
+    runtime = DEFAULT_CATALOG.runtimes["ctranslate2"]
+    args = engine_args(spec, runtime, DEVICES[device_type], "/models/models/ns/m")
+    sampling = tmp_path / "sampling.json"
+    command = ctranslate2_command(args, tmp_path, 40000, '{"temperature": 0.2}', sampling, threads=2)
     assert command.argv[:3] == [sys.executable, "-m", "dockyard_ct2"]
-    assert command.argv[3:] == [
-        f"--model={tmp_path}",
-        "--served-model-name=chat",
-        "--device=cpu",
-        "--compute-type=int8_float16",
-        "--max-batch-size=8",
-        "--port=40000",
-        f"--sampling-config={tmp_path / 'sampling.json'}",
-        "--host=127.0.0.1",
-    ]
+    parsed = ct2_config.build_parser().parse_args(command.argv[3:])
+    assert parsed.model_dir == tmp_path
+    assert parsed.served_model_name == "chat"
+    assert (parsed.device, parsed.device_count) == ("cpu", 1)
+    assert parsed.compute_type == "int8_float16"
+    assert parsed.max_batch_size == 8
+    assert (parsed.host, parsed.port) == ("127.0.0.1", 40000)
+    assert parsed.intra_threads == 2
+    assert parsed.sampling_config == sampling
     assert command.health_path == "/health"
-    assert command.files == {str(tmp_path / "sampling.json"): '{"temperature": 0.2}'}
+    assert command.files == {str(sampling): '{"temperature": 0.2}'}
 
 
 def test_an_engine_that_is_not_installed_leaves_the_pod_simulated(
