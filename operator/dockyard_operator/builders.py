@@ -13,6 +13,7 @@ import hashlib
 import json
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -154,6 +155,29 @@ def _ensure_ready(model: Model | None, name: str, role: str) -> Model:
     return model
 
 
+WEIGHTS_HEADROOM_PERCENT = 10
+WEIGHTS_HEADROOM_BYTES = 256 * 2**20
+
+
+def weights_size_limit(downloads: Sequence[Download]) -> str | None:
+    """The ``sizeLimit`` of the pod's weights emptyDir: the models' stored size plus 10 % and 256 MiB,
+    rounded up to a whole MiB (``"1383Mi"``). The storage initializer writes each file once (into
+    ``<file>.part``, renamed in place when its SHA-256 matches), so the files themselves never need more
+    than their size; the headroom covers file-system blocks and metadata of many small files. A pod that
+    writes beyond it is evicted by the kubelet instead of filling the node's disk. None (no limit) when a
+    model's size is unknown (an import older than ``status.storage.sizeBytes``)."""
+    if not downloads or any(d.size_bytes <= 0 for d in downloads):
+        return None
+    total = sum(d.size_bytes for d in downloads)
+    limit = total + -(-total * WEIGHTS_HEADROOM_PERCENT // 100) + WEIGHTS_HEADROOM_BYTES  # integers: exact
+    return f"{-(-limit // 2**20)}Mi"
+
+
+def _weights_volume(downloads: Sequence[Download]) -> dict[str, Any]:
+    limit = weights_size_limit(downloads)
+    return {"name": "model-store", "emptyDir": {"sizeLimit": limit} if limit else {}}
+
+
 def resolve_served_model(ref: str, model: Model | None, base: Model | None) -> ServedModel:
     """What to serve for Model ``ref``: its own weights, or for an adapter its base model with LoRA.
 
@@ -161,7 +185,6 @@ def resolve_served_model(ref: str, model: Model | None, base: Model | None) -> S
     see :func:`model_workload`) fills from the model store: no claim has to exist in the namespace, and
     any node can run the pod."""
     model = _ensure_ready(model, ref, "Model")
-    volume = {"name": "model-store", "emptyDir": {}}
     storage = model.status.storage
     model_format, weights_file = (storage.format, storage.file) if storage is not None else (None, None)
     if not model.spec.is_adapter:
@@ -169,7 +192,7 @@ def resolve_served_model(ref: str, model: Model | None, base: Model | None) -> S
         return ServedModel(
             arg,
             tuple(extra),
-            (volume,) if mounts else (),
+            (_weights_volume(downloads),) if mounts else (),
             tuple(mounts),
             None,
             tuple(downloads),
@@ -188,7 +211,7 @@ def resolve_served_model(ref: str, model: Model | None, base: Model | None) -> S
     return ServedModel(
         base_arg,
         tuple(extra),
-        (volume,) if both else (),
+        (_weights_volume((*base_downloads, *adapter_downloads)),) if both else (),
         both,
         adapter=(ref, adapter_arg),
         downloads=(*base_downloads, *adapter_downloads),

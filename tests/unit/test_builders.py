@@ -37,6 +37,7 @@ from dockyard_operator.builders import (
     resolve_served_model,
     tool_workload,
     user_labels,
+    weights_size_limit,
 )
 from dockyard_operator.runtimes import DEFAULT_CATALOG, Runtime, sampling_defaults
 from tests.unit.k8s_shapes import HYPER_PARAMETERS, NAMESPACE, model_deployment
@@ -63,8 +64,10 @@ def model(
     phase: str | None = "ReadyToDeploy",
     adapter: bool = False,
     base: str | None = None,
+    size_bytes: int | None = None,
 ) -> Model:
-    """A Model: from the hub when ``hub`` is given, else uploaded (stored at ``storage``, if any)."""
+    """A Model: from the hub when ``hub`` is given, else uploaded (stored at ``storage``, if any, of
+    ``size_bytes``)."""
     source: dict[str, Any] = (
         {"hub": {"id": hub, **({"revision": revision} if revision else {})}}
         if hub
@@ -81,7 +84,7 @@ def model(
     spec: dict[str, Any] = {"source": source, "isAdapter": adapter, **({"baseModel": base} if base else {})}
     status: dict[str, Any] = {"phase": phase} if phase else {}
     if storage:
-        status["storage"] = {"path": storage}
+        status["storage"] = {"path": storage, **({"sizeBytes": size_bytes} if size_bytes is not None else {})}
     return Model.model_validate({"metadata": {"name": name, "namespace": NAMESPACE}, "spec": spec, "status": status})
 
 
@@ -657,6 +660,36 @@ def test_endpoint_tool_has_no_workload() -> None:
 
 
 # BUG (same cause as test_child_name_of_a_dotted_name_is_a_valid_service_name): the ToolDeployment of
+@pytest.mark.parametrize(
+    ("size_bytes", "limit"),
+    [
+        (16 * 2**30, "18279Mi"),  # 16 GiB * 1.1 = 18022.4 MiB, + 256 MiB, rounded up
+        (75 * 2**20, "339Mi"),  # 75 MiB * 1.1 + 256 MiB = 338.5 MiB, rounded up
+        (1, "257Mi"),
+    ],
+)
+def test_the_weights_volume_is_limited_to_the_models_size_with_headroom(size_bytes: int, limit: str) -> None:
+    served = resolve_served_model("s", model("s", storage="models/team-a/s", size_bytes=size_bytes), None)
+    assert served.volumes == ({"name": "model-store", "emptyDir": {"sizeLimit": limit}},)
+    spec = pod_spec(build(model_deployment(), served))
+    assert {"name": "model-store", "emptyDir": {"sizeLimit": limit}} in spec["volumes"]
+    assert parse_quantity(limit) >= size_bytes * 1.1 + 256 * 2**20
+
+
+def test_an_adapter_and_its_base_share_one_limit_for_both() -> None:
+    adapter = model("lora", storage="a/lora", adapter=True, base="base", size_bytes=100 * 2**20)
+    served = resolve_served_model("lora", adapter, model("base", storage="a/base", size_bytes=900 * 2**20))
+    assert served.volumes == ({"name": "model-store", "emptyDir": {"sizeLimit": "1356Mi"}},)  # 1000 * 1.1 + 256
+    assert weights_size_limit(served.downloads) == "1356Mi"
+
+
+def test_a_model_of_unknown_size_gets_no_limit() -> None:
+    # an import older than status.storage.sizeBytes (or an empty record): no limit rather than a wrong one
+    served = resolve_served_model("s", model("s", storage="models/team-a/s"), None)
+    assert served.volumes == ({"name": "model-store", "emptyDir": {}},)
+    assert weights_size_limit(()) is None
+
+
 # docs/examples/tooldeployment.yaml, named after its Tool "weather-1.2.0", gets the Service name
 # "tool-weather-1.2.0", which the API server refuses (a Service name must be an RFC 1035 label).
 def test_tool_service_name_for_the_example_tool_deployment_is_valid() -> None:
