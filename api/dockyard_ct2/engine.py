@@ -1,9 +1,13 @@
 """The CTranslate2 generator and the batcher that feeds it.
 
-Batching is *windowed*: a CTranslate2 batch cannot take new sequences once it runs, so each worker
-takes the oldest waiting sequence, waits at most ``batch_wait`` (counted from that sequence's
-arrival) for others that share its sampling settings, and runs up to ``max_batch_size`` of them in one
-``Generator.generate_batch`` call. Sequences that arrive while a batch runs form the next one. The
+Batching is *windowed*, and the window adapts to the load: a CTranslate2 batch cannot take new
+sequences once it runs, so each worker takes the oldest waiting sequence and waits for others that
+share its sampling settings, up to ``max_batch_size`` of them in one ``Generator.generate_batch`` call,
+but only as many as the recent load says will come (:meth:`Engine.expected`: the most sequences in the
+server at once during the current and the previous batch, per replica), and at most ``batch_wait``
+(counted from that sequence's arrival or the end of the previous batch, whichever is later). A lone
+client therefore never waits for a window (its request runs at once); concurrent clients are batched
+from their second round on. Sequences that arrive while a batch runs form the next one. The
 sampling settings (temperature, top-k, top-p, min_tokens) are per batch in CTranslate2, so a batch
 only mixes sequences whose settings are equal; ``max_tokens`` and ``stop`` are per sequence: a
 per-token callback stops each sequence on its own (and streams its text), so a short request in a
@@ -15,6 +19,7 @@ One worker per model replica: ``inter_threads`` on the CPU, one replica per GPU 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import json
 import logging
@@ -104,7 +109,9 @@ class Sequence:
     """One generated choice: its prompt, limits, the text so far and how it ended.
 
     The per-token work (:meth:`on_token`) runs on the generator's thread; results reach the event
-    loop through ``call_soon_threadsafe`` only: text deltas when streaming, and the end once.
+    loop through ``call_soon_threadsafe`` only: text deltas when streaming, and the end once. Deltas
+    go through an outbox with at most one wake-up of the loop pending: when the loop is behind the
+    generator, the tokens of several steps reach it in one call instead of one wake-up each.
     """
 
     def __init__(
@@ -137,6 +144,8 @@ class Sequence:
         self.error: str | None = None
         self.cancelled = False
         self.done: asyncio.Future[None] = loop.create_future()
+        self._outbox: collections.deque[str] = collections.deque()
+        self._flush_pending = False
 
     # --- generator thread -----------------------------------------------------------------------
 
@@ -194,9 +203,20 @@ class Sequence:
 
     def _emit(self, upto: int) -> None:
         if self._on_delta is not None and upto > self._sent:
-            delta = self.text[self._sent : upto]
-            self._loop.call_soon_threadsafe(self._on_delta, delta)
+            self._outbox.append(self.text[self._sent : upto])
+            if not self._flush_pending:
+                self._flush_pending = True
+                self._loop.call_soon_threadsafe(self._flush)
         self._sent = max(self._sent, upto)
+
+    def _flush(self) -> None:
+        """(event loop) Hand what the outbox holds to ``on_delta``, as one piece of text."""
+        self._flush_pending = False  # first: a delta appended from now on schedules another flush
+        pieces = []
+        while self._outbox:
+            pieces.append(self._outbox.popleft())
+        if pieces and self._on_delta is not None:
+            self._on_delta("".join(pieces))
 
     def _finish(self, reason: FinishReason, error: str | None = None) -> None:
         if self.finish_reason is not None:
@@ -208,6 +228,7 @@ class Sequence:
         self._loop.call_soon_threadsafe(self._resolve)
 
     def _resolve(self) -> None:
+        self._flush()  # the last deltas before the end
         if not self.done.done():
             self.done.set_result(None)
 
@@ -288,6 +309,10 @@ class Engine:
         self._pending: list[Sequence] = []
         self._running = 0
         self._last_end = 0.0
+        self._peak = 0
+        """The most sequences in the server (running + waiting) at once since the last batch started."""
+        self._previous_peak = 0
+        """The same during the batch before: clients that took part in it come back after it ends."""
         self._inflight: set[Sequence] = set()
         self._cond: asyncio.Condition | None = None
         self._workers: list[asyncio.Task[None]] = []
@@ -337,12 +362,20 @@ class Engine:
             if len(self._pending) + len(sequences) > self.max_queue:
                 raise QueueFull(f"{len(self._pending)} sequences are waiting (--max-queue={self.max_queue})")
             self._pending.extend(sequences)
+            self._peak = max(self._peak, self._running + len(self._pending))
             self._cond.notify_all()
 
     # --- batcher --------------------------------------------------------------------------------
 
     def _matching(self, key: Sampling) -> int:
         return sum(1 for s in self._pending if s.sampling == key)
+
+    def expected(self) -> int:
+        """How many sequences the next batch waits for (within the window): the recent load per replica,
+        1 to ``max_batch_size``. One client's next request, or the first request after a quiet spell,
+        starts at once; clients that ran together recently are waited for."""
+        recent = max(self._peak, self._previous_peak, 1)
+        return min(self.max_batch_size, -(-recent // self.replicas))
 
     async def _worker(self) -> None:
         assert self._cond is not None
@@ -357,7 +390,7 @@ class Engine:
                 # for them keeps two half batches from alternating for ever.
                 opened = max(first.arrived, self._last_end)
                 deadline = loop.time() + max(0.0, self.batch_wait - (time.monotonic() - opened))
-                while self._matching(key) < self.max_batch_size:
+                while self._matching(key) < self.expected():
                     remaining = deadline - loop.time()
                     if remaining <= 0:
                         break
@@ -375,6 +408,9 @@ class Engine:
                     else:
                         rest.append(seq)
                 self._pending = rest
+                if batch:
+                    self._previous_peak = self._peak
+                    self._peak = self._running + len(batch) + len(rest)
             if not batch:
                 continue
             self._running += len(batch)
