@@ -2,7 +2,7 @@
 
 The stock stages ship inside the kwok Go module (copied next to the binaries by
 ``build-binaries.sh``). Dockyard adds simulation stages that tests trigger with the pod label
-``dockyard.dev/simulate`` (``crash-loop``, ``never-ready``, ``image-pull-error``), and
+``dockyard.dev/simulate`` (``crash-loop``, ``never-ready``, ``image-pull-error``, ``failed-mount``), and
 ``dockyard-local-engine-start`` for model pods labelled ``dockyard.dev/local-engine: "true"``, which
 it runs without making them Ready (the local engine runner does, when the engine answers). kwok's
 ``pod-ready`` stage is amended so it never races them.
@@ -19,7 +19,7 @@ import yaml
 SIMULATE_LABEL = "dockyard.dev/simulate"
 LOCAL_ENGINE_LABEL = "dockyard.dev/local-engine"
 """On model pods whose real engine the local engine runner starts: the runner makes them Ready."""
-SIMULATIONS = ("crash-loop", "never-ready", "image-pull-error")
+SIMULATIONS = ("crash-loop", "never-ready", "image-pull-error", "failed-mount")
 
 STOCK_STAGE_FILES = (
     "node/fast/node-initialize.yaml",

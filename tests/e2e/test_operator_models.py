@@ -129,6 +129,8 @@ def test_deleting_the_model_deployment_removes_its_workload(api: client.ApiClien
         ("image-pull-error", "ImagePullError", "ImagePullBackOff"),
         ("crash-loop", "CrashLoop", "last exit code 1"),
         ("never-ready", "ProgressDeadlineExceeded", "progress"),
+        # the kubelet's FailedMount Event (kwok's stand-in, stage dockyard-failed-mount): at once, named
+        ("failed-mount", "MissingSecret", 'volume "credentials" of pod model-broken-'),
     ],
 )
 def test_failures_are_reported_with_their_reason(
