@@ -31,7 +31,7 @@ def test_pod_ready_is_told_to_leave_simulations_alone(tmp_path: Path) -> None:
     amended = _exclude_simulations(yaml.safe_load(yaml.safe_dump(stage)))
     [expr] = amended["spec"]["selector"]["matchExpressions"]
     assert expr["operator"] == "NotIn"
-    assert set(expr["values"]) == {"never-ready", "image-pull-error", "crash-loop"}
+    assert set(expr["values"]) == {"never-ready", "image-pull-error", "crash-loop", "failed-mount"}
 
 
 def test_pod_ready_leaves_local_engine_pods_to_the_runner() -> None:
