@@ -39,6 +39,10 @@ log = logging.getLogger("dockyard_ct2.engine")
 
 FinishReason = Literal["stop", "length", "cancelled", "error"]
 
+LOAD_MEMORY_SECONDS = 1.0
+"""After this long with nothing running, the batcher forgets the load it saw (a lone request after a
+busy spell does not wait for clients that are gone)."""
+
 # The compute type each requested type falls back to when the device cannot run it (first supported wins).
 FALLBACKS: dict[str, tuple[str, ...]] = {
     "int8_float16": ("int8_float16", "int8_bfloat16", "int8_float32", "int8", "float32"),
@@ -385,6 +389,10 @@ class Engine:
                 await self._cond.wait_for(lambda: bool(self._pending))
                 first = self._pending[0]
                 key = first.sampling
+                if not self._running and first.arrived - self._last_end > LOAD_MEMORY_SECONDS:
+                    # the server sat idle: the load it saw before is gone, only what waits now counts
+                    self._previous_peak = 0
+                    self._peak = len(self._pending)
                 # The window opens when the oldest sequence arrived or the last batch ended, whichever is
                 # later: the clients of a batch that just ended send their next requests now, and waiting
                 # for them keeps two half batches from alternating for ever.
