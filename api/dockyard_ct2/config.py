@@ -72,7 +72,7 @@ class ServerConfig:
     device_count: int = 1
     compute_type: str = "default"
     max_batch_size: int = 8
-    batch_wait_ms: float = 5.0
+    batch_wait_ms: float = 50.0
     max_queue: int = 1024
     max_model_len: int = 4096
     inter_threads: int = 1
@@ -121,9 +121,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-batch-size", default=8, type=_positive, help="sequences per generate call (default 8)")
     p.add_argument(
         "--batch-wait-ms",
-        default=5.0,
+        default=50.0,
         type=float,
-        help="how long the oldest waiting request may wait for others to share its batch (default 5)",
+        help="the longest the oldest waiting request waits for the others the recent load expects (default 50; a lone "
+        "client never waits)",
     )
     p.add_argument("--max-queue", default=1024, type=_positive, help="waiting sequences before 503 (default 1024)")
     p.add_argument("--max-model-len", default=4096, type=_positive, help="prompt + completion tokens (default 4096)")

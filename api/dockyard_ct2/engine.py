@@ -279,7 +279,7 @@ class Engine:
         inter_threads: int = 1,
         intra_threads: int = 0,
         max_batch_size: int = 8,
-        batch_wait: float = 0.005,
+        batch_wait: float = 0.05,
         max_queue: int = 1024,
         end_ids: frozenset[int] = frozenset(),
     ) -> None:

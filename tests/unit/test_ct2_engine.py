@@ -177,7 +177,7 @@ def test_parse_args_defaults(tmp_path: Path) -> None:
     config = parse_args(["--model-dir", str(tmp_path)])
     assert config.served_model_name == tmp_path.name
     assert (config.host, config.port, config.device, config.compute_type) == ("127.0.0.1", 8000, "auto", "default")
-    assert (config.max_batch_size, config.batch_wait_ms, config.max_model_len) == (8, 5.0, 4096)
+    assert (config.max_batch_size, config.batch_wait_ms, config.max_model_len) == (8, 50.0, 4096)
 
 
 def test_tools_reach_the_chat_template(tmp_path: Path) -> None:
