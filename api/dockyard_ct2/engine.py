@@ -39,6 +39,11 @@ log = logging.getLogger("dockyard_ct2.engine")
 
 FinishReason = Literal["stop", "length", "cancelled", "error"]
 
+STREAM_INTERVAL_SECONDS = 0.02
+"""Streamed text reaches the client at most this often per sequence (the first piece at once): one
+wake-up of the event loop, one SSE chunk and one client read per 20 ms instead of per token, which on a
+CPU-bound host takes time from the generator's threads."""
+
 LOAD_MEMORY_SECONDS = 1.0
 """After this long with nothing running, the batcher forgets the load it saw (a lone request after a
 busy spell does not wait for clients that are gone)."""
@@ -114,8 +119,8 @@ class Sequence:
 
     The per-token work (:meth:`on_token`) runs on the generator's thread; results reach the event
     loop through ``call_soon_threadsafe`` only: text deltas when streaming, and the end once. Deltas
-    go through an outbox with at most one wake-up of the loop pending: when the loop is behind the
-    generator, the tokens of several steps reach it in one call instead of one wake-up each.
+    go through an outbox with at most one wake-up of the loop pending, and at most one delivery per
+    :data:`STREAM_INTERVAL_SECONDS`: the tokens of several steps reach the loop in one call.
     """
 
     def __init__(
@@ -150,6 +155,7 @@ class Sequence:
         self.done: asyncio.Future[None] = loop.create_future()
         self._outbox: collections.deque[str] = collections.deque()
         self._flush_pending = False
+        self._last_flush = float("-inf")
 
     # --- generator thread -----------------------------------------------------------------------
 
@@ -210,8 +216,16 @@ class Sequence:
             self._outbox.append(self.text[self._sent : upto])
             if not self._flush_pending:
                 self._flush_pending = True
-                self._loop.call_soon_threadsafe(self._flush)
+                self._loop.call_soon_threadsafe(self._flush_soon)
         self._sent = max(self._sent, upto)
+
+    def _flush_soon(self) -> None:
+        """(event loop) Flush now, or when :data:`STREAM_INTERVAL_SECONDS` have passed since the last one."""
+        wait = self._last_flush + STREAM_INTERVAL_SECONDS - self._loop.time()
+        if wait > 0:
+            self._loop.call_later(wait, self._flush)
+        else:
+            self._flush()
 
     def _flush(self) -> None:
         """(event loop) Hand what the outbox holds to ``on_delta``, as one piece of text."""
@@ -219,6 +233,7 @@ class Sequence:
         pieces = []
         while self._outbox:
             pieces.append(self._outbox.popleft())
+        self._last_flush = self._loop.time()
         if pieces and self._on_delta is not None:
             self._on_delta("".join(pieces))
 
