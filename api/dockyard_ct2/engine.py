@@ -267,6 +267,13 @@ class Sequence:
         return len(self.ids)
 
 
+@dataclass
+class Arrivals:
+    """Requests the HTTP layer is receiving whose sequences are not queued yet (the server counts them)."""
+
+    count: int = 0
+
+
 class QueueFull(RuntimeError):
     """More sequences wait than the server accepts (``--max-queue``)."""
 
@@ -332,6 +339,8 @@ class Engine:
         """The most sequences in the server (running + waiting) at once since the last batch started."""
         self._previous_peak = 0
         """The same during the batch before: clients that took part in it come back after it ends."""
+        self.arrivals = Arrivals()
+        """Requests being received (set by the server): the next batch waits for them."""
         self._inflight: set[Sequence] = set()
         self._cond: asyncio.Condition | None = None
         self._workers: list[asyncio.Task[None]] = []
@@ -374,9 +383,12 @@ class Engine:
         vocab = self.vocabulary
         return [vocab[i] for i in ids]
 
-    async def submit(self, sequences: list[Sequence]) -> None:
-        """Queue the sequences of one request (all or none)."""
+    async def submit(self, sequences: list[Sequence], *, arrived: bool = False) -> None:
+        """Queue the sequences of one request (all or none). ``arrived``: the request was counted in
+        :attr:`arrivals` until now."""
         assert self._cond is not None, "Engine.start() was not called"
+        if arrived:
+            self.arrivals.count -= 1
         async with self._cond:
             if len(self._pending) + len(sequences) > self.max_queue:
                 raise QueueFull(f"{len(self._pending)} sequences are waiting (--max-queue={self.max_queue})")
@@ -391,9 +403,11 @@ class Engine:
 
     def expected(self) -> int:
         """How many sequences the next batch waits for (within the window): the recent load per replica,
-        1 to ``max_batch_size``. One client's next request, or the first request after a quiet spell,
-        starts at once; clients that ran together recently are waited for."""
-        recent = max(self._peak, self._previous_peak, 1)
+        counting the requests being received now, 1 to ``max_batch_size``. One client's next request, or
+        a lone request after a quiet spell, starts at once; clients that ran together recently, and
+        requests that arrive together, are waited for."""
+        now = self._running + len(self._pending) + self.arrivals.count
+        recent = max(self._peak, self._previous_peak, now, 1)
         return min(self.max_batch_size, -(-recent // self.replicas))
 
     async def _worker(self) -> None:

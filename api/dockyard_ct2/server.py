@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dockyard_ct2.config import ServerConfig
-from dockyard_ct2.engine import Engine, QueueFull, Sampling, Sequence
+from dockyard_ct2.engine import Arrivals, Engine, QueueFull, Sampling, Sequence
 from dockyard_ct2.tokenizer import ChatTemplateError, ModelTokenizer
 
 log = logging.getLogger("dockyard_ct2.server")
@@ -218,9 +218,9 @@ class Server:
                 )
         return out
 
-    async def run(self, seqs: list[Sequence]) -> None:
+    async def run(self, seqs: list[Sequence], request: Request) -> None:
         try:
-            await self.engine.submit(seqs)
+            await self.engine.submit(seqs, arrived=_arrived(request))
         except QueueFull as exc:
             raise ApiError(503, "server_busy", f"the server is busy: {exc}") from exc
         try:
@@ -270,13 +270,48 @@ def _sse(data: dict[str, Any] | str) -> bytes:
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
+GENERATION_PATHS = frozenset({"/v1/completions", "/v1/chat/completions"})
+ARRIVAL_KEY = "dockyard_ct2_arrival"
+
+
+class CountArrivals:
+    """ASGI middleware: counts the generation requests that the server is receiving but whose
+    sequences are not queued yet (body being read, validated, tokenized). The batcher waits for them
+    (within its window) instead of starting a batch without them: requests that clients sent together
+    share one batch even after a quiet spell, and a lone request (none arriving) starts at once."""
+
+    def __init__(self, app: Any, arrivals: Arrivals) -> None:
+        self.app = app
+        self.arrivals = arrivals
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] not in GENERATION_PATHS:
+            await self.app(scope, receive, send)
+            return
+        state = scope.setdefault("state", {})
+        state[ARRIVAL_KEY] = True
+        self.arrivals.count += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            if state.pop(ARRIVAL_KEY, False):  # refused (or failed) before its sequences were queued
+                self.arrivals.count -= 1
+
+
+def _arrived(request: Request) -> bool:
+    """The request's sequences are being queued: it no longer counts as arriving (True once)."""
+    return bool(request.scope.get("state", {}).pop(ARRIVAL_KEY, False))
+
 
 def create_app(config: ServerConfig, load: Callable[[ServerConfig], Server] | None = None) -> FastAPI:
     """The FastAPI app; the model is loaded in the lifespan, before the server accepts connections."""
 
+    arrivals = Arrivals()
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         server = (load or load_server)(config)
+        server.engine.arrivals = arrivals
         server.engine.start()
         app.state.server = server
         log.info(
@@ -294,6 +329,7 @@ def create_app(config: ServerConfig, load: Callable[[ServerConfig], Server] | No
             await server.engine.stop()
 
     app = FastAPI(title="Dockyard CTranslate2 server", lifespan=lifespan)
+    app.add_middleware(CountArrivals, arrivals=arrivals)
 
     def srv(request: Request) -> Server:
         server: Server = request.app.state.server
@@ -420,9 +456,9 @@ def create_app(config: ServerConfig, load: Callable[[ServerConfig], Server] | No
                 choice = {"index": index, "text": text, "logprobs": None, "finish_reason": finish}
                 return {**head, "choices": [choice]}
 
-            return await _stream(s, prompts, body, limits, chunk, None)
+            return await _stream(s, request, prompts, body, limits, chunk, None)
         seqs = s.sequences(prompts, body, limits, None)
-        await s.run(seqs)
+        await s.run(seqs, request)
         _raise_engine_error(seqs)
         choices = [
             {"index": i, "text": q.text, "logprobs": None, "finish_reason": _reason(q)} for i, q in enumerate(seqs)
@@ -467,9 +503,9 @@ def create_app(config: ServerConfig, load: Callable[[ServerConfig], Server] | No
                 choice = {"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None}
                 return {**chunk_head, "choices": [{**choice, "finish_reason": None}]}
 
-            return await _stream(s, prompts, body, limits, chunk, opening)
+            return await _stream(s, request, prompts, body, limits, chunk, opening)
         seqs = s.sequences(prompts, body, limits, None)
-        await s.run(seqs)
+        await s.run(seqs, request)
         _raise_engine_error(seqs)
         choices = [
             {
@@ -517,6 +553,7 @@ def _raise_engine_error(seqs: list[Sequence]) -> None:
 
 async def _stream(
     s: Server,
+    request: Request,
     prompts: list[list[int]],
     body: _Common,
     limits: list[int],
@@ -538,7 +575,7 @@ async def _stream(
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
 
     try:
-        await s.engine.submit(seqs)  # before the 200 goes out: a full queue is still a plain 503
+        await s.engine.submit(seqs, arrived=_arrived(request))  # before the 200: a full queue is a plain 503
     except QueueFull as exc:
         raise ApiError(503, "server_busy", f"the server is busy: {exc}") from exc
 
