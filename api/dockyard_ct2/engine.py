@@ -44,6 +44,9 @@ STREAM_INTERVAL_SECONDS = 0.02
 wake-up of the event loop, one SSE chunk and one client read per 20 ms instead of per token, which on a
 CPU-bound host takes time from the generator's threads."""
 
+BURST_GRACE_SECONDS = 0.005
+"""After an idle spell the first request waits this long (at most the window) for others sent with it."""
+
 LOAD_MEMORY_SECONDS = 1.0
 """After this long with nothing running, the batcher forgets the load it saw (a lone request after a
 busy spell does not wait for clients that are gone)."""
@@ -418,17 +421,23 @@ class Engine:
                 await self._cond.wait_for(lambda: bool(self._pending))
                 first = self._pending[0]
                 key = first.sampling
+                grace = loop.time()
                 if not self._running and first.arrived - self._last_end > LOAD_MEMORY_SECONDS:
-                    # the server sat idle: the load it saw before is gone, only what waits now counts
+                    # the server sat idle: the load it saw before is gone, only what waits now counts; the
+                    # requests of a burst reach it over a few milliseconds, so the first waits that long
                     self._previous_peak = 0
                     self._peak = len(self._pending)
+                    grace = first.arrived + min(self.batch_wait, BURST_GRACE_SECONDS)
                 # The window opens when the oldest sequence arrived or the last batch ended, whichever is
                 # later: the clients of a batch that just ended send their next requests now, and waiting
                 # for them keeps two half batches from alternating for ever.
                 opened = max(first.arrived, self._last_end)
                 deadline = loop.time() + max(0.0, self.batch_wait - (time.monotonic() - opened))
-                while self._matching(key) < self.expected():
-                    remaining = deadline - loop.time()
+                while (matching := self._matching(key)) < self.max_batch_size:
+                    short = matching < self.expected()
+                    if not short and loop.time() >= grace:
+                        break
+                    remaining = (deadline if short else min(grace, deadline)) - loop.time()
                     if remaining <= 0:
                         break
                     try:
