@@ -127,6 +127,24 @@ class ServedModel:
     """For GGUF: the file in the model's directory that llama.cpp loads."""
 
 
+UNCOMPRESSED_UPLOADS = frozenset({"tar", "gguf", "safetensors", "bin", "pt", "pth"})
+"""Uploads whose stored files are no larger than the upload (tar, single weight files)."""
+
+
+def _stored_bytes(model: Model) -> int:
+    """Bytes of the model's stored files (0: unknown): ``status.storage.filesBytes``; for an import that
+    predates it, ``sizeBytes`` (bytes received) when the upload was not compressed, since then the
+    stored files are no larger than the upload."""
+    storage = model.status.storage
+    if storage is None:
+        return 0
+    if storage.files_bytes is not None:
+        return storage.files_bytes
+    upload = model.spec.source.upload
+    extension = (upload.file_extension if upload is not None else "").lower()
+    return storage.size_bytes or 0 if extension in UNCOMPRESSED_UPLOADS else 0
+
+
 def _weights(model: Model, mount_at: str, role: str) -> tuple[str, list[str], list[dict[str, Any]], list[Download]]:
     name = model.metadata.name or ""
     source = model.spec.source
@@ -139,7 +157,7 @@ def _weights(model: Model, mount_at: str, role: str) -> tuple[str, list[str], li
     sub_path = storage.path.strip("/")
     path = f"{mount_at}/{sub_path}"
     mount = {"name": "model-store", "mountPath": path, "subPath": sub_path, "readOnly": True}
-    download = Download(role, model.metadata.namespace or "", name, sub_path, storage.size_bytes or 0)
+    download = Download(role, model.metadata.namespace or "", name, sub_path, _stored_bytes(model))
     return path, [], [mount], [download]
 
 

@@ -141,6 +141,7 @@ class Importer:
                     sha256=outcome.sha256,
                     format=outcome.format,
                     file=outcome.file,
+                    files_bytes=outcome.files_bytes,
                 )
                 patch = importstatus.imported(job, storage, previous, at)
             try:

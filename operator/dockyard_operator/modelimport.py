@@ -100,6 +100,9 @@ class Imported:
     """What :func:`check_model` found (docs/runtimes.md)."""
     file: str | None = None
     """The weights file an engine loads by name (GGUF), in the model's directory."""
+    files_bytes: int | None = None
+    """Bytes of the stored files (what a model pod downloads); more than ``size_bytes`` for a
+    compressed archive."""
 
 
 # --- reading the chunks as one file -----------------------------------------------------------------
@@ -474,6 +477,7 @@ def run_import(
             str(manifest["sha256"]),
             manifest.get("format"),
             manifest.get("file"),
+            sum(int(f.get("size", 0)) for f in manifest.get("files") or []),
         )
     for stale in staging_dirs(store, namespace, model_id):  # left by a crash
         shutil.rmtree(stale, ignore_errors=True)
@@ -539,7 +543,7 @@ def run_import(
             fd = os.open(final.parent, os.O_RDONLY | os.O_DIRECTORY)
             os.fsync(fd)
             os.close(fd)
-        return Imported(store.relative(final), size, sha, model_format, weights_file)
+        return Imported(store.relative(final), size, sha, model_format, weights_file, sum(f.size for f in files))
     except OSError as exc:
         raise ImportFailed("StorageError", f"the model store failed: {exc}") from exc
     finally:
@@ -570,6 +574,7 @@ def import_into(
                 done.sha256,
                 cast("ModelFormat | None", done.format),  # what the import itself recorded
                 done.weights_file,
+                done.total_bytes,
             )
         local = ModelStore(work / f"import-{uuid.uuid4().hex[:12]}")
         local.ensure()
@@ -580,7 +585,12 @@ def import_into(
             assert manifest is not None
             store.upload_model(namespace, model_id, local.model_dir(namespace, model_id), manifest)
             return Imported(
-                f"models/{namespace}/{model_id}", imported.size_bytes, imported.sha256, imported.format, imported.file
+                f"models/{namespace}/{model_id}",
+                imported.size_bytes,
+                imported.sha256,
+                imported.format,
+                imported.file,
+                imported.files_bytes,
             )
         finally:
             shutil.rmtree(local.root, ignore_errors=True)

@@ -683,6 +683,20 @@ def test_an_adapter_and_its_base_share_one_limit_for_both() -> None:
     assert weights_size_limit(served.downloads) == "1356Mi"
 
 
+def test_the_limit_follows_the_stored_files_not_a_compressed_upload() -> None:
+    gz = model("s", storage="models/team-a/s", size_bytes=600 * 2**20)
+    assert gz.spec.source.upload is not None
+    gz.spec.source.upload.file_extension = "tar.gz"
+    # bytes received of a compressed archive say nothing about what it unpacks to: no limit
+    assert resolve_served_model("s", gz, None).volumes == ({"name": "model-store", "emptyDir": {}},)
+    # the import records the stored files' bytes (status.storage.filesBytes): that is what counts
+    assert gz.status.storage is not None
+    gz.status.storage.files_bytes = 1000 * 2**20
+    assert resolve_served_model("s", gz, None).volumes == (
+        {"name": "model-store", "emptyDir": {"sizeLimit": "1356Mi"}},
+    )
+
+
 def test_a_model_of_unknown_size_gets_no_limit() -> None:
     # an import older than status.storage.sizeBytes (or an empty record): no limit rather than a wrong one
     served = resolve_served_model("s", model("s", storage="models/team-a/s"), None)

@@ -139,6 +139,9 @@ def test_an_archive_with_one_top_directory_becomes_the_model_directory(store: Mo
         for name, body in sorted((p.name, p.read_bytes()) for p in root.iterdir() if p.name != MANIFEST)
     ]
     assert oct((root / "config.json").stat().st_mode & 0o777) == "0o644"
+    # what the pods download (and their weights volume is sized by): the stored files, not the upload
+    stored = sum(len(body) for _, body in MODEL)
+    assert run_import(store, "ns", "m", up, "job-1", LIMITS).files_bytes == stored  # the finished job, again
 
 
 def test_a_flat_archive_keeps_its_layout_and_subdirectories(store: ModelStore) -> None:
@@ -154,7 +157,7 @@ def test_a_single_weights_file_is_stored_byte_for_byte(store: ModelStore) -> Non
     stored = store.root / result.path / "tiny.gguf"
     assert stored.read_bytes() == data
     assert result.sha256 == hashlib.sha256(data).hexdigest()
-    assert result.size_bytes == len(data)
+    assert result.size_bytes == result.files_bytes == len(data)
     assert (result.format, result.file) == ("gguf", "tiny.gguf")  # llama.cpp serves it (docs/runtimes.md)
     again = run_import(store, "ns", "m", up, "job-1", LIMITS)  # the finished job, found again
     assert (again.format, again.file) == ("gguf", "tiny.gguf")

@@ -104,6 +104,9 @@ class ModelStorage(DockyardModel):
     """Path of the model's directory in the model store."""
     size_bytes: Annotated[int, Field(ge=0)] | None = None
     """Bytes received."""
+    files_bytes: Annotated[int, Field(ge=0)] | None = None
+    """Bytes of the stored files (what a model pod downloads: sizes the pod's weights volume); more than
+    sizeBytes for a compressed archive."""
     sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] | None = None
     """SHA-256 of the received file."""
     format: Literal["gguf", "ctranslate2", "safetensors", "pytorch"] | None = None
