@@ -281,6 +281,7 @@ def test_an_imported_ctranslate2_model_answers_through_dockyards_ct2_server(
     model_id = import_tiny_ct2_model(imports, tmp_path)
     storage = get(api, namespace, "models", model_id)["status"]["storage"]
     assert storage["format"] == "ctranslate2"
+    assert 0 < storage["filesBytes"] <= storage["sizeBytes"]  # a tar: headers and padding on top
 
     body = {
         **DEPLOY_BODY,
@@ -298,6 +299,9 @@ def test_an_imported_ctranslate2_model_answers_through_dockyards_ct2_server(
     assert get(api, namespace, "modeldeployments", "tiny-ct2")["status"]["runtime"] == "ctranslate2"
     [pod] = pods_of(api, namespace, "tiny-ct2")
     assert ready(pod)
+    [weights] = [v for v in pod["spec"]["volumes"] if v["name"] == "model-store"]
+    limit_mib = -(-(storage["filesBytes"] * 110 // 100 + 256 * 2**20) // 2**20)  # files + 10 % + 256 MiB
+    assert abs(int(weights["emptyDir"]["sizeLimit"].removesuffix("Mi")) - limit_mib) <= 1
     endpoint = pod["metadata"]["annotations"][LOCAL_ENDPOINT_ANNOTATION]
 
     health = httpx.get(f"{endpoint}/health", timeout=10).json()
