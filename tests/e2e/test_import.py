@@ -209,11 +209,14 @@ def test_import_of_a_model_archive_end_to_end(
     status = done["status"]
     assert status["job"]["dockStatusId"] == job["dockStatusId"]
     assert (status["job"]["status"], status["job"]["reason"]) == ("SUCCESS", "Imported")
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        files_bytes = sum(m.size for m in tar.getmembers() if m.isfile())
     assert status["storage"] == {
         "path": f"models/{namespace}/{model_id}",
         "sizeBytes": len(data),
         "sha256": sha,
         "format": "safetensors",  # which engine can serve it (docs/runtimes.md)
+        "filesBytes": files_bytes,  # what model pods download (sizes their weights volume)
     }
     assert "importSession" not in status
     ready = next(c for c in status["conditions"] if c["type"] == "Ready")
