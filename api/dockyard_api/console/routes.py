@@ -38,7 +38,6 @@ STATIC = resources.files("dockyard_api.console") / "static"
 TEMPLATES = jinja2.Environment(
     loader=jinja2.PackageLoader("dockyard_api.console", "templates"),
     autoescape=jinja2.select_autoescape(("html",)),
-    undefined=jinja2.StrictUndefined,
     trim_blocks=True,
     lstrip_blocks=True,
 )

@@ -81,6 +81,8 @@ def environment_rows(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def health(env: dict[str, Any]) -> dict[str, str]:
     """A word and a tone for an environment's phase, with the Ready condition's reason when not Active."""
+    if env.get("deletingSince"):
+        return {"phase": "Deleting", "tone": "busy", "reason": "endpoints deactivated; resources being released"}
     phase = env.get("phase") or "Pending"
     tone = {"Active": "ok", "Failed": "bad", "Deploying": "busy", "Pending": "busy"}.get(phase, "busy")
     reason = ""
