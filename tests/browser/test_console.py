@@ -11,10 +11,9 @@ import subprocess
 from pathlib import Path
 
 from kubernetes import client
-
-from dockyard_api import apikeys
 from playwright.sync_api import Browser, BrowserContext, Page, expect
 
+from dockyard_api import apikeys
 from tests.browser.conftest import Facade, deploy_bot
 from tests.e2e.test_apps_environments import Users, team, user_roles, users  # noqa: F401 - fixtures
 from tests.support.scripted_model import Reply, ScriptedModel
