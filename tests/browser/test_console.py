@@ -85,8 +85,13 @@ def test_console_lifecycle_and_viewer(
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
 
-    # sign in: a wrong token is refused next to the token field; then alice's token
+    # sign in: labels and focus order; a wrong token is refused next to the token field; then alice's token
     page.goto(f"{facade.url}/console/")
+    page.get_by_label("Kubernetes token").focus()
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.id") == "namespace"
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.textContent") == "Sign in"
     page.get_by_label("Kubernetes token").fill("not-a-token")
     page.get_by_label("Namespace").fill(namespace)
     page.get_by_role("button", name="Sign in").click()
@@ -104,6 +109,7 @@ def test_console_lifecycle_and_viewer(
     # the app: the draft environment first, no versions yet
     page.get_by_role("link", name="Bot").click()
     expect(page.locator("tr[data-environment=draft]")).to_contain_text("Active")
+    expect(page.locator("tr[data-environment=draft]")).to_contain_text("SUCCESS")  # its tool's dock status
     expect(page.get_by_text("No versions yet.")).to_be_visible()
 
     # create version 1.0.0: a field error first (no name), in words next to the field
@@ -189,8 +195,20 @@ def test_console_lifecycle_and_viewer(
     expect(page.locator("#usage-summary")).to_contain_text("Input tokens: 7 · Output tokens: 4")
     _shot(page, "usage")
 
+    # models and tools: the Model (phase, format), the ModelDeployment and the ToolDeployments with dock status
+    page.get_by_role("link", name="Models and tools").click()
+    models = page.get_by_role("table", name="Models")
+    expect(models).to_contain_text("tiny")
+    expect(models).to_contain_text("ReadyToDeploy")
+    deployments = page.get_by_role("table", name="Model deployments")
+    expect(deployments.locator("tr", has_text="tiny")).to_contain_text("SUCCESS")
+    tools = page.get_by_role("table", name="Tool deployments")
+    expect(tools.locator("tr", has_text="bot-staging")).to_contain_text("SUCCESS")
+    _shot(page, "models")
+
     # a second version, deployed from the environment's Overview
-    page.get_by_role("link", name="bot", exact=True).click()
+    page.get_by_role("link", name="Apps", exact=True).click()
+    page.get_by_role("link", name="Bot").click()
     _create_version(page, "1.1.0", "Second release")
     page.get_by_role("link", name="bot", exact=True).click()
     page.get_by_role("link", name="staging").click()
@@ -201,6 +219,9 @@ def test_console_lifecycle_and_viewer(
     page.get_by_role("link", name="History").click()
     assert _history(page) == [["1.1.0", alice, "Active", "Deploy"], ["1.0.0", alice, "Previous", "Deploy"]]
     _shot(page, "history")
+    page.get_by_role("link", name="bot", exact=True).click()
+    expect(page.locator("tr[data-version='1.1.0']")).to_contain_text("bot-staging")  # deployed in
+    _shot(page, "app")
 
     # a version an environment deploys cannot be deleted: the dependency check's refusal in words
     page.goto(f"{facade.url}/console/ns/{namespace}/apps/bot/versions/1.1.0")
