@@ -181,6 +181,20 @@ def test_console_lifecycle_and_viewer(
     answer = json.loads(body)
     assert answer["response"] == "Hello from staging."
     assert answer["agent"] == "helper"
+    # revoke the key: listed no more, and the same call is now refused
+    page.get_by_role("link", name="API Keys").click()
+    page.get_by_role("button", name="Revoke key ci pipeline").click()
+    expect(page.get_by_role("status").first).to_contain_text("API key revoked")
+    expect(page.get_by_text("No API keys yet.")).to_be_visible()
+    again = subprocess.run(
+        ["bash", "-c", script + " -w '\\n%{http_code}'"],
+        env={**os.environ, "DOCKYARD_API_KEY": key},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert again.stdout.rpartition("\n")[2] == "401", again.stdout
     page.get_by_role("link", name="Embed Code").click()
     expect(page.locator("#embed-code")).to_contain_text('data-app-id="bot"')
     expect(page.locator("#embed-code")).to_contain_text("/v1/loader.js")
@@ -228,6 +242,16 @@ def test_console_lifecycle_and_viewer(
     page.get_by_role("button", name="Delete version 1.1.0").click()
     expect(page.get_by_role("alert")).to_contain_text("1.1.0")
     expect(page.get_by_role("heading", name="Version 1.1.0: Second release")).to_be_visible()
+
+    # restore the draft from 1.0.0: refused until confirmed, then done
+    page.goto(f"{facade.url}/console/ns/{namespace}/apps/bot/versions/1.0.0")
+    expect(page.get_by_text("It cannot be undone.")).to_be_visible()
+    page.get_by_role("button", name="Restore draft").click()
+    expect(page.locator("#confirm-error")).to_contain_text("cannot be undone")
+    page.get_by_label("I understand the draft is overwritten").check()
+    page.get_by_role("button", name="Restore draft").click()
+    expect(page.get_by_role("status").first).to_contain_text("The draft now holds version 1.0.0")
+    expect(page.get_by_text("draft restored from version 1.0.0")).to_be_visible()
 
     # roll back to 1.0.0 from the history, confirmed
     page.goto(f"{facade.url}/console/ns/{namespace}/environments/bot-staging?tab=history")
