@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import time
+from importlib.resources import files
 
 import pytest
 from pydantic import ValidationError
@@ -228,3 +229,30 @@ def test_templates_escape_what_users_typed() -> None:
     assert "&lt;b&gt;bad&lt;/b&gt;" in page
     assert 'aria-invalid="true" aria-describedby="name-error"' in page
     assert 'name="csrf" value="c"' in page
+
+
+def _luminance(color: str) -> float:
+    value = color.lstrip("#")
+    channels = [int(value[i : i + 2], 16) / 255 for i in (0, 2, 4)]
+    r, g, b = (c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in channels)
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def _contrast(a: str, b: str) -> float:
+    high, low = sorted((_luminance(a), _luminance(b)), reverse=True)
+    return (high + 0.05) / (low + 0.05)
+
+
+def test_both_themes_meet_wcag_aa_contrast() -> None:
+    css = (files("dockyard_api.console") / "static" / "console.css").read_text()
+    themes = [
+        dict(re.findall(r"--([a-z]+):\s*(#[0-9a-fA-F]{6})", block))
+        for block in re.findall(r"\{([^{}]*--bg:[^{}]*)\}", css)
+    ]
+    assert len(themes) == 3  # light, dark by the system's choice, dark by the Theme button
+    for colors in themes:
+        for text in ("fg", "mut", "ac", "err", "ok", "busy"):
+            for background in ("bg", "panel", "code"):
+                assert _contrast(colors[text], colors[background]) >= 4.5, (text, background, colors)
+        assert _contrast(colors["acfg"], colors["ac"]) >= 4.5  # a primary button's label
+        assert _contrast(colors["bg"], colors["err"]) >= 4.5  # a danger button's label
