@@ -16,6 +16,7 @@ from playwright.sync_api import Browser, BrowserContext, Page, expect
 from dockyard_api import apikeys
 from tests.browser.conftest import Facade, deploy_bot
 from tests.e2e.test_apps_environments import Users, team, user_roles, users  # noqa: F401 - fixtures
+from tests.support.dockyard import create
 from tests.support.scripted_model import Reply, ScriptedModel
 from tests.support.waiting import wait_for
 
@@ -79,6 +80,8 @@ def test_console_lifecycle_and_viewer(
     model: ScriptedModel,
 ) -> None:
     deploy_bot(api, namespace, model)  # App "bot" (agent helper, tool weather, model tiny) and its draft
+    clock = {"name": "clock", "version": "1.0.0", "endpoint": model.tool("clock", lambda args: {"now": "noon"})}
+    create(api, namespace, "tools", "Tool", "clock-1.0.0", clock)
     alice = team.name("alice")
     context = _context(browser, facade)
     page = context.new_page()
@@ -121,7 +124,18 @@ def test_console_lifecycle_and_viewer(
     page.get_by_role("button", name="Validate and create version").click()
     expect(page.locator("#name-error")).to_be_visible()
     expect(page.get_by_label("Name", exact=True)).to_have_attribute("aria-invalid", "true")
+    # the validation of the admission webhook, next to its field: a tool deleted while the form was open
     page.get_by_label("Name", exact=True).fill("First release")
+    page.get_by_label("clock 1.0.0").check()
+    client.CustomObjectsApi(api).delete_namespaced_custom_object(
+        "dockyard.dev", "v1alpha1", namespace, "tools", "clock-1.0.0"
+    )
+    page.get_by_role("button", name="Validate and create version").click()
+    expect(page.locator("#toolVersions-error")).to_have_text(
+        "tool clock version 1.0.0 does not exist (no Tool clock-1.0.0)"
+    )
+    expect(page.get_by_label("Name", exact=True)).to_have_value("First release")  # what was typed stays
+    expect(page.get_by_label("clock 1.0.0")).to_have_count(0)  # the picker lists what exists
     page.get_by_role("button", name="Validate and create version").click()
     expect(page.get_by_role("heading", name="Version 1.0.0: First release")).to_be_visible()
     expect(page.get_by_text("helper", exact=True)).to_be_visible()  # the preview lists the agent

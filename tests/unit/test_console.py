@@ -91,8 +91,15 @@ def test_api_errors_use_causes_then_words() -> None:
     assert not errors.general
     plain = views.errors_from_api('appversions.dockyard.dev is forbidden: User "vic" cannot create', None)
     assert plain.general == ['appversions.dockyard.dev is forbidden: User "vic" cannot create']
-    guessed = views.errors_from_api("tool version weather 2.0.0 not found", None)
-    assert guessed.of("toolVersions")
+    webhook = views.errors_from_api(
+        'admission webhook "validate-appversion.dockyard.dev" denied the request: the version is not valid: '
+        "tool clock version 1.0.0 does not exist (no Tool clock-1.0.0); agent helper: unknown model 'gone' "
+        "(no ModelDeployment of that name); MCP server names must be unique: docs",
+        None,
+    )
+    assert webhook.of("toolVersions") == ["tool clock version 1.0.0 does not exist (no Tool clock-1.0.0)"]
+    assert webhook.of("agents") == ["agent helper: unknown model 'gone' (no ModelDeployment of that name)"]
+    assert webhook.general == ["MCP server names must be unique: docs"]
 
 
 def test_environment_list_puts_draft_first() -> None:

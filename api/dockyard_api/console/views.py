@@ -66,12 +66,23 @@ def errors_from_api(message: str, details: Any) -> FormErrors:
             errors.add(where, text)
             placed = True
     if not placed:
-        lowered = message.lower()
-        guess = next((f for f in ("toolVersions", "agents") if f.lower() in lowered), None)
-        if guess is None and ("tool" in lowered and "version" in lowered):
-            guess = "toolVersions"
-        errors.add(guess, message)
+        _, sep, rest = message.partition("is not valid: ")
+        if sep:  # the admission webhook's "... the version is not valid: problem; problem"
+            for problem in rest.split("; "):
+                errors.add(_problem_field(problem), problem)
+        else:
+            errors.add(None, message)
     return errors
+
+
+def _problem_field(problem: str) -> str | None:
+    """The form field one of the version webhook's problems is about (``tool weather version 9.9.9 does not
+    exist``, ``agent helper: unknown model``), or None."""
+    if problem.startswith("tool "):
+        return "toolVersions"
+    if problem.startswith("agent "):
+        return "agents"
+    return None
 
 
 def environment_rows(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
