@@ -14,8 +14,10 @@ from kubernetes import client
 from playwright.sync_api import Browser, BrowserContext, Page, expect
 
 from dockyard_api import apikeys
+from dockyard_localcluster.consoleuser import ConsoleUser
 from tests.browser.conftest import Facade, deploy_bot
 from tests.e2e.test_apps_environments import Users, team, user_roles, users  # noqa: F401 - fixtures
+from tests.e2e.test_apps_environments import get as get_or_none
 from tests.support.dockyard import create
 from tests.support.scripted_model import Reply, ScriptedModel
 from tests.support.waiting import wait_for
@@ -291,7 +293,15 @@ def test_console_lifecycle_and_viewer(
     staging = page.locator("tr[data-environment=staging]")
     if staging.count():  # its finalizer releases the workloads first: the list says so meanwhile
         expect(staging).to_contain_text("Deleting")
-    wait_for(lambda: page.reload() and not staging.count(), timeout=60, interval=1, what="staging to leave the list")
+    try:
+        wait_for(
+            lambda: page.reload() and not staging.count(), timeout=90, interval=1, what="staging to leave the list"
+        )
+    except AssertionError as exc:  # say what holds it (finalizers, status) when the operator is slow
+        held = get_or_none(api, namespace, "environments", "bot-staging")
+        raise AssertionError(
+            f"{exc}; the Environment now: {held.get('metadata')} {held.get('status', {}).get('conditions')}"
+        ) from exc
     expect(page.locator("tr[data-environment=draft]")).to_be_visible()
 
     # the phone-sized viewport: the app page fits its width
@@ -307,7 +317,16 @@ def test_console_lifecycle_and_viewer(
     # vic, a viewer: reads everything, every action refused in words
     viewer = _context(browser, facade, color_scheme="dark")
     page = viewer.new_page()
-    _sign_in(page, facade, team.tokens["vic"], namespace)
+    # a sign-in link as make run prints it: the token rides in the fragment, the page fills the form with it
+    link = ConsoleUser(team.name("vic"), namespace, team.tokens["vic"]).signin_link(facade.url)
+    page.goto(link)
+    expect(page.get_by_label("Kubernetes token")).to_have_value(team.tokens["vic"])
+    expect(page.get_by_label("Namespace")).to_have_value(namespace)
+    assert "#" not in page.url  # the token left the address bar
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.locator("#whoami")).to_have_text(team.name("vic"))
+    page.get_by_role("link", name="Models and tools").click()
+    expect(page.get_by_role("table", name="Model deployments")).to_contain_text("tiny")  # viewers read
     page.goto(f"{facade.url}/console/ns/{namespace}/environments/bot-draft")
     expect(page.get_by_role("heading", name="Environment draft")).to_be_visible()
     page.get_by_role("button", name="Deploy", exact=True).click()
