@@ -312,6 +312,13 @@ def test_console_lifecycle_and_viewer(
     _shot(page, "phone")
     page.set_viewport_size(DESKTOP)
     assert errors == []
+
+    # sign out: the session cookie is gone and pages ask to sign in again
+    page.get_by_role("button", name="Sign out").click()
+    expect(page.get_by_role("heading", name="Sign in to the Dockyard console")).to_be_visible()
+    assert not [c for c in context.cookies() if c["name"] == "dockyard_console"]
+    page.goto(f"{facade.url}/console/ns/{namespace}/apps/bot")
+    expect(page.get_by_role("heading", name="Sign in to the Dockyard console")).to_be_visible()
     context.close()
 
     # vic, a viewer: reads everything, every action refused in words

@@ -151,7 +151,10 @@ def page(handler: Callable[..., Awaitable[Response]]) -> Callable[..., Awaitable
             if isinstance(error, UnauthenticatedError):
                 raise SignInRequired(error.message) from exc
             request: Request = kwargs["request"]
-            ctx = await _ctx(request, kwargs.get("namespace"))
+            try:
+                ctx: Ctx | None = await _ctx(request, kwargs.get("namespace"))
+            except DockyardError:  # the API server itself is away: the page says so without a session
+                ctx = None
             return render(ctx, "error.html", error.status_code, error=error)
 
     return wrapped
