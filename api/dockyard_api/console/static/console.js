@@ -56,6 +56,12 @@
       check();
     });
 
+    // Lists with work in progress (dock status IN_PROGRESS, an environment deploying) refresh themselves.
+    var refresh = document.querySelector("[data-refresh]");
+    if (refresh) {
+      setTimeout(function () { window.location.reload(); }, 1000 * Number(refresh.getAttribute("data-refresh")));
+    }
+
     // Progress: poll the environment's status while a deployment is under way, then reload the page.
     var progress = document.querySelector("[data-poll]");
     if (progress) {
