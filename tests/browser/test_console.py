@@ -137,6 +137,7 @@ def test_console_lifecycle_and_viewer(
         "tool clock version 1.0.0 does not exist (no Tool clock-1.0.0)"
     )
     expect(page.get_by_label("Name", exact=True)).to_have_value("First release")  # what was typed stays
+    _shot(page, "version-errors")
     expect(page.get_by_label("clock 1.0.0")).to_have_count(0)  # the picker lists what exists
     page.get_by_role("button", name="Validate and create version").click()
     expect(page.get_by_role("heading", name="Version 1.0.0: First release")).to_be_visible()

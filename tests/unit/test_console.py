@@ -263,3 +263,10 @@ def test_both_themes_meet_wcag_aa_contrast() -> None:
                 assert _contrast(colors[text], colors[background]) >= 4.5, (text, background, colors)
         assert _contrast(colors["acfg"], colors["ac"]) >= 4.5  # a primary button's label
         assert _contrast(colors["bg"], colors["err"]) >= 4.5  # a danger button's label
+
+
+def test_dense_days_fill_the_period_with_zeros() -> None:
+    report = {"from": "2026-11-01", "to": "2026-11-04", "days": [{"day": "2026-11-03", "requests": 5}]}
+    days = views.dense_days(report)
+    assert [d["day"] for d in days] == ["2026-11-01", "2026-11-02", "2026-11-03", "2026-11-04"]
+    assert [d["requests"] for d in days] == [0, 0, 5, 0]

@@ -497,7 +497,7 @@ async def _env_view(
                 ctx.request, ctx.namespace, environment, ctx.user, ctx.auth, None, None
             )
             values["usage"], values["usageError"] = report, None
-            values["chart"] = views.usage_chart(report["days"])
+            values["chart"] = views.usage_chart(views.dense_days(report))
         except DockyardError as exc:
             values["usage"], values["usageError"], values["chart"] = None, exc.message, ""
     return render(ctx, "environment.html", status_code, **values)

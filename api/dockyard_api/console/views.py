@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 import re
 from dataclasses import dataclass, field
+from datetime import date, timedelta
 from typing import Any
 
 from pydantic import ValidationError
@@ -216,3 +217,17 @@ def usage_chart(days: list[dict[str, Any]], width: int = 600, height: int = 160)
 
 NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 """A Kubernetes namespace name."""
+
+
+def dense_days(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every UTC day of the usage report's period, days without calls as zeros (the report lists only days
+    with usage), so the chart's time axis is even."""
+    first, last = date.fromisoformat(report["from"]), date.fromisoformat(report["to"])
+    known = {d["day"]: d for d in report.get("days") or []}
+    zero = {"requests": 0, "errors": 0, "rateLimited": 0, "tokensIn": 0, "tokensOut": 0}
+    days = []
+    day = first
+    while day <= last:
+        days.append(known.get(day.isoformat(), {"day": day.isoformat(), **zero}))
+        day += timedelta(days=1)
+    return days
