@@ -314,6 +314,13 @@ def test_console_lifecycle_and_viewer(
     page.set_viewport_size(DESKTOP)
     assert errors == []
 
+    # the Theme button: dark, kept across a reload
+    page.get_by_role("button", name="Theme").click()
+    assert page.evaluate("document.documentElement.dataset.theme") == "dark"
+    page.reload()
+    assert page.evaluate("document.documentElement.dataset.theme") == "dark"
+    assert page.evaluate("getComputedStyle(document.body).backgroundColor") == "rgb(21, 24, 29)"
+
     # sign out: the session cookie is gone and pages ask to sign in again
     page.get_by_role("button", name="Sign out").click()
     expect(page.get_by_role("heading", name="Sign in to the Dockyard console")).to_be_visible()
@@ -351,6 +358,20 @@ def test_console_lifecycle_and_viewer(
     expect(page.get_by_role("alert").first).to_contain_text("forbidden")
     assert re.search(r"cannot create resource \"appversions\"", page.content())
     viewer.close()
+
+    # mallory, no Dockyard role here: signed in (the token is valid), but the namespace's pages refuse her
+    stranger = _context(browser, facade)
+    page = stranger.new_page()
+    page.goto(f"{facade.url}/console/")
+    page.get_by_label("Kubernetes token").fill(team.tokens["mallory"])
+    page.get_by_label("Namespace").fill(namespace)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_role("heading", name="Not allowed")).to_be_visible()
+    expect(page.get_by_role("alert")).to_contain_text("forbidden")
+    expect(
+        page.get_by_text("Ask a cluster administrator for the dockyard-viewer or dockyard-editor role")
+    ).to_be_visible()
+    stranger.close()
 
     # a forged form (no CSRF token) is refused even with alice's session cookie
     forged = _context(browser, facade)

@@ -30,7 +30,7 @@ from dockyard_api.routers import catalog as catalog_api
 from dockyard_api.routers import environments as env_api
 from dockyard_api.routers import usage as usage_api
 from dockyard_api.routers.apps import AppName, VersionParam
-from dockyard_api.routers.environments import EnvName
+from dockyard_api.routers.environments import EnvName, KeyId
 from dockyard_api.schemas.management import Deploy, EnvironmentCreate, KeyCreate, Restore, Rollback, VersionCreate
 
 PREFIX = "/console"
@@ -610,7 +610,7 @@ async def key_create(request: Request, namespace: NamespaceParam, environment: E
 
 @router.post("/ns/{namespace}/environments/{environment}/apikeys/{key_id}/revoke", response_class=HTMLResponse)
 @page
-async def key_revoke(request: Request, namespace: NamespaceParam, environment: EnvName, key_id: str) -> Response:
+async def key_revoke(request: Request, namespace: NamespaceParam, environment: EnvName, key_id: KeyId) -> Response:
     async def act(ctx: Ctx, form: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         await env_api.revoke_key(namespace, environment, key_id, ctx.user, ctx.kube, ctx.auth)
         return f"{ctx.base}/environments/{environment}?tab=keys", {"ok": "API key revoked: it no longer works."}
