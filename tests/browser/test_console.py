@@ -153,7 +153,10 @@ def test_console_lifecycle_and_viewer(
     page.get_by_role("button", name="Create and deploy").click()
     expect(page.get_by_role("heading", name="Environment staging")).to_be_visible()
     expect(page.locator("#linked-version")).to_have_text("1.0.0")
+    # progress while it deploys: the page polls the status and reloads when the deployment is done
+    expect(page.locator("[data-poll]")).to_contain_text("Deploying version 1.0.0")
     _wait_active(page, "1.0.0")
+    expect(page.locator("[data-poll]")).to_have_count(0)
     _shot(page, "environment")
     page.get_by_role("link", name="History").click()
     assert _history(page) == [["1.0.0", alice, "Active", "Deploy"]]
