@@ -314,6 +314,10 @@ def test_console_lifecycle_and_viewer(
     width = page.evaluate("document.documentElement.scrollWidth")
     assert width <= PHONE["width"], width
     _shot(page, "phone")
+    for tab in ("overview", "history", "access", "embed", "checklist"):  # the environment's pages fit too
+        page.goto(f"{facade.url}/console/ns/{namespace}/environments/bot-draft?tab={tab}")
+        width = page.evaluate("document.documentElement.scrollWidth")
+        assert width <= PHONE["width"], (tab, width)
     page.set_viewport_size(DESKTOP)
     assert errors == []
 
