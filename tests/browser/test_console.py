@@ -117,6 +117,24 @@ def test_console_lifecycle_and_viewer(
     expect(page.locator("tr[data-environment=draft]")).to_contain_text("SUCCESS")  # its tool's dock status
     expect(page.get_by_text("No versions yet.")).to_be_visible()
 
+    # edit the draft: YAML that does not parse, then a field the schema refuses, each next to the field
+    page.get_by_role("link", name="Edit draft").click()
+    expect(page.get_by_label("Agents, tool versions and MCP servers (YAML)")).to_contain_text("name: helper")
+    content = page.get_by_label("Agents, tool versions and MCP servers (YAML)").input_value()
+    page.get_by_label("Agents, tool versions and MCP servers (YAML)").fill("agents: [unclosed")
+    page.get_by_role("button", name="Save draft").click()
+    expect(page.locator("#content-error")).to_contain_text("This is not valid YAML")
+    page.get_by_label("Agents, tool versions and MCP servers (YAML)").fill(
+        content.replace("name: helper", "name: Helper!")
+    )
+    page.get_by_role("button", name="Save draft").click()
+    expect(page.locator("#content-error")).to_contain_text("agents.0.name")
+    page.get_by_label("Agents, tool versions and MCP servers (YAML)").fill(content)
+    page.get_by_label("Description").fill("Answers weather questions")
+    page.get_by_role("button", name="Save draft").click()
+    expect(page.get_by_role("status").first).to_contain_text("Draft saved.")
+    expect(page.get_by_text("Answers weather questions")).to_be_visible()
+
     # create version 1.0.0: a field error first (no name), in words next to the field
     page.get_by_role("link", name="Create version").click()
     expect(page.get_by_label("Version number")).to_have_value("1.0.0")
@@ -359,6 +377,9 @@ def test_console_lifecycle_and_viewer(
     page.get_by_label("Key name").fill("sneaky")
     page.get_by_role("button", name="Generate key").click()
     expect(page.get_by_role("alert").first).to_contain_text("cannot create environments/apikeys")
+    page.goto(f"{facade.url}/console/ns/{namespace}/apps/bot/draft")
+    page.get_by_role("button", name="Save draft").click()
+    expect(page.get_by_role("alert").first).to_contain_text('cannot patch resource "apps"')
     page.goto(f"{facade.url}/console/ns/{namespace}/apps/bot/versions/new")
     page.get_by_label("Name", exact=True).fill("Viewer release")
     page.get_by_role("button", name="Validate and create version").click()

@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import quote
 
 import jinja2
+import yaml
 from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
 from pydantic import ValidationError
@@ -31,7 +32,15 @@ from dockyard_api.routers import environments as env_api
 from dockyard_api.routers import usage as usage_api
 from dockyard_api.routers.apps import AppName, VersionParam
 from dockyard_api.routers.environments import EnvName, KeyId
-from dockyard_api.schemas.management import Deploy, EnvironmentCreate, KeyCreate, Restore, Rollback, VersionCreate
+from dockyard_api.schemas.management import (
+    Deploy,
+    DraftUpdate,
+    EnvironmentCreate,
+    KeyCreate,
+    Restore,
+    Rollback,
+    VersionCreate,
+)
 
 PREFIX = "/console"
 STATIC = resources.files("dockyard_api.console") / "static"
@@ -300,6 +309,62 @@ async def _app_data(ctx: Ctx, app: str) -> dict[str, Any]:
 async def app_page(request: Request, namespace: NamespaceParam, app: AppName) -> Response:
     ctx = await _ctx(request, namespace)
     return render(ctx, "app.html", **await _app_data(ctx, app))
+
+
+def _draft_values(draft: dict[str, Any]) -> dict[str, Any]:
+    content = {k: draft.get(k) or [] for k in ("agents", "toolVersions", "mcpServers")}
+    return {
+        "displayName": draft.get("displayName") or "",
+        "description": draft.get("description") or "",
+        "content": yaml.safe_dump(content, sort_keys=False, allow_unicode=True),
+    }
+
+
+@router.get("/ns/{namespace}/apps/{app}/draft", response_class=HTMLResponse)
+@page
+async def draft_edit(request: Request, namespace: NamespaceParam, app: AppName) -> Response:
+    ctx = await _ctx(request, namespace)
+    draft = await apps_api.get_app(namespace, app, ctx.user, ctx.kube)
+    return render(ctx, "draft.html", app=draft, values=_draft_values(draft), errors=views.FormErrors())
+
+
+@router.post("/ns/{namespace}/apps/{app}/draft", response_class=HTMLResponse)
+@page
+async def draft_save(request: Request, namespace: NamespaceParam, app: AppName) -> Response:
+    ctx = await _ctx(request, namespace)
+    form = await _form(ctx)
+    values = {k: str(form.get(k) or "") for k in ("displayName", "description", "content")}
+    draft = await apps_api.get_app(namespace, app, ctx.user, ctx.kube)
+    errors = views.FormErrors()
+    try:
+        content = yaml.safe_load(values["content"]) or {}
+        if not isinstance(content, dict):
+            raise yaml.YAMLError("expected a mapping with agents, toolVersions and mcpServers")
+    except yaml.YAMLError as exc:
+        errors.add("content", f"This is not valid YAML: {exc}")
+        return render(ctx, "draft.html", 422, app=draft, values=values, errors=errors)
+    try:
+        body = DraftUpdate.model_validate(
+            {"displayName": values["displayName"] or None, "description": values["description"], **content}
+        )
+        await apps_api.update_draft(namespace, app, body, ctx.user, ctx.kube)
+    except ValidationError as exc:
+        for err in exc.errors():
+            where = ".".join(str(p) for p in err.get("loc", ()))
+            field = (
+                "displayName"
+                if where.startswith("displayName")
+                else "description"
+                if where == "description"
+                else "content"
+            )
+            errors.add(field, f"{where}: {err.get('msg')}" if field == "content" else str(err.get("msg")))
+        return render(ctx, "draft.html", 422, app=draft, values=values, errors=errors)
+    except (DockyardError, KubeError) as exc:
+        error = _error(exc)
+        errors.add(None, error.message)
+        return render(ctx, "draft.html", error.status_code, app=draft, values=values, errors=errors)
+    return redirect(ctx, f"{ctx.base}/apps/{app}", {"ok": "Draft saved."})
 
 
 async def _version_form(
