@@ -101,6 +101,7 @@ def test_console_lifecycle_and_viewer(
     page.get_by_label("Namespace").fill(namespace)
     page.get_by_role("button", name="Sign in").click()
     expect(page.locator("#token-error")).to_contain_text("This token was not accepted")
+    _shot(page, "signin")
     _sign_in(page, facade, team.tokens["alice"], namespace)
     expect(page.locator("#whoami")).to_have_text(alice)
     cookie = next(c for c in context.cookies() if c["name"] == "dockyard_console")
