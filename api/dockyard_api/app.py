@@ -15,12 +15,24 @@ from dockyard_api import __version__
 from dockyard_api.auth import Authenticator
 from dockyard_api.bodylimit import BodyLimit
 from dockyard_api.cache import Informer
+from dockyard_api.console import routes as console
 from dockyard_api.errors import install_error_handlers
 from dockyard_api.imports import ImportService
 from dockyard_api.kube import api_client
 from dockyard_api.kubehttp import AsyncKube
 from dockyard_api.metrics import RequestMiddleware
-from dockyard_api.routers import apps, deploy, dock_status, downloads, environments, execute, health, imports, usage
+from dockyard_api.routers import (
+    apps,
+    catalog,
+    deploy,
+    dock_status,
+    downloads,
+    environments,
+    execute,
+    health,
+    imports,
+    usage,
+)
 from dockyard_api.routers import metrics as metrics_router
 from dockyard_api.runtime.service import Runtime, RuntimeSettings
 from dockyard_api.settings import ApiSettings
@@ -71,6 +83,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         app.state.imports = ImportService(settings, app.state.api_client)
         app.state.imports.store.ensure()
         app.state.download_token_key = settings.token_key()
+        app.state.console_sealer = console.sealer_for(app.state.download_token_key)
         sweeper = None
         if settings.sweep_interval_seconds > 0:
             sweeper = asyncio.create_task(_sweep_forever(app.state.imports, settings.sweep_interval_seconds))
@@ -136,4 +149,6 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     app.include_router(environments.router)
     app.include_router(downloads.router)
     app.include_router(usage.router)
+    app.include_router(catalog.router)
+    console.install(app)  # the web console for people (/console/)
     return app

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from dockyard_api.kube import api_client
 from dockyard_localcluster.cluster import ClusterError, LocalCluster, log
+from dockyard_localcluster.consoleuser import ensure_console_user
 from dockyard_localcluster.demo import ensure_demo, ensure_demo_model
 from dockyard_localcluster.settings import repo_root
 
@@ -142,6 +143,7 @@ def run(cluster: LocalCluster) -> int:
             model = ensure_demo_model(
                 api, demo, state, f"http://{FACADE_HOST}:{facade_port}", f"http://127.0.0.1:{tool_port}/time"
             )
+        console = ensure_console_user(cluster, demo.namespace)
         key_line = (
             f"  demo API key:        {demo.new_key}\n"
             f"                       (shown once; also in {demo.key_file}, mode 0600)\n"
@@ -151,6 +153,8 @@ def run(cluster: LocalCluster) -> int:
         print(
             "\nDockyard is running on the local control plane.\n"
             f"  facade (public API): http://{FACADE_HOST}:{facade_port}   (OpenAPI: /docs)\n"
+            f"  console sign-in:     {console.signin_link(f'http://{FACADE_HOST}:{facade_port}')}\n"
+            f"                       (as {console.username}, a dockyard-editor in {console.namespace})\n"
             f"  operator health:     http://127.0.0.1:{operator_port}/readyz\n"
             f"  demo app:            App {demo.namespace}/demo, environment {demo.environment}\n"
             f"  demo model:          ModelDeployment {demo.namespace}/{model} (tiny GGUF, llama.cpp on this host;"

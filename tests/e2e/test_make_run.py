@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 
 import pytest
 
@@ -56,6 +57,10 @@ def _interrupted_as_a_terminal_does(proc: subprocess.Popen[str]) -> None:
         if line.startswith("Press Ctrl-C"):
             break
     assert any("Dockyard is running" in line for line in lines), "".join(lines)
+    link = next((line.split()[-1] for line in lines if line.strip().startswith("console sign-in:")), "")
+    assert "/console/signin#token=" in link, "".join(lines)  # the demo editor's token, in the URL fragment
+    with urllib.request.urlopen(link.split("#")[0], timeout=10) as page:  # the console answers
+        assert "Sign in to the Dockyard console" in page.read().decode()
     os.killpg(proc.pid, signal.SIGINT)
     rest, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0, rest

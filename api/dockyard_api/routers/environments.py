@@ -55,6 +55,7 @@ def environment_view(obj: dict[str, Any]) -> dict[str, Any]:
         "checklist": st.get("checklist", []),
         "conditions": st.get("conditions", []),
         "configuration": spec.get("configuration", {}),
+        "deletingSince": meta.get("deletionTimestamp"),
     }
 
 

@@ -1,0 +1,74 @@
+"""The list endpoints the console's pickers and its Models and tools page read, over HTTP, as the caller:
+agent versions of an App, tool versions, Models, ModelDeployments and ToolDeployments."""
+
+from __future__ import annotations
+
+from kubernetes import client
+
+from tests.e2e.test_apps_environments import (  # noqa: F401 - fixtures
+    APP,
+    Users,
+    facade,
+    mgmt,
+    ok,
+    operator,
+    refused,
+    team,
+    tool,
+    user_roles,
+    users,
+)
+from tests.support.dockyard import create, hub_model, model_deployment
+from tests.support.runners import RunningFacade
+from tests.support.waiting import wait_for
+
+
+def test_catalog_lists_as_the_caller(
+    api: client.ApiClient,
+    namespace: str,
+    team: Users,  # noqa: F811
+    facade: RunningFacade,  # noqa: F811
+) -> None:
+    http, alice, mallory = facade.client, team.headers("alice"), team.headers("mallory")
+    tool(api, namespace, "weather", "1.0.0")
+    tool(api, namespace, "weather", "1.10.0")
+    tool(api, namespace, "weather", "1.2.0")
+    ok(http.post(f"{mgmt(namespace)}/apps", json=APP, headers=alice), 201)
+    version = {"version": "1.0.0", "name": "First", "agents": [{**APP["agents"][0], "version": "0.9.0"}]}
+    ok(http.post(f"{mgmt(namespace)}/apps/bot/versions", json=version, headers=alice), 201)
+
+    tools = ok(http.get(f"{mgmt(namespace)}/tools", headers=alice))["items"]
+    assert [(t["toolId"], t["kind"]) for t in tools] == [
+        ("weather-1.0.0", "image"),
+        ("weather-1.2.0", "image"),
+        ("weather-1.10.0", "image"),
+    ]  # versions in numeric order
+    agents = ok(http.get(f"{mgmt(namespace)}/apps/bot/agentversions", headers=alice))["items"]
+    assert [(a["name"], a["version"], a["foundIn"]) for a in agents] == [
+        ("triage", "0.9.0", ["1.0.0"]),
+        ("triage", "1.0.0", ["draft"]),
+    ]
+    assert agents[0]["agent"]["instructions"] == "route"
+
+    hub_model(api, namespace, "tiny")
+    model_deployment(api, namespace, "tiny")
+    models = wait_for(
+        lambda: [m for m in ok(http.get(f"{mgmt(namespace)}/models", headers=alice))["items"] if m["phase"]],
+        timeout=30,
+        what="the model's phase",
+    )
+    assert models[0]["modelId"] == "tiny"
+    assert models[0]["source"] == "hub"
+    deployments = ok(http.get(f"{mgmt(namespace)}/modeldeployments", headers=alice))["items"]
+    assert [(d["name"], d["modelRef"]) for d in deployments] == [("tiny", "tiny")]
+    assert deployments[0]["deviceType"]
+    create(api, namespace, "tooldeployments", "ToolDeployment", "weather", {"toolRef": "weather-1.0.0"})
+    tds = ok(http.get(f"{mgmt(namespace)}/tooldeployments", headers=alice))["items"]
+    assert [(t["name"], t["toolRef"], t["environment"]) for t in tds] == [
+        ("bot-draft-weather-1-0-0", "weather-1.0.0", "bot-draft"),  # the draft environment's own
+        ("weather", "weather-1.0.0", None),
+    ]
+
+    # RBAC decides: mallory has no Dockyard role in this namespace
+    for path in ("tools", "apps/bot/agentversions", "models", "modeldeployments", "tooldeployments"):
+        refused(http.get(f"{mgmt(namespace)}/{path}", headers=mallory), 403, "forbidden")
