@@ -120,8 +120,10 @@ def parse_request_counts(text: str) -> Counter[RequestKey]:
 
 def request_counts(api: client.ApiClient) -> Counter[RequestKey]:
     """The API server's request counts now (its /metrics, read with the cluster's admin credentials)."""
-    response = api.call_api("/metrics", "GET", auth_settings=["BearerToken"], _preload_content=False)
-    return parse_request_counts(response[0].data.decode())
+    method, url, headers, body, post = api.param_serialize("GET", "/metrics", auth_settings=["BearerToken"])
+    response = api.call_api(method, url, headers, body, post)
+    response.read()
+    return parse_request_counts(response.data.decode())
 
 
 def count_diff(after: Counter[RequestKey], before: Counter[RequestKey]) -> Counter[RequestKey]:
