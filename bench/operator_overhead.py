@@ -57,7 +57,7 @@ from bench.common import (
 )
 from dockyard_api.devices import DEVICE_TYPES
 from dockyard_api.resources import GROUP
-from dockyard_api.resources.v1alpha1 import VERSION, Model, ModelDeployment
+from dockyard_api.resources.v1alpha1 import DOCK_STATUS_ID_LABEL, VERSION, Model, ModelDeployment
 from dockyard_localcluster.cluster import LocalCluster
 from dockyard_operator.builders import ModelWorkload, model_workload, resolve_served_model
 from dockyard_operator.runtimes import DEFAULT_CATALOG, select_runtime
@@ -88,11 +88,13 @@ def print_counts(counts: Counter[RequestKey], n: int) -> None:
     print("\n".join(format_counts(counts, [k for k in counts if k[0] not in CLOCK_DRIVEN])), flush=True)
 
 
-def mdep_body(name: str, device_type: str) -> dict[str, Any]:
+def mdep_body(name: str, device_type: str, labelled: bool = True) -> dict[str, Any]:
+    """``labelled``: with the dock-status-id label, as the facade creates it (a deploy call is one
+    create); without, as ``kubectl create`` does (the operator then labels the job it starts)."""
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "ModelDeployment",
-        "metadata": {"name": name},
+        "metadata": {"name": name, "labels": {DOCK_STATUS_ID_LABEL: f"job-{name}"} if labelled else {}},
         "spec": {"modelRef": "model", "modelType": "openSource", "name": name, "deviceType": device_type},
     }
 
@@ -104,7 +106,7 @@ def workload(ns: str, name: str, device_type: str) -> ModelWorkload:
                                   "spec": {"source": {"hub": {"id": "meta-llama/Llama-3.1-8B-Instruct"}}},
                                   "status": {"phase": "ReadyToDeploy"}})  # fmt: skip
     runtime_name, runtime = select_runtime(mdep.spec, DEFAULT_CATALOG)
-    served = resolve_served_model("model", model, None, "dockyard-model-store")
+    served = resolve_served_model("model", model, None)
     return model_workload(mdep, served, runtime_name, runtime, progress_deadline_seconds=900)
 
 
@@ -168,7 +170,9 @@ def mean(phases: list[Phase]) -> Phase:
                  Counter({k: round(v / len(phases)) for k, v in counts.items()}))  # fmt: skip
 
 
-def run_dockyard(api: client.ApiClient, ns: str, names: list[tuple[str, str]], started: Callable[[], None]) -> float:
+def run_dockyard(
+    api: client.ApiClient, ns: str, names: list[tuple[str, str]], started: Callable[[], None], labelled: bool = True
+) -> float:
     """``started`` is called once the Model is ready, right before the ModelDeployments are created."""
     objects = client.CustomObjectsApi(api)
     model = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Model", "metadata": {"name": "model"},
@@ -181,7 +185,7 @@ def run_dockyard(api: client.ApiClient, ns: str, names: list[tuple[str, str]], s
     started()
     start = time.monotonic()
     with ThreadPoolExecutor(16) as pool:
-        list(pool.map(lambda nt: objects.create_namespaced_custom_object(*mdeps, mdep_body(*nt)), names))
+        list(pool.map(lambda nt: objects.create_namespaced_custom_object(*mdeps, mdep_body(*nt, labelled)), names))
     watch_until_all(objects.list_namespaced_custom_object, *mdeps, names={n for n, _ in names}, since=since,
                     ready=lambda m: ((m.get("status") or {}).get("job") or {}).get("status") == "SUCCESS",
                     timeout=900, what="ModelDeployments SUCCESS")  # fmt: skip
@@ -191,6 +195,9 @@ def run_dockyard(api: client.ApiClient, ns: str, names: list[tuple[str, str]], s
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--count", type=int, default=200, help="ModelDeployments (and plain Deployments)")
+    parser.add_argument(
+        "--unlabelled", action="store_true", help="ModelDeployments as kubectl creates them (no dock-status-id label)"
+    )
     args = parser.parse_args()
     per_type = -(-args.count // len(DEVICE_TYPES)) + 1  # every replica takes a whole GPU node
     cluster = bench_cluster("bench-overhead", nodes_per_type=per_type)
@@ -210,7 +217,7 @@ def main() -> None:
             readings.update(cpu=control_plane_cpu(cluster), operator=cpu_seconds(operator.pid),
                             counts=request_counts(api))  # fmt: skip
 
-        took = run_dockyard(api, dock_ns, names, started)
+        took = run_dockyard(api, dock_ns, names, started, not args.unlabelled)
         dockyard_cpu = control_plane_cpu(cluster) - readings["cpu"]
         operator_cpu = cpu_seconds(operator.pid) - readings["operator"]
         counts = count_diff(request_counts(api), readings["counts"])

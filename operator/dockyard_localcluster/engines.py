@@ -144,10 +144,9 @@ def llama_cpp_command(args: list[str], model_file: Path, port: int, threads: int
     return EngineCommand(argv, "/v1/models")
 
 
-def ctranslate2_command(
-    args: list[str], model_dir: Path, port: int, sampling: str | None, sampling_file: Path
-) -> EngineCommand:
-    """Dockyard's CTranslate2 server with the operator's arguments, on the CPU of this machine."""
+def ctranslate2_command(args: list[str], model_dir: Path, port: int) -> EngineCommand:
+    """Dockyard's CTranslate2 server with the operator's arguments (its sampling defaults among them),
+    on the CPU of this machine."""
     if importlib.util.find_spec("dockyard_ct2") is None:
         raise NoLocalEngine("Dockyard's CTranslate2 server (package dockyard_ct2) is not installed")
     rewritten: list[str] = []
@@ -159,14 +158,11 @@ def ctranslate2_command(
             rewritten.append(f"--port={port}")
         elif key == "device":
             rewritten.append("--device=cpu")
-        elif key == "sampling-config":
-            rewritten.append(f"--sampling-config={sampling_file}")
         elif key in ("host", "tensor-parallel"):
             continue
         else:
             rewritten.append(arg)
-    files = {str(sampling_file): sampling or "{}"}
-    return EngineCommand([sys.executable, "-m", "dockyard_ct2", *rewritten, "--host=127.0.0.1"], "/health", files)
+    return EngineCommand([sys.executable, "-m", "dockyard_ct2", *rewritten, "--host=127.0.0.1"], "/health")
 
 
 def free_port() -> int:
@@ -303,10 +299,7 @@ class EngineRunner:
                 raise NoLocalEngine("the Model records no GGUF file (import it again)")
             command = llama_cpp_command(args, model_dir / file, port, self.settings.threads)
         elif runtime == "ctranslate2":
-            sampling = self._sampling(pod)
-            command = ctranslate2_command(
-                args, model_dir, port, sampling, self.log_dir / f"{namespace}.{meta['name']}.sampling.json"
-            )
+            command = ctranslate2_command(args, model_dir, port)
         else:
             raise NoLocalEngine(f"runtime {runtime or '?'} has no local engine (it needs a GPU)")
         if not model_dir.is_dir():
@@ -314,17 +307,6 @@ class EngineRunner:
         return Engine(
             namespace, meta["name"], meta["uid"], container["name"], container.get("image", ""), command, port, log_path
         )
-
-    def _sampling(self, pod: dict[str, Any]) -> str | None:
-        for volume in pod["spec"].get("volumes") or []:
-            name = (volume.get("configMap") or {}).get("name")
-            if name:
-                try:
-                    cm = self.core.read_namespaced_config_map(name, pod["metadata"]["namespace"])
-                except client.ApiException:
-                    return None
-                return str((cm.data or {}).get("sampling.json") or "{}")
-        return None
 
     # -- engine lifecycle ------------------------------------------------------------------------------
     def _start(self, engine: Engine) -> None:

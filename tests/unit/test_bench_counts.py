@@ -1,3 +1,4 @@
+# ruff: noqa: E501
 """The benchmarks' reading of the API server's request counts (bench/common.py)."""
 
 from __future__ import annotations

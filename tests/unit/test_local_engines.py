@@ -40,9 +40,9 @@ def test_ctranslate2_runs_the_pods_arguments_on_this_cpu(tmp_path: Path, monkeyp
         "--compute-type=int8_float16",
         "--max-batch-size=8",
         "--port=8000",
-        "--sampling-config=/etc/dockyard/sampling.json",
+        '--sampling={"temperature":0.2}',
     ]
-    command = ctranslate2_command(args, tmp_path, 40000, '{"temperature": 0.2}', tmp_path / "sampling.json")
+    command = ctranslate2_command(args, tmp_path, 40000)
     assert command.argv[:3] == [sys.executable, "-m", "dockyard_ct2"]
     assert command.argv[3:] == [
         f"--model={tmp_path}",
@@ -51,11 +51,11 @@ def test_ctranslate2_runs_the_pods_arguments_on_this_cpu(tmp_path: Path, monkeyp
         "--compute-type=int8_float16",
         "--max-batch-size=8",
         "--port=40000",
-        f"--sampling-config={tmp_path / 'sampling.json'}",
+        '--sampling={"temperature":0.2}',
         "--host=127.0.0.1",
     ]
     assert command.health_path == "/health"
-    assert command.files == {str(tmp_path / "sampling.json"): '{"temperature": 0.2}'}
+    assert command.files == {}
 
 
 def test_an_engine_that_is_not_installed_leaves_the_pod_simulated(
@@ -63,6 +63,6 @@ def test_an_engine_that_is_not_installed_leaves_the_pod_simulated(
 ) -> None:
     monkeypatch.setattr(engines.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(NoLocalEngine, match="dockyard_ct2"):
-        ctranslate2_command([], tmp_path, 1, None, tmp_path / "s.json")
+        ctranslate2_command([], tmp_path, 1)
     with pytest.raises(NoLocalEngine, match="llama-cpp-python"):
         llama_cpp_command([], tmp_path / "x.gguf", 1, threads=1)
