@@ -5,10 +5,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -91,6 +93,49 @@ def control_plane_cpu(cluster: LocalCluster) -> float:
         if marker in command:
             total += cpu_seconds(int(entry.name))
     return total
+
+
+RequestKey = tuple[str, str]
+"""(resource[/subresource], verb) as the API server's ``apiserver_request_total`` labels them."""
+
+WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLECTION"})
+_REQUEST_SAMPLE = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\}\s+(?P<value>\S+)", re.MULTILINE)
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def parse_request_counts(text: str) -> Counter[RequestKey]:
+    """The API server's request counts by (resource[/subresource], verb), summed over response codes,
+    API groups and scopes, from its Prometheus text exposition (``apiserver_request_total``).
+
+    The API server counts server-side apply as verb ``APPLY``, a JSON/merge patch as ``PATCH``."""
+    counts: Counter[RequestKey] = Counter()
+    for match in _REQUEST_SAMPLE.finditer(text):
+        labels = dict(_LABEL.findall(match["labels"]))
+        resource = labels.get("resource") or "(none)"
+        if labels.get("subresource"):
+            resource = f"{resource}/{labels['subresource']}"
+        counts[(resource, labels.get("verb", "?"))] += int(float(match["value"]))
+    return counts
+
+
+def request_counts(api: client.ApiClient) -> Counter[RequestKey]:
+    """The API server's request counts now (its /metrics, read with the cluster's admin credentials)."""
+    method, url, headers, body, post = api.param_serialize("GET", "/metrics", auth_settings=["BearerToken"])
+    response = api.call_api(method, url, headers, body, post)
+    response.read()
+    return parse_request_counts(response.data.decode())
+
+
+def count_diff(after: Counter[RequestKey], before: Counter[RequestKey]) -> Counter[RequestKey]:
+    """What happened between two readings (the readings' own GETs of /metrics are not counted: no
+    resource)."""
+    return Counter({k: after[k] - before.get(k, 0) for k in after if after[k] - before.get(k, 0) > 0})
+
+
+def format_counts(counts: Counter[RequestKey], keys: Iterable[RequestKey] | None = None) -> list[str]:
+    """``resource verb count`` lines, writes first, then reads; most frequent first."""
+    rows = sorted(keys if keys is not None else counts, key=lambda k: (k[1] not in WRITE_VERBS, -counts[k], k))
+    return [f"    {resource:<32} {verb:<7} {counts[(resource, verb)]:>7}" for resource, verb in rows]
 
 
 def load() -> str:

@@ -13,6 +13,15 @@ does), not by polling lists, so the observer adds no load.
 Each phase also prints the load average and the CPU seconds it cost the control plane (and the
 operator): on a shared machine the wall times move with other work, the CPU seconds much less.
 
+Counts do not move at all: each phase prints the API server's own request counts
+(``apiserver_request_total``, read from its /metrics before and after the phase) by resource and verb.
+The operator's own writes are the server-side applies (verb APPLY) and patches (PATCH) of the
+resources it manages: nothing else writes those with those verbs (the by-hand phases, with no
+operator running, print that figure too: 0 is the check of the attribution). Requests that follow the
+clock rather than the workload (node leases and node status of the simulated nodes) are counted
+apart. The operator's CPU-seconds per rollout are its process's user + system time (/proc), not
+wall time.
+
     .venv/bin/python bench/operator_overhead.py [--count 200]
 """
 
@@ -21,6 +30,8 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -28,30 +39,62 @@ from typing import Any
 from kubernetes import client
 
 from bench.common import (
+    WRITE_VERBS,
+    RequestKey,
     api_for,
     bench_cluster,
     control_plane_cpu,
+    count_diff,
     cpu_seconds,
     delete_namespace,
+    format_counts,
     load,
     namespace,
     operator_process,
+    request_counts,
     wait_until,
     watch_until_all,
 )
 from dockyard_api.devices import DEVICE_TYPES
 from dockyard_api.resources import GROUP
-from dockyard_api.resources.v1alpha1 import VERSION, Model, ModelDeployment
+from dockyard_api.resources.v1alpha1 import DOCK_STATUS_ID_LABEL, VERSION, Model, ModelDeployment
 from dockyard_localcluster.cluster import LocalCluster
 from dockyard_operator.builders import ModelWorkload, model_workload, resolve_served_model
 from dockyard_operator.runtimes import DEFAULT_CATALOG, select_runtime
 
+OPERATOR_RESOURCES = frozenset(
+    {"modeldeployments", "modeldeployments/status", "deployments", "services", "configmaps", "secrets"}
+)
+"""What the operator writes for a ModelDeployment (besides Events), always with APPLY or PATCH."""
+CLOCK_DRIVEN = frozenset({"leases", "nodes", "nodes/status"})
+"""Requests that follow the time a phase takes, not its workload (the simulated nodes' heartbeats)."""
 
-def mdep_body(name: str, device_type: str) -> dict[str, Any]:
+
+def operator_writes(counts: Counter[RequestKey]) -> int:
+    return sum(n for (res, verb), n in counts.items() if res in OPERATOR_RESOURCES and verb in ("APPLY", "PATCH"))
+
+
+def workload_requests(counts: Counter[RequestKey]) -> int:
+    """All requests of a phase less the clock-driven ones."""
+    return sum(n for (resource, _), n in counts.items() if resource not in CLOCK_DRIVEN)
+
+
+def print_counts(counts: Counter[RequestKey], n: int) -> None:
+    writes = sum(v for (_, verb), v in counts.items() if verb in WRITE_VERBS)
+    clock = sum(v for (resource, _), v in counts.items() if resource in CLOCK_DRIVEN)
+    print(f"  API requests: {sum(counts.values())} in all, {workload_requests(counts)} less clock-driven "
+          f"({clock} leases/nodes), {writes} writes; operator's writes (APPLY/PATCH of its resources) "
+          f"{operator_writes(counts)} = {operator_writes(counts) / n:.2f} per object", flush=True)  # fmt: skip
+    print("\n".join(format_counts(counts, [k for k in counts if k[0] not in CLOCK_DRIVEN])), flush=True)
+
+
+def mdep_body(name: str, device_type: str, labelled: bool = True) -> dict[str, Any]:
+    """``labelled``: with the dock-status-id label, as the facade creates it (a deploy call is one
+    create); without, as ``kubectl create`` does (the operator then labels the job it starts)."""
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "ModelDeployment",
-        "metadata": {"name": name},
+        "metadata": {"name": name, "labels": {DOCK_STATUS_ID_LABEL: f"job-{name}"} if labelled else {}},
         "spec": {"modelRef": "model", "modelType": "openSource", "name": name, "deviceType": device_type},
     }
 
@@ -63,7 +106,7 @@ def workload(ns: str, name: str, device_type: str) -> ModelWorkload:
                                   "spec": {"source": {"hub": {"id": "meta-llama/Llama-3.1-8B-Instruct"}}},
                                   "status": {"phase": "ReadyToDeploy"}})  # fmt: skip
     runtime_name, runtime = select_runtime(mdep.spec, DEFAULT_CATALOG)
-    served = resolve_served_model("model", model, None, "dockyard-model-store")
+    served = resolve_served_model("model", model, None)
     return model_workload(mdep, served, runtime_name, runtime, progress_deadline_seconds=900)
 
 
@@ -99,12 +142,14 @@ def run_plain(api: client.ApiClient, ns: str, names: list[tuple[str, str]], *, b
 
 def plain_phase(api: client.ApiClient, cluster: LocalCluster, names: list[tuple[str, str]], *, by_hand: bool) -> Phase:
     ns = namespace(api, "bench-plain")
-    cpu = control_plane_cpu(cluster)
+    cpu, before = control_plane_cpu(cluster), request_counts(api)
     took = run_plain(api, ns, names, by_hand=by_hand)
-    phase = Phase(took, control_plane_cpu(cluster) - cpu)
+    counts = count_diff(request_counts(api), before)
+    phase = Phase(took, control_plane_cpu(cluster) - cpu, counts)
     delete_namespace(api, ns)
-    what = "Deployments + ConfigMaps + Services" if by_hand else "Deployments"
+    what = "Deployments + Services (by hand)" if by_hand else "Deployments"
     print(f"plain {what}: {took:.1f}s  [control plane {phase.cpu:.1f} CPU-s; load {load()}]", flush=True)
+    print_counts(counts, len(names))
     return phase
 
 
@@ -113,13 +158,22 @@ class Phase:
     seconds: float
     cpu: float
     """CPU seconds of the control plane (and the operator, where one runs)."""
+    counts: Counter[RequestKey]
+    """The API server's requests during the phase, by (resource, verb)."""
 
 
 def mean(phases: list[Phase]) -> Phase:
-    return Phase(sum(p.seconds for p in phases) / len(phases), sum(p.cpu for p in phases) / len(phases))
+    counts: Counter[RequestKey] = Counter()
+    for p in phases:
+        counts.update(p.counts)
+    return Phase(sum(p.seconds for p in phases) / len(phases), sum(p.cpu for p in phases) / len(phases),
+                 Counter({k: round(v / len(phases)) for k, v in counts.items()}))  # fmt: skip
 
 
-def run_dockyard(api: client.ApiClient, ns: str, names: list[tuple[str, str]]) -> float:
+def run_dockyard(
+    api: client.ApiClient, ns: str, names: list[tuple[str, str]], started: Callable[[], None], labelled: bool = True
+) -> float:
+    """``started`` is called once the Model is ready, right before the ModelDeployments are created."""
     objects = client.CustomObjectsApi(api)
     model = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Model", "metadata": {"name": "model"},
              "spec": {"source": {"hub": {"id": "meta-llama/Llama-3.1-8B-Instruct"}}}}  # fmt: skip
@@ -128,9 +182,10 @@ def run_dockyard(api: client.ApiClient, ns: str, names: list[tuple[str, str]]) -
                .get("status", {}).get("phase") == "ReadyToDeploy", 60, "model ReadyToDeploy")  # fmt: skip
     mdeps = (GROUP, VERSION, ns, "modeldeployments")
     since = _version(objects.list_namespaced_custom_object, *mdeps)
+    started()
     start = time.monotonic()
     with ThreadPoolExecutor(16) as pool:
-        list(pool.map(lambda nt: objects.create_namespaced_custom_object(*mdeps, mdep_body(*nt)), names))
+        list(pool.map(lambda nt: objects.create_namespaced_custom_object(*mdeps, mdep_body(*nt, labelled)), names))
     watch_until_all(objects.list_namespaced_custom_object, *mdeps, names={n for n, _ in names}, since=since,
                     ready=lambda m: ((m.get("status") or {}).get("job") or {}).get("status") == "SUCCESS",
                     timeout=900, what="ModelDeployments SUCCESS")  # fmt: skip
@@ -140,6 +195,9 @@ def run_dockyard(api: client.ApiClient, ns: str, names: list[tuple[str, str]]) -
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--count", type=int, default=200, help="ModelDeployments (and plain Deployments)")
+    parser.add_argument(
+        "--unlabelled", action="store_true", help="ModelDeployments as kubectl creates them (no dock-status-id label)"
+    )
     args = parser.parse_args()
     per_type = -(-args.count // len(DEVICE_TYPES)) + 1  # every replica takes a whole GPU node
     cluster = bench_cluster("bench-overhead", nodes_per_type=per_type)
@@ -153,14 +211,22 @@ def main() -> None:
     by_hand = [plain_phase(api, cluster, names, by_hand=True)]
     with operator_process(cluster) as operator:
         dock_ns = namespace(api, "bench-dockyard")
-        cpu, operator_cpu = control_plane_cpu(cluster), cpu_seconds(operator.pid)
-        took = run_dockyard(api, dock_ns, names)
-        dockyard_cpu = control_plane_cpu(cluster) - cpu
-        operator_cpu = cpu_seconds(operator.pid) - operator_cpu
+        readings: dict[str, Any] = {}
+
+        def started() -> None:
+            readings.update(cpu=control_plane_cpu(cluster), operator=cpu_seconds(operator.pid),
+                            counts=request_counts(api))  # fmt: skip
+
+        took = run_dockyard(api, dock_ns, names, started, not args.unlabelled)
+        dockyard_cpu = control_plane_cpu(cluster) - readings["cpu"]
+        operator_cpu = cpu_seconds(operator.pid) - readings["operator"]
+        counts = count_diff(request_counts(api), readings["counts"])
         print(f"ModelDeployments via the operator: {took:.1f}s  [control plane {dockyard_cpu:.1f} CPU-s, "
-              f"operator {operator_cpu:.1f} CPU-s; load {load()}]", flush=True)  # fmt: skip
+              f"operator {operator_cpu:.1f} CPU-s = {1000 * operator_cpu / args.count:.1f} ms per rollout "
+              f"(target <= 15); load {load()}]", flush=True)  # fmt: skip
+        print_counts(counts, args.count)
         delete_namespace(api, dock_ns)
-    dockyard = Phase(took, dockyard_cpu + operator_cpu)
+    dockyard = Phase(took, dockyard_cpu + operator_cpu, counts)
     by_hand.append(plain_phase(api, cluster, names, by_hand=True))
     plain.append(plain_phase(api, cluster, names, by_hand=False))
 
@@ -170,9 +236,15 @@ def main() -> None:
           f"{baseline.seconds:.1f} = {ratio:.2f} (target <= 1.30: {'met' if ratio <= 1.3 else 'NOT met'})")  # fmt: skip
     print(f"CPU seconds (control plane, + operator) = {dockyard.cpu:.1f} / {baseline.cpu:.1f} = "
           f"{dockyard.cpu / baseline.cpu:.2f} (informational)")  # fmt: skip
-    print(f"Dockyard's own share, against the same ConfigMaps, Services and Deployments created by hand: "
+    print(f"Dockyard's own share, against the same Services and Deployments created by hand: "
           f"{dockyard.seconds:.1f} / {hand.seconds:.1f} = {dockyard.seconds / hand.seconds:.2f}; CPU seconds "
           f"{dockyard.cpu:.1f} / {hand.cpu:.1f} = {dockyard.cpu / hand.cpu:.2f} (informational)")  # fmt: skip
+    per_rollout = operator_writes(dockyard.counts) / args.count
+    requests = workload_requests(dockyard.counts) / workload_requests(hand.counts)
+    print(f"counts (exact): operator's writes per rollout {per_rollout:.2f} (target <= 4: "
+          f"{'met' if per_rollout <= 4 else 'NOT met'}); requests less clock-driven, ModelDeployments / by hand = "
+          f"{workload_requests(dockyard.counts)} / {workload_requests(hand.counts)} = {requests:.2f} "
+          f"(target <= 1.15: {'met' if requests <= 1.15 else 'NOT met'})")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -35,16 +35,25 @@ class SamplingDefaults:
 
     @classmethod
     def from_file(cls, path: Path) -> SamplingDefaults:
-        """The JSON the operator mounts (``sampling.json``: temperature, top_p, top_k, max_tokens, stop)."""
+        """A JSON file of the settings (``--sampling-config``: temperature, top_p, top_k, max_tokens, stop)."""
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
             raise SystemExit(f"--sampling-config {path}: {exc}") from exc
+        return cls.from_json(text, f"--sampling-config {path}")
+
+    @classmethod
+    def from_json(cls, text: str, where: str = "--sampling") -> SamplingDefaults:
+        """The settings as JSON (what the operator passes in ``--sampling``, the same keys as the file)."""
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise SystemExit(f"{where}: {exc}") from exc
         if not isinstance(data, dict):
-            raise SystemExit(f"--sampling-config {path}: not a JSON object")
+            raise SystemExit(f"{where}: not a JSON object")
         unknown = set(data) - {"temperature", "top_p", "top_k", "max_tokens", "stop"}
         if unknown:
-            raise SystemExit(f"--sampling-config {path}: unknown keys {sorted(unknown)}")
+            raise SystemExit(f"{where}: unknown keys {sorted(unknown)}")
         out: dict[str, Any] = {}
         try:
             if "temperature" in data:
@@ -58,7 +67,7 @@ class SamplingDefaults:
             stop = data.get("stop") or []
             out["stop"] = (stop,) if isinstance(stop, str) else tuple(str(s) for s in stop)
         except (TypeError, ValueError) as exc:
-            raise SystemExit(f"--sampling-config {path}: {exc}") from exc
+            raise SystemExit(f"{where}: {exc}") from exc
         return cls(**out)
 
 
@@ -131,9 +140,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--inter-threads", default=1, type=_positive, help="batches run at once per device (default 1)")
     p.add_argument("--intra-threads", default=0, type=_non_negative, help="CPU threads per batch (0: CTranslate2's)")
     p.add_argument("--chat-template", type=Path, help="a Jinja2 chat template file (default: the model's, or ChatML)")
-    p.add_argument("--sampling-config", type=Path, help="JSON of default temperature/top_p/top_k/max_tokens/stop")
+    sampling = p.add_mutually_exclusive_group()
+    sampling.add_argument("--sampling", help="JSON of default temperature/top_p/top_k/max_tokens/stop (the operator's)")
+    sampling.add_argument("--sampling-config", type=Path, help="the same JSON in a file")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     return p
+
+
+def _sampling(args: argparse.Namespace) -> SamplingDefaults:
+    if args.sampling is not None:
+        return SamplingDefaults.from_json(args.sampling)
+    if args.sampling_config is not None:
+        return SamplingDefaults.from_file(args.sampling_config)
+    return SamplingDefaults()
 
 
 def parse_args(argv: list[str] | None = None) -> ServerConfig:
@@ -164,6 +183,6 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
         inter_threads=args.inter_threads,
         intra_threads=args.intra_threads,
         chat_template=template,
-        sampling=SamplingDefaults.from_file(args.sampling_config) if args.sampling_config else SamplingDefaults(),
+        sampling=_sampling(args),
         log_level=args.log_level,
     )

@@ -144,13 +144,11 @@ def llama_cpp_command(args: list[str], model_file: Path, port: int, threads: int
     return EngineCommand(argv, "/v1/models")
 
 
-def ctranslate2_command(
-    args: list[str], model_dir: Path, port: int, sampling: str | None, sampling_file: Path, threads: int = 1
-) -> EngineCommand:
-    """Dockyard's CTranslate2 server with the operator's arguments (runtimes.ctranslate2_args), on the CPU
-    of this machine: the model directory from the local store, a loopback port, one replica, ``threads``
-    CPU threads, and the pod's sampling settings written to ``sampling_file``. The requested compute type
-    stays (``int8_float16`` falls back to ``int8_float32`` on the CPU, as in a pod without a GPU)."""
+def ctranslate2_command(args: list[str], model_dir: Path, port: int, threads: int = 1) -> EngineCommand:
+    """Dockyard's CTranslate2 server with the operator's arguments (runtimes.ctranslate2_args, its sampling
+    defaults among them), on the CPU of this machine: the model directory from the local store, a loopback
+    port, one replica, ``threads`` CPU threads. The requested compute type stays (``int8_float16`` falls
+    back to ``int8_float32`` on the CPU, as in a pod without a GPU)."""
     if importlib.util.find_spec("dockyard_ct2") is None:
         raise NoLocalEngine("Dockyard's CTranslate2 server (package dockyard_ct2) is not installed")
     rewritten: list[str] = []
@@ -164,14 +162,12 @@ def ctranslate2_command(
             rewritten.append("--device=cpu")
         elif key == "device-count":
             rewritten.append("--device-count=1")
-        elif key == "sampling-config":
-            rewritten.append(f"--sampling-config={sampling_file}")
-        elif key in ("host", "intra-threads"):
+        elif key in ("host", "intra-threads", "tensor-parallel"):
             continue
         else:
             rewritten.append(arg)
     argv = [sys.executable, "-m", "dockyard_ct2", *rewritten, f"--intra-threads={threads}", "--host=127.0.0.1"]
-    return EngineCommand(argv, "/health", {str(sampling_file): sampling or "{}"})
+    return EngineCommand(argv, "/health")
 
 
 def free_port() -> int:
@@ -308,15 +304,7 @@ class EngineRunner:
                 raise NoLocalEngine("the Model records no GGUF file (import it again)")
             command = llama_cpp_command(args, model_dir / file, port, self.settings.threads)
         elif runtime == "ctranslate2":
-            sampling = self._sampling(pod)
-            command = ctranslate2_command(
-                args,
-                model_dir,
-                port,
-                sampling,
-                self.log_dir / f"{namespace}.{meta['name']}.sampling.json",
-                self.settings.threads,
-            )
+            command = ctranslate2_command(args, model_dir, port, self.settings.threads)
         else:
             raise NoLocalEngine(f"runtime {runtime or '?'} has no local engine (it needs a GPU)")
         if not model_dir.is_dir():
@@ -324,17 +312,6 @@ class EngineRunner:
         return Engine(
             namespace, meta["name"], meta["uid"], container["name"], container.get("image", ""), command, port, log_path
         )
-
-    def _sampling(self, pod: dict[str, Any]) -> str | None:
-        for volume in pod["spec"].get("volumes") or []:
-            name = (volume.get("configMap") or {}).get("name")
-            if name:
-                try:
-                    cm = self.core.read_namespaced_config_map(name, pod["metadata"]["namespace"])
-                except client.ApiException:
-                    return None
-                return str((cm.data or {}).get("sampling.json") or "{}")
-        return None
 
     # -- engine lifecycle ------------------------------------------------------------------------------
     def _start(self, engine: Engine) -> None:

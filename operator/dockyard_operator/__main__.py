@@ -16,6 +16,7 @@ import uvloop
 
 import dockyard_operator.handlers  # noqa: F401  (registers the handlers)
 from dockyard_api import logs
+from dockyard_operator import memprofile
 
 WATCH_HANDLERS = frozenset(
     {"model_deployment_event", "tool_deployment_event", "workload_event", "model_event", "tool_event"}
@@ -44,6 +45,7 @@ def main(argv: list[str] | None = None) -> None:
         "default: DOCKYARD_OPERATOR_LOG_FORMAT or plain",
     )
     args = parser.parse_args(argv)
+    memprofile.start_from_env()
     kopf.configure(verbose=args.verbose, log_format=kopf.LogFormat[args.log_format.upper()])
     logs.protect_all_handlers()  # no API key or token reaches a log line
     if not args.verbose:  # one line per watch event of every Pod and Deployment would drown the log

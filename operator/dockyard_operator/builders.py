@@ -26,7 +26,7 @@ from dockyard_api.devices import (
     Device,
 )
 from dockyard_api.resources.v1alpha1 import DOCK_STATUS_ID_LABEL, Model, ModelDeployment, Tool, ToolDeployment
-from dockyard_operator.runtimes import Runtime, engine_args, sampling_defaults
+from dockyard_operator.runtimes import Runtime, engine_args
 
 MANAGED_BY = "dockyard"
 MODEL_DEPLOYMENT_LABEL = "dockyard.dev/model-deployment"
@@ -300,15 +300,17 @@ def download_secret(mdep: ModelDeployment, served: ServedModel, tokens: dict[str
 class ModelWorkload:
     """Everything that serves one ModelDeployment."""
 
-    config_map: dict[str, Any]
     deployment: dict[str, Any]
     service: dict[str, Any]
     template_hash: str
     served: ServedModel | None = None
 
     def objects(self) -> list[dict[str, Any]]:
-        """In apply order: the Deployment last, so its applied-hash annotation vouches for the set."""
-        return [self.config_map, self.service, self.deployment]
+        """In apply order: the Deployment last, so its applied-hash annotation vouches for the set.
+
+        No ConfigMap: every setting the engine reads (served name, sampling defaults) is one of its
+        arguments, so a rollout is two objects to write, and a settings change is a template change."""
+        return [self.service, self.deployment]
 
 
 def selector_labels(mdep_name: str) -> dict[str, str]:
@@ -350,16 +352,6 @@ def model_workload(
     pod_labels = {**user_labels(mdep.metadata.labels), **labels, "dockyard.dev/runtime": runtime_name}
     if local_engine:
         pod_labels[LOCAL_ENGINE_LABEL] = "true"
-    sampling = sampling_defaults(spec.hyper_parameters)
-    config_map = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": resource_name, "namespace": namespace, "labels": labels},
-        "data": {
-            "sampling.json": json.dumps(sampling, sort_keys=True, indent=2),
-            "served-model-name": spec.name,
-        },
-    }
     model_arg = served.model_arg
     if runtime.engine == "llama-cpp" and served.weights_file:  # llama.cpp loads a file, not a directory
         model_arg = f"{model_arg}/{served.weights_file}"
@@ -383,20 +375,18 @@ def model_workload(
         },
         "livenessProbe": {"httpGet": {"path": runtime.health_path, "port": "http"}, "periodSeconds": 15},
         "volumeMounts": [
-            {"name": "config", "mountPath": "/etc/dockyard", "readOnly": True},
             {"name": "shm", "mountPath": "/dev/shm"},
             {"name": "cache", "mountPath": "/cache"},
             *served.mounts,
         ],
     }
     template: dict[str, Any] = {
-        "metadata": {"labels": pod_labels, "annotations": {"dockyard.dev/config-hash": hash_of(config_map["data"])}},
+        "metadata": {"labels": pod_labels, "annotations": {}},
         "spec": {
             "nodeSelector": {INSTANCE_TYPE_LABEL: spec.device_type},
             "tolerations": [{"key": GPU_TAINT_KEY, "operator": "Exists", "effect": GPU_TAINT_EFFECT}],
             "containers": [container],
             "volumes": [
-                {"name": "config", "configMap": {"name": resource_name}},
                 {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}},
                 {"name": "cache", "emptyDir": {}},
                 *served.volumes,
@@ -422,7 +412,7 @@ def model_workload(
         # No surge: a GPU node rarely has room for an extra replica; one replica at a time is replaced.
         strategy={"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
     )
-    return ModelWorkload(config_map, deployment, service, template_hash=template_hash, served=served)
+    return ModelWorkload(deployment, service, template_hash=template_hash, served=served)
 
 
 def _served_by(

@@ -220,9 +220,10 @@ def _finish(job: DockJob, verdict: Verdict) -> DockJob:
 
 
 def _post_events(body: Body, before: DockJob | None, after: DockJob, new: bool) -> None:
+    """One Event per job, at its end (Deployed, or a Warning with the failure): the start is in the
+    status and the log, and an Event is one more write to the API server per rollout."""
     target = cast(kopf.Body, body)  # kopf.event reads apiVersion, kind and metadata of any mapping
     if new:
-        kopf.info(target, reason="DeployStarted", message=f"dock job {after.dock_status_id} started")
         monitoring.job_started(body, after.dock_status_id, after.job_type, after.action)
     if after.status == "IN_PROGRESS" or (before is not None and not new and before.status == after.status):
         return
@@ -241,6 +242,19 @@ def _post_events(body: Body, before: DockJob | None, after: DockJob, new: bool) 
         kopf.info(target, reason="Deployed", message=f"dock job {after.dock_status_id}: {after.message}")
     else:
         kopf.warn(target, reason=after.reason, message=f"dock job {after.dock_status_id} FAILED: {after.message}")
+
+
+def _in_flight(before: DockJob | None, job: DockJob) -> bool:
+    """The same job, still IN_PROGRESS for the same reason: its status is not written again (one status
+    write per job transition). What changes meanwhile (replica counts, conditions, the message's
+    counts and seconds) is written with the next transition; a new reason (e.g. RollingOut to
+    Unschedulable) is a transition."""
+    return (
+        before is not None
+        and before.dock_status_id == job.dock_status_id
+        and before.status == job.status == "IN_PROGRESS"
+        and before.reason == job.reason
+    )
 
 
 def _changed(current: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
@@ -273,7 +287,7 @@ async def _write(
         )
         version = labelled["metadata"]["resourceVersion"]
         passed.append(version)
-    elif not _changed(body.get("status") or {}, status):
+    elif not _changed(body.get("status") or {}, status) or _in_flight(before, job):
         return None, ()
     written = await ctx.kube.patch_status_async(plural, meta["namespace"], meta["name"], status, version)
     _post_events(body, before, job, new_job)

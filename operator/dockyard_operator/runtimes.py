@@ -145,8 +145,8 @@ def vllm_args(
         f"--port={runtime.port}",
     ]
     sampling = sampling_defaults(spec.hyper_parameters)
-    # vLLM takes the generation-config defaults it knows; stop sequences travel in the mounted
-    # sampling.json (and the OpenAI-compatible request's `stop`).
+    # vLLM takes the generation-config defaults it knows; it has no default stop sequences (a request's
+    # own `stop` applies).
     override = {("max_new_tokens" if k == "max_tokens" else k): v for k, v in sampling.items() if k != "stop"}
     if override:
         args.append(f"--override-generation-config={json.dumps(override, sort_keys=True)}")
@@ -174,8 +174,9 @@ def ctranslate2_args(
         f"--max-batch-size={spec.scaling_parameters.max_batch_size}",
         "--host=0.0.0.0",
         f"--port={runtime.port}",
-        "--sampling-config=/etc/dockyard/sampling.json",
     ]
+    if sampling := sampling_defaults(spec.hyper_parameters):  # the server's defaults, stop sequences included
+        args.append(f"--sampling={json.dumps(sampling, sort_keys=True, separators=(',', ':'))}")
     if adapter is not None:
         raise InvalidRuntimeChoice("CTranslate2 cannot serve LoRA adapters; use optimizationType vllm")
     return [*args, *runtime.extra_args]

@@ -68,8 +68,9 @@ def test_sigkill_mid_rollout_converges_without_duplicates_or_orphans(
     children = {
         "Deployment": apps.list_namespaced_deployment(namespace, label_selector=selector).items,
         "Service": core.list_namespaced_service(namespace, label_selector=selector).items,
-        "ConfigMap": core.list_namespaced_config_map(namespace, label_selector=selector).items,
     }
+    # no ConfigMap per ModelDeployment: the engine's settings are its arguments
+    assert not core.list_namespaced_config_map(namespace, label_selector=selector).items
     uids = {n: get(api, namespace, "modeldeployments", n)["metadata"]["uid"] for n in names}
     for kind, items in children.items():
         owners = Counter(i.metadata.labels[MODEL_DEPLOYMENT_LABEL] for i in items)

@@ -412,7 +412,7 @@ def test_deployment_rolls_out_without_surge_within_the_progress_deadline() -> No
 def test_children_share_name_namespace_and_labels() -> None:
     workload = build(model_deployment("llama"))
     # apply order: the Deployment last (its applied-hash annotation vouches for the whole set)
-    assert [o["kind"] for o in workload.objects()] == ["ConfigMap", "Service", "Deployment"]
+    assert [o["kind"] for o in workload.objects()] == ["Service", "Deployment"]
     for obj in workload.objects():
         assert obj["metadata"]["name"] == child_name("model", "llama")
         assert obj["metadata"]["namespace"] == NAMESPACE
@@ -465,7 +465,8 @@ def test_template_hash_is_stable_and_annotated() -> None:
     ("change", "changes_hash"),
     [
         pytest.param({"hyperParameters": {**HYPER_PARAMETERS, "temperature": 0.2}}, True, id="temperature"),
-        pytest.param({"hyperParameters": {**HYPER_PARAMETERS, "stopSequence": ["END"]}}, True, id="stop-sequence"),
+        # vLLM has no default stop sequences (a request's own apply): nothing of its pod changes
+        pytest.param({"hyperParameters": {**HYPER_PARAMETERS, "stopSequence": ["END"]}}, False, id="stop-sequence"),
         pytest.param({"hyperParameters": None}, True, id="hyper-parameters-removed"),
         pytest.param({"scalingParameters": {"maxBatchSize": 32}}, True, id="max-batch-size"),
         pytest.param({"deviceType": "g5.48xlarge"}, True, id="device-type"),
@@ -480,6 +481,13 @@ def test_template_hash_changes_only_with_the_pod_template(change: dict[str, Any]
     base = build(model_deployment(hyperParameters=HYPER_PARAMETERS))
     changed = build(model_deployment(**{"hyperParameters": HYPER_PARAMETERS, **change}))
     assert (changed.template_hash != base.template_hash) is changes_hash
+
+
+def test_ctranslate2_template_hash_changes_with_the_stop_sequences() -> None:
+    ct2 = ("ctranslate2", DEFAULT_CATALOG.runtimes["ctranslate2"])
+    base = build(model_deployment(hyperParameters=HYPER_PARAMETERS), runtime=ct2)
+    stops = build(model_deployment(hyperParameters={**HYPER_PARAMETERS, "stopSequence": ["END"]}), runtime=ct2)
+    assert stops.template_hash != base.template_hash
 
 
 def test_template_hash_ignores_a_new_dock_status_id() -> None:
@@ -512,33 +520,23 @@ def test_building_does_not_share_mutable_state_between_calls() -> None:
 # --- model_workload: configuration, engine, volumes, Service --------------------------------------------------------
 
 
-def test_config_map_holds_the_sampling_defaults() -> None:
+def test_no_config_map_the_engine_reads_its_settings_from_its_arguments() -> None:
+    """Sampling defaults and the served name are arguments (runtimes.py): no ConfigMap to write per
+    rollout, no volume, and a change of them is a change of the pod template (a new rollout)."""
     workload = build(model_deployment(name="support-bot", hyperParameters=HYPER_PARAMETERS))
-    data = workload.config_map["data"]
-    assert json.loads(data["sampling.json"]) == {
-        "temperature": 0.7,
-        "top_p": 0.9,
-        "top_k": 50,
-        "max_tokens": 512,
-        "stop": ["</s>", "###"],
-    }
-    assert json.loads(data["sampling.json"]) == sampling_defaults(HyperParameters.model_validate(HYPER_PARAMETERS))
-    assert data["served-model-name"] == "support-bot"
-    config_volume = next(v for v in pod_spec(workload)["volumes"] if v["name"] == "config")
-    assert config_volume == {"name": "config", "configMap": {"name": workload.config_map["metadata"]["name"]}}
-    assert {"name": "config", "mountPath": "/etc/dockyard", "readOnly": True} in container(workload)["volumeMounts"]
+    assert [o["kind"] for o in workload.objects()] == ["Service", "Deployment"]
+    assert not [v for v in pod_spec(workload)["volumes"] if "configMap" in v]
+    assert not [m for m in container(workload)["volumeMounts"] if m["mountPath"] == "/etc/dockyard"]
+    assert arg(workload, "served-model-name") == "support-bot"
+    assert build().template_hash != build(model_deployment(hyperParameters=HYPER_PARAMETERS)).template_hash
 
 
-def test_config_map_without_hyper_parameters_is_empty_json() -> None:
-    assert json.loads(build().config_map["data"]["sampling.json"]) == {}
-
-
-def test_config_change_changes_the_config_hash_annotation() -> None:
-    def config_hash(workload: ModelWorkload) -> str:
-        annotation: str = workload.deployment["spec"]["template"]["metadata"]["annotations"]["dockyard.dev/config-hash"]
-        return annotation
-
-    assert config_hash(build()) != config_hash(build(model_deployment(hyperParameters=HYPER_PARAMETERS)))
+def test_ctranslate2_pods_carry_the_sampling_defaults_in_an_argument() -> None:
+    mdep = model_deployment(hyperParameters=HYPER_PARAMETERS, optimizationInfo={"optimizationType": "ctranslate2"})
+    workload = build(mdep, runtime=("ctranslate2", DEFAULT_CATALOG.runtimes["ctranslate2"]))
+    value = arg(workload, "sampling")
+    assert value is not None
+    assert json.loads(value) == sampling_defaults(HyperParameters.model_validate(HYPER_PARAMETERS))
 
 
 def test_engine_container_runs_the_runtime() -> None:

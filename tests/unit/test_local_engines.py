@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import sys
 from pathlib import Path
 
@@ -46,11 +48,11 @@ def test_ctranslate2_runs_the_pods_arguments_on_this_cpu(
         deviceType=device_type,
         scalingParameters={"maxBatchSize": 8},
         optimizationInfo={"optimizationType": "ctranslate2", "quantizationType": "int8_float16"},
+        hyperParameters={"temperature": 0.2, "maxTokens": 64, "topP": 0.9, "topK": 40},
     )
     runtime = DEFAULT_CATALOG.runtimes["ctranslate2"]
     args = engine_args(spec, runtime, DEVICES[device_type], "/models/models/ns/m")
-    sampling = tmp_path / "sampling.json"
-    command = ctranslate2_command(args, tmp_path, 40000, '{"temperature": 0.2}', sampling, threads=2)
+    command = ctranslate2_command(args, tmp_path, 40000, threads=2)
     assert command.argv[:3] == [sys.executable, "-m", "dockyard_ct2"]
     parsed = ct2_config.build_parser().parse_args(command.argv[3:])
     assert parsed.model_dir == tmp_path
@@ -60,9 +62,9 @@ def test_ctranslate2_runs_the_pods_arguments_on_this_cpu(
     assert parsed.max_batch_size == 8
     assert (parsed.host, parsed.port) == ("127.0.0.1", 40000)
     assert parsed.intra_threads == 2
-    assert parsed.sampling_config == sampling
+    assert json.loads(parsed.sampling)["temperature"] == 0.2  # the pod's sampling defaults, as an argument
     assert command.health_path == "/health"
-    assert command.files == {str(sampling): '{"temperature": 0.2}'}
+    assert command.files == {}
 
 
 def test_an_engine_that_is_not_installed_leaves_the_pod_simulated(
@@ -70,6 +72,6 @@ def test_an_engine_that_is_not_installed_leaves_the_pod_simulated(
 ) -> None:
     monkeypatch.setattr(engines.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(NoLocalEngine, match="dockyard_ct2"):
-        ctranslate2_command([], tmp_path, 1, None, tmp_path / "s.json")
+        ctranslate2_command([], tmp_path, 1)
     with pytest.raises(NoLocalEngine, match="llama-cpp-python"):
         llama_cpp_command([], tmp_path / "x.gguf", 1, threads=1)

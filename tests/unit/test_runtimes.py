@@ -168,17 +168,22 @@ def test_ctranslate2_args_are_what_the_server_accepts(device_type: str, quantiza
     assert parsed.compute_type == ("int8_float16" if quantization == "int8_float16" else "default")
     assert parsed.max_batch_size == 32
     assert (parsed.host, parsed.port) == ("0.0.0.0", CT2.port)
-    assert str(parsed.sampling_config) == "/etc/dockyard/sampling.json"
-
-
-def test_sampling_json_is_what_the_server_reads(tmp_path: Path) -> None:
-    """The ConfigMap's sampling.json (sampling_defaults) is a valid --sampling-config."""
-    path = tmp_path / "sampling.json"
-    path.write_text(json.dumps(sampling_defaults(HyperParameters.model_validate(HYPER_PARAMETERS))))
-    defaults = ct2_config.SamplingDefaults.from_file(path)
-    assert defaults == ct2_config.SamplingDefaults(
+    assert parsed.sampling_config is None
+    assert ct2_config.SamplingDefaults.from_json(parsed.sampling) == ct2_config.SamplingDefaults(
         temperature=0.7, top_p=0.9, top_k=50, max_tokens=512, stop=("</s>", "###")
     )
+
+
+def test_sampling_file_reads_like_the_argument(tmp_path: Path) -> None:
+    """--sampling-config FILE (run by hand) holds the same JSON as the operator's --sampling."""
+    text = json.dumps(sampling_defaults(HyperParameters.model_validate(HYPER_PARAMETERS)))
+    path = tmp_path / "sampling.json"
+    path.write_text(text)
+    assert ct2_config.SamplingDefaults.from_file(path) == ct2_config.SamplingDefaults.from_json(text)
+
+
+def test_ctranslate2_without_hyper_parameters_has_no_sampling_argument() -> None:
+    assert flag(args_for(CT2), "sampling") is None
 
 
 @pytest.mark.parametrize("batch", [1, 64, 256])
@@ -204,7 +209,6 @@ def test_ctranslate2_compute_type(quantization: str, compute_type: str) -> None:
     args = args_for(CT2, **optimization("ctranslate2", quantization))
     assert flag(args, "compute-type") == compute_type
     assert flag(args, "device") == "cuda"
-    assert flag(args, "sampling-config") == "/etc/dockyard/sampling.json"
 
 
 def test_ctranslate2_compute_type_default_without_optimization_info() -> None:
@@ -255,10 +259,10 @@ def test_sampling_defaults_without_stop_sequences(stop: list[str] | None) -> Non
     assert "stop" not in sampling_defaults(hp)
 
 
-def test_ctranslate2_reads_sampling_from_the_mounted_file_not_arguments() -> None:
+def test_ctranslate2_reads_sampling_from_its_own_argument() -> None:
     args = args_for(CT2, hyperParameters=HYPER_PARAMETERS)
     assert flag(args, "override-generation-config") is None
-    assert not any("temperature" in a for a in args)
+    assert [a for a in args if "temperature" in a] == [f"--sampling={flag(args, 'sampling')}"]
 
 
 # --- adapters -------------------------------------------------------------------------------------------

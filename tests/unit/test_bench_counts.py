@@ -1,0 +1,35 @@
+# ruff: noqa: E501
+"""The benchmarks' reading of the API server's request counts (bench/common.py)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from bench.common import count_diff, format_counts, parse_request_counts
+
+PAGE = """\
+# HELP apiserver_request_total [STABLE] Counter of apiserver requests broken out for each verb, ...
+# TYPE apiserver_request_total counter
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="apps",resource="deployments",scope="resource",subresource="",verb="APPLY",version="v1"} 3
+apiserver_request_total{code="201",component="apiserver",dry_run="",group="apps",resource="deployments",scope="resource",subresource="",verb="APPLY",version="v1"} 2
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="dockyard.dev",resource="modeldeployments",scope="resource",subresource="status",verb="PATCH",version="v1alpha1"} 7
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="",scope="",subresource="/metrics",verb="GET",version=""} 4
+apiserver_request_total_other{resource="deployments",verb="APPLY"} 100
+apiserver_request_duration_seconds_bucket{resource="deployments",verb="APPLY",le="0.1"} 9
+"""
+
+
+def test_counts_are_summed_over_codes_and_keyed_by_resource_subresource_and_verb() -> None:
+    counts = parse_request_counts(PAGE)
+    assert counts == Counter(
+        {("deployments", "APPLY"): 5, ("modeldeployments/status", "PATCH"): 7, ("(none)//metrics", "GET"): 4}
+    )
+
+
+def test_diff_keeps_what_grew_and_lists_writes_first() -> None:
+    before = parse_request_counts(PAGE)
+    after = before + Counter({("deployments", "APPLY"): 2, ("pods", "LIST"): 9, ("pods", "POST"): 1})
+    diff = count_diff(after, before)
+    assert diff == Counter({("deployments", "APPLY"): 2, ("pods", "LIST"): 9, ("pods", "POST"): 1})
+    lines = format_counts(diff)
+    assert [line.split()[:2] for line in lines] == [["deployments", "APPLY"], ["pods", "POST"], ["pods", "LIST"]]
