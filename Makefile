@@ -62,8 +62,8 @@ chaos: venv
 
 ## crds: regenerate crds/ from the resource types, and the Helm chart's copy of them
 crds: venv
-	$(PY) -m dockyard_api.crdgen
-	$(PY) -m dockyard_api.crdgen --output-dir charts/dockyard/crds
+	$(PY) -m dockyard_core.crdgen
+	$(PY) -m dockyard_core.crdgen --output-dir charts/dockyard/crds
 
 ## cli-docs: docs/cli.md from the dockyard command's --help
 cli-docs: venv

@@ -22,10 +22,11 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as Urllib3Error
 
-from dockyard_api import importstatus, requestid
-from dockyard_api.errors import DockyardError, KubeUnavailableError, UpstreamError
-from dockyard_api.importstatus import IMPORT_ENVIRONMENT_ANNOTATION, IMPORT_SESSION_LABEL
-from dockyard_api.modelstore import (
+from dockyard_api.settings import ApiSettings
+from dockyard_core import importstatus, requestid
+from dockyard_core.errors import DockyardError, KubeUnavailableError, UpstreamError
+from dockyard_core.importstatus import IMPORT_ENVIRONMENT_ANNOTATION, IMPORT_SESSION_LABEL
+from dockyard_core.modelstore import (
     SESSION_ID_RE,
     MissingChunks,
     ModelStore,
@@ -40,8 +41,8 @@ from dockyard_api.modelstore import (
     iso,
     normalize_extension,
 )
-from dockyard_api.resources import GROUP
-from dockyard_api.resources.v1alpha1 import (
+from dockyard_core.resources import GROUP
+from dockyard_core.resources.v1alpha1 import (
     DOCK_STATUS_ID_LABEL,
     VERSION,
     Model,
@@ -50,7 +51,6 @@ from dockyard_api.resources.v1alpha1 import (
     ObjectMeta,
     UploadSource,
 )
-from dockyard_api.settings import ApiSettings
 
 log = logging.getLogger("dockyard.imports")
 PLURAL = "models"

@@ -15,7 +15,7 @@ import kopf
 import uvloop
 
 import dockyard_operator.handlers  # noqa: F401  (registers the handlers)
-from dockyard_api import logs
+from dockyard_core import logs
 
 WATCH_HANDLERS = frozenset(
     {"model_deployment_event", "tool_deployment_event", "workload_event", "model_event", "tool_event"}

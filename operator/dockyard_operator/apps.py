@@ -23,9 +23,9 @@ import kopf
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from dockyard_api import apikeys, audit
-from dockyard_api.resources import GROUP
-from dockyard_api.resources.v1alpha1 import (
+from dockyard_core import apikeys, audit
+from dockyard_core.resources import GROUP
+from dockyard_core.resources.v1alpha1 import (
     API_KEY_LABEL,
     API_VERSION,
     DEPLOY_ACTION_ANNOTATION,

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from dockyard_api.devices import DEVICES
-from dockyard_api.resources.v1alpha1 import FAILED, PROGRESSING, READY, Condition, DockJob
+from dockyard_core.devices import DEVICES
+from dockyard_core.resources.v1alpha1 import FAILED, PROGRESSING, READY, Condition, DockJob
 
 IMAGE_PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
 CRASH_REASONS = frozenset({"CrashLoopBackOff", "RunContainerError", "CreateContainerError"})

@@ -25,11 +25,11 @@ import kopf
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from dockyard_api.devices import GPU_RESOURCE, INSTANCE_TYPE_LABEL
-from dockyard_api.kube import api_client
-from dockyard_api.kubehttp import AsyncKube, KubeError
-from dockyard_api.resources import GROUP
-from dockyard_api.resources.v1alpha1 import VERSION
+from dockyard_core.devices import GPU_RESOURCE, INSTANCE_TYPE_LABEL
+from dockyard_core.kubeclient import AsyncKube, KubeError
+from dockyard_core.kubeconfig import api_client
+from dockyard_core.resources import GROUP
+from dockyard_core.resources.v1alpha1 import VERSION
 from dockyard_operator import health
 from dockyard_operator.assess import parse_quantity
 from dockyard_operator.builders import COMPONENT_LABEL, MANAGED_BY

@@ -25,11 +25,11 @@ from typing import Any, cast
 import kopf
 from kubernetes.client.exceptions import ApiException
 
-from dockyard_api import importstatus
-from dockyard_api.modelstore import SESSION_ID_RE, ModelStore
-from dockyard_api.resources import GROUP
-from dockyard_api.resources.v1alpha1 import DOCK_STATUS_ID_LABEL, VERSION, DockJob, ModelStorage
-from dockyard_api.s3store import S3ModelStore
+from dockyard_core import importstatus
+from dockyard_core.modelstore import SESSION_ID_RE, ModelStore
+from dockyard_core.resources import GROUP
+from dockyard_core.resources.v1alpha1 import DOCK_STATUS_ID_LABEL, VERSION, DockJob, ModelStorage
+from dockyard_core.s3store import S3ModelStore
 from dockyard_operator import monitoring
 from dockyard_operator.kube import Conflict, Kube
 from dockyard_operator.modelimport import Imported, ImportFailed, Limits, Upload, import_into, staging_dirs

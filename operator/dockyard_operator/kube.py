@@ -15,9 +15,9 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from dockyard_api.kubehttp import AsyncKube, KubeError
-from dockyard_api.resources import GROUP
-from dockyard_api.resources.v1alpha1 import VERSION
+from dockyard_core.kubeclient import AsyncKube, KubeError
+from dockyard_core.resources import GROUP
+from dockyard_core.resources.v1alpha1 import VERSION
 
 FIELD_MANAGER = "dockyard-operator"
 APPLY = "application/apply-patch+yaml"

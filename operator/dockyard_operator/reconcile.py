@@ -24,9 +24,9 @@ from typing import Any, TypeVar, cast
 import httpx
 import kopf
 
-from dockyard_api import downloadtokens
-from dockyard_api.devices import DEVICES
-from dockyard_api.resources.v1alpha1 import (
+from dockyard_core import downloadtokens
+from dockyard_core.devices import DEVICES
+from dockyard_core.resources.v1alpha1 import (
     DOCK_STATUS_ID_LABEL,
     DockJob,
     JobType,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
-from dockyard_api.storesettings import ModelStoreSettings
+from dockyard_core.storesettings import ModelStoreSettings
 
 
 class OperatorSettings(ModelStoreSettings):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from dockyard_api.modelstore import ModelStore, SessionMeta
+from dockyard_core.modelstore import ModelStore, SessionMeta
 from dockyard_operator.importer import Importer
 from dockyard_operator.modelimport import (
     MANIFEST,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dockyard_api.modelstore import (
+from dockyard_core.modelstore import (
     ChunkConflict,
     ChunkTooLarge,
     EmptyChunk,

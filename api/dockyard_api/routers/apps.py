@@ -13,11 +13,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Path, Request, status
 
 from dockyard_api.auth import Auth, KubeUser, NamespaceParam
-from dockyard_api.errors import InvalidError, NotFoundError
 from dockyard_api.events import record_event
-from dockyard_api.kubehttp import AsyncKube, KubeError
-from dockyard_api.resources.v1alpha1 import API_VERSION, RESTORED_FROM_ANNOTATION, AppVersion
 from dockyard_api.schemas.management import AppCreate, DraftUpdate, Restore, VersionCreate
+from dockyard_core.errors import InvalidError, NotFoundError
+from dockyard_core.kubeclient import AsyncKube, KubeError
+from dockyard_core.resources.v1alpha1 import API_VERSION, RESTORED_FROM_ANNOTATION, AppVersion
 
 router = APIRouter(prefix="/api/v1/namespaces/{namespace}", tags=["apps and versions"])
 

@@ -24,23 +24,9 @@ import orjson
 from fastapi import APIRouter, Body, Path, Query, Request
 from fastapi.responses import Response
 
-from dockyard_api import apikeys, metrics, requestid
+from dockyard_api import metrics
 from dockyard_api.auth import EnvironmentCaller, PublicCaller
 from dockyard_api.cache import Informer
-from dockyard_api.errors import ConflictError, InvalidRequestError, NotFoundError
-from dockyard_api.kubehttp import AsyncKube, KubeError
-from dockyard_api.modelformats import Refusal, engine_for
-from dockyard_api.resources.v1alpha1 import (
-    API_VERSION,
-    APP_LABEL,
-    DOCK_STATUS_ID_LABEL,
-    ModelDeploymentSpec,
-    ModelType,
-    OptimizationInfo,
-    ScalingParameters,
-)
-from dockyard_api.resources.v1alpha1.common import DNS_SUBDOMAIN_PATTERN
-from dockyard_api.resources.v1alpha1.tool import tool_deployment_name
 from dockyard_api.routers.dock_status import job_record, pending_record
 from dockyard_api.schemas.public import (
     MODEL_DEPLOY_EXAMPLES,
@@ -53,6 +39,21 @@ from dockyard_api.schemas.public import (
     job_responses,
 )
 from dockyard_api.settings import ApiSettings
+from dockyard_core import apikeys, requestid
+from dockyard_core.errors import ConflictError, InvalidRequestError, NotFoundError
+from dockyard_core.kubeclient import AsyncKube, KubeError
+from dockyard_core.modelformats import Refusal, engine_for
+from dockyard_core.resources.v1alpha1 import (
+    API_VERSION,
+    APP_LABEL,
+    DOCK_STATUS_ID_LABEL,
+    ModelDeploymentSpec,
+    ModelType,
+    OptimizationInfo,
+    ScalingParameters,
+)
+from dockyard_core.resources.v1alpha1.common import DNS_SUBDOMAIN_PATTERN
+from dockyard_core.resources.v1alpha1.tool import tool_deployment_name
 
 router = APIRouter(prefix="/api/public", tags=["deploy"])
 

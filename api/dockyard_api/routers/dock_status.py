@@ -13,10 +13,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Request
 
 from dockyard_api.auth import PublicCaller
-from dockyard_api.errors import NotFoundError
-from dockyard_api.kubehttp import AsyncKube
-from dockyard_api.resources.v1alpha1 import DOCK_STATUS_ID_LABEL
 from dockyard_api.schemas.public import error_responses, job_responses
+from dockyard_core.errors import NotFoundError
+from dockyard_core.kubeclient import AsyncKube
+from dockyard_core.resources.v1alpha1 import DOCK_STATUS_ID_LABEL
 
 router = APIRouter(prefix="/api/public", tags=["dock status"])
 

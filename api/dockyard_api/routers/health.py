@@ -8,8 +8,8 @@ import anyio
 from fastapi import APIRouter, Depends, Request
 from kubernetes import client
 
-from dockyard_api.errors import NotReadyError
 from dockyard_api.settings import ApiSettings
+from dockyard_core.errors import NotReadyError
 
 router = APIRouter(tags=["health"])
 

@@ -17,8 +17,8 @@ from dockyard_api import metrics
 from dockyard_api.auth import PublicCaller
 from dockyard_api.chunkupload import ChunkUpload
 from dockyard_api.imports import ImportService, StartRequest
-from dockyard_api.modelstore import ChunkWriter, parse_chunk_number
 from dockyard_api.schemas.public import error_responses, ok_responses
+from dockyard_core.modelstore import ChunkWriter, parse_chunk_number
 
 router = APIRouter(prefix="/api/public/files/session", tags=["model import"])
 T = TypeVar("T")

@@ -13,9 +13,9 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, WithJsonSchema
 
-from dockyard_api.resources.base import DockyardModel
-from dockyard_api.resources.v1alpha1 import HyperParameters, OptimizationInfo, ScalingParameters
-from dockyard_api.resources.v1alpha1.common import DNS_LABEL_PATTERN, DeviceType
+from dockyard_core.resources.base import DockyardModel
+from dockyard_core.resources.v1alpha1 import HyperParameters, OptimizationInfo, ScalingParameters
+from dockyard_core.resources.v1alpha1.common import DNS_LABEL_PATTERN, DeviceType
 
 _DNS_LABEL = re.compile(DNS_LABEL_PATTERN)
 NAME_RULE = (

@@ -19,8 +19,8 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from dockyard_api.resources import GROUP
-from dockyard_api.resources.v1alpha1 import FAILED, PROGRESSING, READY, DockJob, ModelStorage
+from dockyard_core.resources import GROUP
+from dockyard_core.resources.v1alpha1 import FAILED, PROGRESSING, READY, DockJob, ModelStorage
 
 IMPORT_SESSION_LABEL = f"{GROUP}/import-session"
 """Label on an uploaded Model: the sessionId that imports it (the facade finds a session's Model with it

@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import Field
 
-from dockyard_api.devices import DEVICE_TYPES
-from dockyard_api.resources import GROUP
-from dockyard_api.resources.base import DockyardModel, KubeObject, ListMap
+from dockyard_core.devices import DEVICE_TYPES
+from dockyard_core.resources import GROUP
+from dockyard_core.resources.base import DockyardModel, KubeObject, ListMap
 
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"

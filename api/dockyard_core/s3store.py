@@ -1,6 +1,6 @@
 """The model store on S3-compatible object storage (AWS S3, MinIO, Ceph RGW), through the MinIO Python SDK.
 
-Same interface and same answers as the file-system :class:`~dockyard_api.modelstore.ModelStore`, which it
+Same interface and same answers as the file-system :class:`~dockyard_core.modelstore.ModelStore`, which it
 extends; the objects are laid out like the directories (``<prefix>`` is optional)::
 
     <prefix>sessions/<sessionId>/session.json
@@ -38,8 +38,8 @@ import urllib3
 from minio import Minio
 from minio.error import S3Error
 
-from dockyard_api.errortypes import DockyardError
-from dockyard_api.modelstore import (
+from dockyard_core.errors import DockyardError
+from dockyard_core.modelstore import (
     CHUNK_NAME_RE,
     COPY_BUFFER,
     MANIFEST,

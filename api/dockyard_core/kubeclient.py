@@ -3,7 +3,7 @@
 The facade's management endpoints act as the calling user (Kubernetes impersonation) so that RBAC
 decides and admission webhooks see the real user. Impersonation needs one ``Impersonate-Group``
 header per group, which the generated ``kubernetes`` client cannot send; aiohttp can. Credentials come
-from the same kubeconfig / in-cluster configuration as :func:`dockyard_api.kube.api_client`.
+from the same kubeconfig / in-cluster configuration as :func:`dockyard_core.kubeconfig.api_client`.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import aiohttp
 import orjson
 from kubernetes import client
 
-from dockyard_api.kube import load_configuration
-from dockyard_api.resources import GROUP
-from dockyard_api.resources.v1alpha1 import VERSION
+from dockyard_core.kubeconfig import load_configuration
+from dockyard_core.resources import GROUP
+from dockyard_core.resources.v1alpha1 import VERSION
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ Layout (relative to the store root)::
                                              with its size and SHA-256 (what pods download and verify)
 
 Two backends share this interface: :class:`ModelStore` (a directory on a local or shared file system,
-the embedded default) and :class:`dockyard_api.s3store.S3ModelStore` (S3-compatible object storage,
+the embedded default) and :class:`dockyard_core.s3store.S3ModelStore` (S3-compatible object storage,
 for clusters and several facade replicas); :func:`open_store` picks one from the settings.
 
 Nothing is kept in memory: every replica sees the same sessions, chunks arrive in any order and in
@@ -21,7 +21,7 @@ a re-sent identical copy is accepted (idempotent), a different one is refused (:
 A rename would let a later copy silently replace an accepted one.
 
 This module is pure file-system logic (no FastAPI, no Kubernetes); its errors are
-:class:`~dockyard_api.errortypes.DockyardError` subclasses carrying the HTTP status and error code the
+:class:`~dockyard_core.errors.DockyardError` subclasses carrying the HTTP status and error code the
 facade answers with (one handler turns every one of them into the JSON error shape).
 """
 
@@ -44,7 +44,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from dockyard_api.errortypes import DockyardError
+from dockyard_core.errors import DockyardError
 
 SESSION_ID_RE = re.compile(r"^[0-9a-f]{32}$")
 CHUNK_NAME_RE = re.compile(r"^(0|[1-9][0-9]{0,8})$")
