@@ -23,9 +23,11 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as Urllib3Error
 
 from dockyard_api.settings import ApiSettings
-from dockyard_core import importstatus, requestid
+from dockyard_core import clock, importstatus, jobs, requestid
+from dockyard_core.clock import iso
 from dockyard_core.errors import DockyardError, KubeUnavailableError, UpstreamError
 from dockyard_core.importstatus import IMPORT_ENVIRONMENT_ANNOTATION, IMPORT_SESSION_LABEL
+from dockyard_core.kubeclient import MERGE
 from dockyard_core.modelstore import (
     SESSION_ID_RE,
     MissingChunks,
@@ -38,7 +40,6 @@ from dockyard_core.modelstore import (
     check_file_name,
     check_sizes,
     check_text,
-    iso,
     normalize_extension,
 )
 from dockyard_core.resources import GROUP
@@ -54,7 +55,6 @@ from dockyard_core.resources.v1alpha1 import (
 
 log = logging.getLogger("dockyard.imports")
 PLURAL = "models"
-MERGE = "application/merge-patch+json"
 MISSING_LISTED = 1000
 """At most this many missing chunk numbers are listed in a 409 (the count is always given)."""
 
@@ -257,7 +257,7 @@ class ImportService:
         extension = normalize_extension(req.file_extension)
         check_sizes(req.file_size, req.total_chunks, self.settings.max_chunk_bytes, self.settings.max_file_bytes)
         self.store.ensure()
-        at = importstatus.now()
+        at = clock.now()
         expires = at + timedelta(seconds=self.settings.session_lifetime_seconds)
         session_id = uuid.uuid4().hex
         meta = SessionMeta(
@@ -457,7 +457,7 @@ class ImportService:
                 importstatus.IMPORT_ABORTED,
                 f"import session {session_id} was aborted by the client",
                 status.get("conditions"),
-                importstatus.now(),
+                clock.now(),
             )
             try:
                 self.models.patch_status(model, patch)
@@ -478,7 +478,7 @@ class ImportService:
         if meta is None:
             completed, completed_job = self._completed(namespace, environment, session_id)
             _check_checksum(completed, None, sha256)
-            return importstatus.job_record(completed_job, completed["metadata"]["name"])
+            return jobs.import_record(completed_job, completed["metadata"]["name"])
         if not meta.dock_status_id:
             if meta.expired():
                 self.open_session(namespace, environment, session_id)  # raises 410
@@ -513,7 +513,7 @@ class ImportService:
                 status = model.get("status") or {}
                 if status.get("phase") == "Failed":
                     self._gone(namespace, environment, session_id, model)
-                at = importstatus.now()
+                at = clock.now()
                 new = importstatus.new_job(str(uuid.uuid4()), at)
                 try:
                     model = self.models.patch_status(model, importstatus.completed(new, status.get("conditions"), at))
@@ -529,7 +529,7 @@ class ImportService:
                 self.models.label(namespace, meta.model_id, {DOCK_STATUS_ID_LABEL: job["dockStatusId"]})
             if meta.dock_status_id != job["dockStatusId"] and self.store.load(session_id) is not None:
                 self.store.mark_completed(meta, job["dockStatusId"])
-            return importstatus.job_record(job, meta.model_id)
+            return jobs.import_record(job, meta.model_id)
         raise UpstreamError("the Model kept changing; try again")
 
     # -- sweeper --
@@ -541,7 +541,7 @@ class ImportService:
         and was never completed, when its Model is gone, or when its import job is over (the operator
         removes it itself; this catches a crash in between). A Model still Importing without a job whose
         session expired becomes Failed even when its directory is gone already."""
-        now = now or importstatus.now()
+        now = now or clock.now()
         counts = {"sessions_removed": 0, "bytes_freed": 0, "models_expired": 0}
         models = {(m["metadata"]["namespace"], _session_of(m)): m for m in self.models.importing()}
         for session_id in self.store.session_ids():

@@ -22,6 +22,13 @@ from dockyard_core.kubeconfig import load_configuration
 from dockyard_core.resources import GROUP
 from dockyard_core.resources.v1alpha1 import VERSION
 
+FIELD_MANAGER = "dockyard-operator"
+"""The field manager of everything the operator applies (server-side apply)."""
+APPLY = "application/apply-patch+yaml"
+"""Content type of a server-side apply patch."""
+MERGE = "application/merge-patch+json"
+"""Content type of a JSON merge patch."""
+
 
 @dataclass(frozen=True)
 class User:

@@ -40,10 +40,11 @@ import time
 import unicodedata
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from dockyard_core.clock import iso, utcnow
 from dockyard_core.errors import DockyardError
 
 SESSION_ID_RE = re.compile(r"^[0-9a-f]{32}$")
@@ -216,15 +217,6 @@ def parse_chunk_number(raw: str | None, total_chunks: int) -> int:
 
 
 # --- sessions ---------------------------------------------------------------------------------------
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
-def iso(moment: datetime) -> str:
-    """ISO 8601 in UTC with a ``Z``, e.g. 2026-11-23T10:00:00Z."""
-    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,9 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from dockyard_core import apikeys, audit
+from dockyard_core.clock import now
+from dockyard_core.conditions import transition
+from dockyard_core.kubeclient import APPLY, FIELD_MANAGER, MERGE
 from dockyard_core.resources import GROUP
 from dockyard_core.resources.v1alpha1 import (
     API_KEY_LABEL,
@@ -33,6 +36,7 @@ from dockyard_core.resources.v1alpha1 import (
     DEPLOYED_AT_ANNOTATION,
     DEPLOYED_BY_ANNOTATION,
     ENVIRONMENT_LABEL,
+    READY,
     VERSION,
     HistoryEntry,
 )
@@ -41,13 +45,7 @@ from dockyard_operator.reconcile import Context, snapshot
 from dockyard_operator.settings import OperatorSettings
 
 SETTINGS = OperatorSettings()
-FIELD_MANAGER = "dockyard-operator"
-APPLY = "application/apply-patch+yaml"
 log = logging.getLogger(__name__)
-
-
-def _now() -> datetime:
-    return datetime.now(UTC).replace(microsecond=0)
 
 
 # --- indexes -----------------------------------------------------------------------------------------
@@ -126,7 +124,7 @@ class Api:
             body["metadata"] = {"resourceVersion": resource_version}
         try:
             self.custom.patch_namespaced_custom_object_status(
-                GROUP, VERSION, namespace, plural, name, body, _content_type="application/merge-patch+json"
+                GROUP, VERSION, namespace, plural, name, body, _content_type=MERGE
             )
         except ApiException as exc:
             if exc.status == 409 and resource_version:
@@ -354,21 +352,7 @@ def _reason(exc: ApiException) -> str:
 def _conditions(
     current: list[dict[str, Any]], phase: str, reason: str, message: str, generation: int | None
 ) -> list[dict[str, Any]]:
-    ready = "True" if phase == "Active" else "False"
-    old = next((c for c in current if c.get("type") == "Ready"), None)
-    if old and (old.get("status"), old.get("reason"), old.get("message")) == (ready, reason, message):
-        return current
-    stamp = _now().isoformat().replace("+00:00", "Z")
-    cond: dict[str, Any] = {
-        "type": "Ready",
-        "status": ready,
-        "reason": reason,
-        "message": message,
-        "lastTransitionTime": stamp,
-    }
-    if generation is not None:
-        cond["observedGeneration"] = generation
-    return [cond]
+    return [transition(current, READY, phase == "Active", reason, message, now(), generation)]
 
 
 def _differs(current: dict[str, Any], new: dict[str, Any]) -> bool:
@@ -443,7 +427,7 @@ async def environment_deleted(body: kopf.Body, memo: kopf.Memo, **_: Any) -> Non
         recorded = await ctx.call(api.recorded_keys, meta["namespace"], audit.audit_record_name(meta))
         await ctx.call(api.apply_config_map, audit.audit_record(env, audit.merged_keys(recorded, infos)))
         if not await ctx.call(api.deletion_stamped, meta["namespace"], audit.audit_record_name(meta)):
-            stamp = audit.deletion_record(meta, env["spec"].get("appRef", ""), _now(), None)
+            stamp = audit.deletion_record(meta, env["spec"].get("appRef", ""), now(), None)
             await ctx.call(api.apply_config_map, stamp, audit.DELETION_MANAGER)
     except ApiException as exc:  # e.g. the namespace is going: the record kept by the reconciles stays as it was
         log.warning("audit record of %s/%s not stamped: %s", meta["namespace"], meta["name"], _reason(exc))

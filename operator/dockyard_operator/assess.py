@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from dockyard_core.conditions import transition
 from dockyard_core.devices import DEVICES
 from dockyard_core.resources.v1alpha1 import FAILED, PROGRESSING, READY, Condition, DockJob
 
@@ -383,20 +384,10 @@ def conditions_for(
     previous: Sequence[Condition],
 ) -> list[Condition]:
     """Ready, Progressing and Failed, keeping lastTransitionTime when a status did not change."""
-    before = {c.type: c for c in previous}
+    before = [c.model_dump(mode="json", by_alias=True) for c in previous]
 
     def cond(kind: str, status: bool, reason: str, message: str) -> Condition:
-        text = "True" if status else "False"
-        old = before.get(kind)
-        since = old.last_transition_time if old and old.status == text else now
-        return Condition(
-            type=kind,
-            status=text,
-            reason=reason,
-            message=message,
-            observed_generation=generation,
-            last_transition_time=since,
-        )
+        return Condition.model_validate(transition(before, kind, status, reason, message, now, generation))
 
     return [
         cond(READY, ready, "Available" if ready else "NotReady", ready_message),

@@ -25,7 +25,7 @@ from typing import Any, cast
 import kopf
 from kubernetes.client.exceptions import ApiException
 
-from dockyard_core import importstatus
+from dockyard_core import clock, importstatus
 from dockyard_core.modelstore import SESSION_ID_RE, ModelStore
 from dockyard_core.resources import GROUP
 from dockyard_core.resources.v1alpha1 import DOCK_STATUS_ID_LABEL, VERSION, DockJob, ModelStorage
@@ -131,7 +131,7 @@ class Importer:
             if current.get("dockStatusId") != job.dock_status_id or current.get("status") != "IN_PROGRESS":
                 return  # another run recorded it
             previous = model["status"].get("conditions")
-            at = importstatus.now()
+            at = clock.now()
             if isinstance(outcome, ImportFailed):
                 patch = importstatus.failed(job, outcome.reason, outcome.message, previous, at)
             else:

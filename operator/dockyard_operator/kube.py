@@ -15,13 +15,10 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from dockyard_core.kubeclient import AsyncKube, KubeError
+from dockyard_core.kubeclient import APPLY, FIELD_MANAGER, MERGE, AsyncKube, KubeError
 from dockyard_core.resources import GROUP
 from dockyard_core.resources.v1alpha1 import VERSION
 
-FIELD_MANAGER = "dockyard-operator"
-APPLY = "application/apply-patch+yaml"
-MERGE = "application/merge-patch+json"
 APPLIED_KINDS = {
     "Deployment": "/apis/apps/v1/namespaces/{namespace}/deployments",
     "Service": "/api/v1/namespaces/{namespace}/services",

@@ -25,6 +25,7 @@ import httpx
 import kopf
 
 from dockyard_core import downloadtokens
+from dockyard_core.clock import now
 from dockyard_core.devices import DEVICES
 from dockyard_core.resources.v1alpha1 import (
     DOCK_STATUS_ID_LABEL,
@@ -135,10 +136,6 @@ class Views:
             for resource, amount in node.items():
                 largest[resource] = max(largest.get(resource, 0.0), amount)
         return NodeFit(device_type, len(nodes), largest)
-
-
-def now() -> datetime:
-    return datetime.now(UTC).replace(microsecond=0)
 
 
 def _dump(model: Any) -> Any:

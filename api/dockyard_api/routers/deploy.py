@@ -27,7 +27,6 @@ from fastapi.responses import Response
 from dockyard_api import metrics
 from dockyard_api.auth import EnvironmentCaller, PublicCaller
 from dockyard_api.cache import Informer
-from dockyard_api.routers.dock_status import job_record, pending_record
 from dockyard_api.schemas.public import (
     MODEL_DEPLOY_EXAMPLES,
     MODEL_DEPLOY_RESPONSE_EXAMPLES,
@@ -39,7 +38,7 @@ from dockyard_api.schemas.public import (
     job_responses,
 )
 from dockyard_api.settings import ApiSettings
-from dockyard_core import apikeys, requestid
+from dockyard_core import apikeys, jobs, requestid
 from dockyard_core.errors import ConflictError, InvalidRequestError, NotFoundError
 from dockyard_core.kubeclient import AsyncKube, KubeError
 from dockyard_core.modelformats import Refusal, engine_for
@@ -170,7 +169,7 @@ async def deploy_model(
         }
         try:
             created = await kube.request("POST", collection, json=manifest)
-            return _json_response(pending_record(created, "modelId", job_id, PENDING_MESSAGE))
+            return _json_response(jobs.pending(created, "modelId", job_id, PENDING_MESSAGE))
         except KubeError as exc:
             if exc.status != 409:
                 raise
@@ -208,7 +207,7 @@ async def deploy_model(
         if exc.status == 404:
             raise ConflictError(f"model deployment {body.name!r} was deleted meanwhile; retry") from exc
         raise
-    return _json_response(pending_record(patched, "modelId", job_id, PENDING_MESSAGE))
+    return _json_response(jobs.pending(patched, "modelId", job_id, PENDING_MESSAGE))
 
 
 async def _owner(kube: AsyncKube, caller: EnvironmentCaller) -> dict[str, Any]:
@@ -319,7 +318,7 @@ async def deploy_tool(
             f"tool deployment {name!r} deploys {obj['spec'].get('toolRef')!r}, not {tool_id!r}", {"name": name}
         )
     if body.is_async:
-        return _json_response(pending_record(obj, "toolId", job_id, PENDING_MESSAGE))
+        return _json_response(jobs.pending(obj, "toolId", job_id, PENDING_MESSAGE))
     settings: ApiSettings = request.app.state.settings
     return _json_response(await _wait_for_job(kube, obj, job_id, settings))
 
@@ -380,20 +379,20 @@ async def _wait_for_job(kube: AsyncKube, obj: dict[str, Any], job_id: str, setti
         started = job.get("dockStatusId") == job_id
         superseded = (obj["metadata"].get("labels") or {}).get(DOCK_STATUS_ID_LABEL) != job_id and not started
         if superseded:
-            return pending_record(
+            return jobs.pending(
                 obj, "toolId", job_id, "a newer deployment of this tool replaced this job before it started"
             )
         if started and job.get("status") in ("SUCCESS", "FAILED"):
-            return job_record(obj, "toolId")
+            return jobs.record(obj, "toolId")
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             waited = f"still IN_PROGRESS after {settings.sync_deploy_timeout_seconds:g}s (the synchronous bound)"
             hint = "poll GET {base_url}/api/public/dock-status/{dockStatusId}"
             if started:
-                record = job_record(obj, "toolId")
+                record = jobs.record(obj, "toolId")
                 record["message"] = f"{waited}: {job.get('message', '')}; {hint}"
                 return record
-            return pending_record(obj, "toolId", job_id, f"{waited}: the operator has not started the job; {hint}")
+            return jobs.pending(obj, "toolId", job_id, f"{waited}: the operator has not started the job; {hint}")
         await asyncio.sleep(min(settings.sync_deploy_poll_seconds, remaining))
         try:
             obj = await kube.request("GET", path)
