@@ -28,6 +28,7 @@ from dockyard_core.clock import iso
 from dockyard_core.errors import DockyardError, KubeUnavailableError, UpstreamError
 from dockyard_core.importstatus import IMPORT_ENVIRONMENT_ANNOTATION, IMPORT_SESSION_LABEL
 from dockyard_core.kubeclient import MERGE
+from dockyard_core.kubeclient import guarded as guard
 from dockyard_core.modelstore import (
     SESSION_ID_RE,
     MissingChunks,
@@ -168,9 +169,7 @@ class Models:
         """Merge-patch the status; ``guarded``: only if the Model is still at the version read (else
         ApiException 409)."""
         meta = model["metadata"]
-        body: dict[str, Any] = {"status": status}
-        if guarded:
-            body["metadata"] = {"resourceVersion": meta["resourceVersion"]}
+        body = guard({"status": status}, meta["resourceVersion"] if guarded else None)
         patched: dict[str, Any] = _kube(
             lambda: self.objects.patch_namespaced_custom_object_status(
                 GROUP,

@@ -30,6 +30,15 @@ MERGE = "application/merge-patch+json"
 """Content type of a JSON merge patch."""
 
 
+def guarded(patch: dict[str, Any], resource_version: str | None) -> dict[str, Any]:
+    """A merge patch that applies only while the object is still at ``resource_version`` (the API server
+    answers 409 Conflict otherwise); unguarded when it is None. Every guarded status patch of Dockyard
+    (the operator's reconciles, the facade's import steps) is built here."""
+    if resource_version is None:
+        return patch
+    return {**patch, "metadata": {**patch.get("metadata", {}), "resourceVersion": resource_version}}
+
+
 @dataclass(frozen=True)
 class User:
     """An authenticated Kubernetes user (from a TokenReview)."""

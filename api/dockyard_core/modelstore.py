@@ -328,17 +328,6 @@ class ChunkWriter:
         self.size = 0
         self.fsync = fsync
 
-    def write(self, data: bytes | bytearray | memoryview) -> None:
-        """Append ``data``; past ``limit`` the partial file is deleted and :class:`ChunkTooLarge` raised."""
-        if self.size + len(data) > self.limit:
-            self.discard()
-            raise ChunkTooLarge(f"the chunk is larger than {self.limit} bytes", {"maxChunkBytes": self.limit})
-        view = memoryview(data)
-        while view:
-            written = self._file.write(view)
-            view = view[written or 0 :]
-        self._written(len(data))
-
     def _written(self, n: int) -> None:
         """Count ``n`` bytes just written, and start writing them to the disk now (without waiting): the
         fsync of :meth:`finish` then waits for the last batch only, not for the whole chunk, so the disk
@@ -349,7 +338,8 @@ class ChunkWriter:
         self.size += n
 
     def write_all(self, pieces: list[memoryview]) -> None:
-        """Append the pieces with as few system calls as possible (``writev``)."""
+        """Append the pieces with as few system calls as possible (``writev``); past ``limit`` the partial
+        file is deleted and :class:`ChunkTooLarge` raised."""
         total = sum(len(p) for p in pieces)
         if self.size + total > self.limit:
             self.discard()
@@ -434,9 +424,6 @@ class ModelStore:
                 freed += chunk.stat().st_size
         shutil.rmtree(directory, ignore_errors=True)
         return freed
-
-    def bytes_on_disk(self, session_id: str) -> int:
-        return sum(_size(e) for e in _scan(self.chunks_dir(session_id)))
 
     # -- chunks --
 

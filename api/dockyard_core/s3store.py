@@ -210,9 +210,6 @@ class S3ModelStore(ModelStore):
         shutil.rmtree(self.spool / session_id, ignore_errors=True)
         return chunks
 
-    def bytes_on_disk(self, session_id: str) -> int:
-        return self.received_bytes(session_id)
-
     def session_age(self, session_id: str) -> float:
         objects = self._list(self.key("sessions", check_session_id(session_id)) + "/")
         times = [o.last_modified.timestamp() for o in objects if o.last_modified]

@@ -26,7 +26,7 @@ from kubernetes.client.exceptions import ApiException
 from dockyard_core import apikeys, audit
 from dockyard_core.clock import now
 from dockyard_core.conditions import transition
-from dockyard_core.kubeclient import APPLY, FIELD_MANAGER, MERGE
+from dockyard_core.kubeclient import APPLY, FIELD_MANAGER, MERGE, guarded
 from dockyard_core.resources import GROUP
 from dockyard_core.resources.v1alpha1 import (
     API_KEY_LABEL,
@@ -119,9 +119,7 @@ class Api:
     ) -> bool:
         """Merge-patch the status; with ``resource_version``, only if the object is still at it (False if
         not: a newer version exists and its own event reconciles it)."""
-        body: dict[str, Any] = {"status": status}
-        if resource_version:
-            body["metadata"] = {"resourceVersion": resource_version}
+        body = guarded({"status": status}, resource_version or None)
         try:
             self.custom.patch_namespaced_custom_object_status(
                 GROUP, VERSION, namespace, plural, name, body, _content_type=MERGE

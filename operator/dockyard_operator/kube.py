@@ -15,7 +15,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from dockyard_core.kubeclient import APPLY, FIELD_MANAGER, MERGE, AsyncKube, KubeError
+from dockyard_core.kubeclient import APPLY, FIELD_MANAGER, MERGE, AsyncKube, KubeError, guarded
 from dockyard_core.resources import GROUP
 from dockyard_core.resources.v1alpha1 import VERSION
 
@@ -52,13 +52,6 @@ def _body(response: Any) -> dict[str, Any]:
         response.release_conn()
 
 
-def _guarded(patch: dict[str, Any], resource_version: str | None) -> dict[str, Any]:
-    """A merge patch that applies only while the object is at ``resource_version`` (if given)."""
-    if resource_version is None:
-        return patch
-    return {**patch, "metadata": {**patch.get("metadata", {}), "resourceVersion": resource_version}}
-
-
 class Kube:
     def __init__(self, api: client.ApiClient, http: AsyncKube) -> None:
         self.api = api
@@ -83,13 +76,13 @@ class Kube:
     ) -> dict[str, Any]:
         """Merge-patch ``status``; with ``resource_version``, only if the object is still at it (else
         Conflict). Returns the object as it is now."""
-        return self._merge(plural, namespace, name, _guarded({"status": status}, resource_version), status=True)
+        return self._merge(plural, namespace, name, guarded({"status": status}, resource_version), status=True)
 
     def patch_object(
         self, plural: str, namespace: str, name: str, patch: dict[str, Any], resource_version: str | None = None
     ) -> dict[str, Any]:
         """Merge-patch metadata/spec (guarded like :meth:`patch_status`); returns the object as it is now."""
-        return self._merge(plural, namespace, name, _guarded(patch, resource_version), status=False)
+        return self._merge(plural, namespace, name, guarded(patch, resource_version), status=False)
 
     # --- the same calls on the event loop (the reconciles' hot path) -----------------------------
 
@@ -125,10 +118,10 @@ class Kube:
         self, plural: str, namespace: str, name: str, status: dict[str, Any], resource_version: str | None = None
     ) -> dict[str, Any]:
         """:meth:`patch_status`, without a thread."""
-        return await self._merge_async(plural, namespace, name, _guarded({"status": status}, resource_version), True)
+        return await self._merge_async(plural, namespace, name, guarded({"status": status}, resource_version), True)
 
     async def patch_object_async(
         self, plural: str, namespace: str, name: str, patch: dict[str, Any], resource_version: str | None = None
     ) -> dict[str, Any]:
         """:meth:`patch_object`, without a thread."""
-        return await self._merge_async(plural, namespace, name, _guarded(patch, resource_version), False)
+        return await self._merge_async(plural, namespace, name, guarded(patch, resource_version), False)

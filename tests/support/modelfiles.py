@@ -69,7 +69,7 @@ def import_model(
     store.create(meta)
     for number, piece in enumerate(pieces):
         writer = store.writer(meta, len(piece))
-        writer.write(piece)
+        writer.write_all([memoryview(piece)])
         assert store.publish(meta, number, writer.finish())
     upload = Upload(session, meta.file_name, "tar", len(data), len(pieces))
     import_into(store, namespace, model, upload, "job-1", LIMITS, work=store.root / "imports")

@@ -68,7 +68,7 @@ def meta(session_id: str | None = None, file_size: int = 100, total_chunks: int 
 
 def put(store: S3ModelStore, m: SessionMeta, number: int, data: bytes) -> bool:
     writer = store.writer(m, 1 << 20)
-    writer.write(data)
+    writer.write_all([memoryview(data)])
     return store.publish(m, number, writer.finish())
 
 
