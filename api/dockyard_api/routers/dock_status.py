@@ -10,13 +10,13 @@ import asyncio
 import re
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Request
+from fastapi import APIRouter, Path
 
 from dockyard_api.auth import PublicCaller
+from dockyard_api.deps import Kube
 from dockyard_api.schemas.public import error_responses, job_responses
 from dockyard_core import jobs
 from dockyard_core.errors import NotFoundError
-from dockyard_core.kubeclient import AsyncKube
 from dockyard_core.resources.v1alpha1 import DOCK_STATUS_ID_LABEL
 
 router = APIRouter(prefix="/api/public", tags=["dock status"])
@@ -49,11 +49,10 @@ EXAMPLE = {
     },
 )
 async def dock_status(
-    dock_status_id: Annotated[str, Path(min_length=1, max_length=128)], caller: PublicCaller, request: Request
+    dock_status_id: Annotated[str, Path(min_length=1, max_length=128)], caller: PublicCaller, kube: Kube
 ) -> dict[str, Any]:
     if not _LABEL_VALUE.match(dock_status_id):
         raise NotFoundError(f"no job {dock_status_id!r}")
-    kube: AsyncKube = request.app.state.kube
     selector = {"labelSelector": f"{DOCK_STATUS_ID_LABEL}={dock_status_id}"}
     found = await asyncio.gather(
         *(kube.request("GET", kube.custom_path(caller.namespace, plural), params=selector) for plural, _ in KINDS)

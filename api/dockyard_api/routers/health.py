@@ -2,26 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
 import anyio
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter
 from kubernetes import client
 
-from dockyard_api.settings import ApiSettings
+from dockyard_api.deps import ApiClient, Settings
 from dockyard_core.errors import NotReadyError
 
 router = APIRouter(tags=["health"])
-
-
-def get_api_client(request: Request) -> client.ApiClient:
-    api: client.ApiClient = request.app.state.api_client
-    return api
-
-
-def get_settings(request: Request) -> ApiSettings:
-    settings: ApiSettings = request.app.state.settings
-    return settings
 
 
 @router.get("/healthz", summary="Liveness: the process serves requests")
@@ -31,8 +21,8 @@ async def healthz() -> dict[str, str]:
 
 @router.get("/readyz", summary="Readiness: the Kubernetes API server answers")
 async def readyz(
-    api: Annotated[client.ApiClient, Depends(get_api_client)],
-    settings: Annotated[ApiSettings, Depends(get_settings)],
+    api: ApiClient,
+    settings: Settings,
 ) -> dict[str, Any]:
     def probe() -> str:
         info = client.VersionApi(api).get_code(_request_timeout=settings.readiness_timeout_seconds)
