@@ -42,9 +42,9 @@ from dockyard_core.resources.v1alpha1 import (
 )
 from dockyard_operator import environments as envs
 from dockyard_operator.reconcile import Context, snapshot
-from dockyard_operator.settings import OperatorSettings
+from dockyard_operator.settings import operator_settings
 
-SETTINGS = OperatorSettings()
+SETTINGS = operator_settings()
 log = logging.getLogger(__name__)
 
 
@@ -238,7 +238,7 @@ async def reconcile_environment(memo: kopf.Memo, env: dict[str, Any], kw: dict[s
     api = _api(memo)
     meta, spec = env["metadata"], env["spec"]
     namespace, name, app = meta["namespace"], meta["name"], spec["appRef"]
-    if meta.get("deletionTimestamp") or meta["uid"] in _deleted(ctx):
+    if meta.get("deletionTimestamp") or meta["uid"] in ctx.deleted_environments:
         return  # an index or timer may still hold the object: its last word is the deletion record
     async with ctx.lock(meta["uid"]):
         version = envs.desired_version(spec)
@@ -334,12 +334,6 @@ async def reconcile_environment(memo: kopf.Memo, env: dict[str, Any], kw: dict[s
         await _keep_audit_record(ctx, api, env, new_status, keys)
 
 
-def _deleted(ctx: Context) -> set[str]:
-    """UIDs of environments whose deletion was handled (kept for the operator's lifetime; tiny)."""
-    deleted: set[str] = ctx.__dict__.setdefault("deleted_environments", set())
-    return deleted
-
-
 def _reason(exc: ApiException) -> str:
     try:
         return str(json.loads(exc.body or "{}").get("message") or exc.reason)
@@ -404,7 +398,7 @@ async def _keep_audit_record(
     infos = [i.__dict__ for i in map(apikeys.key_info, keys) if i is not None]
     record = audit.audit_record({**env, "status": status}, infos)
     digest = json.dumps(record, sort_keys=True)
-    cache: dict[str, str] = ctx.__dict__.setdefault("audit_digests", {})
+    cache = ctx.audit_digests
     if cache.get(env["metadata"]["uid"]) != digest:
         await ctx.call(api.apply_config_map, record)
         cache[env["metadata"]["uid"]] = digest
@@ -417,7 +411,8 @@ async def environment_deleted(body: kopf.Body, memo: kopf.Memo, **_: Any) -> Non
     api = _api(memo)
     env = snapshot(body)
     meta = env["metadata"]
-    _deleted(ctx).add(meta["uid"])
+    ctx.deleted_environments.add(meta["uid"])
+    ctx.forget(meta["uid"])
     keys: list[dict[str, Any]] = await ctx.call(api.key_secrets, meta["namespace"], meta["name"])
     infos = [i.__dict__ for i in map(apikeys.key_info, keys) if i is not None]
     try:

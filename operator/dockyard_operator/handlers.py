@@ -45,11 +45,11 @@ from dockyard_operator.reconcile import (
 )
 from dockyard_operator.runtimes import load_catalog
 from dockyard_operator.scaling import autoscaler_loop, autoscaling_enabled
-from dockyard_operator.settings import OperatorSettings
+from dockyard_operator.settings import OperatorSettings, operator_settings
 from dockyard_operator.webhook_tls import self_signed
 from dockyard_operator.workqueue import Body, ObjectKey, Outcome, WorkQueue, key_of
 
-SETTINGS = OperatorSettings()  # intervals are fixed when the handlers are registered
+SETTINGS = operator_settings()  # intervals are fixed when the handlers are registered
 
 WATCH_ONLY = frozenset(
     {
@@ -87,7 +87,7 @@ MANAGED: dict[str, Any] = {
 
 @kopf.on.startup()
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-    config = OperatorSettings()
+    config = SETTINGS
     settings.posting.level = logging.INFO  # INFO and above also become Kubernetes Events
     # kopf adds it where a timer runs (Models while an import is in flight, Environments) and removes it
     # where none does: from ModelDeployments and ToolDeployments that earlier versions gave one.
@@ -148,7 +148,7 @@ def _webhook_server(settings: kopf.OperatorSettings, memo: kopf.Memo, config: Op
 def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
     """In-cluster service account, else the kubeconfig of ``DOCKYARD_OPERATOR_KUBECONFIG`` / ``KUBECONFIG``
     (read now, not when the kubernetes library was imported)."""
-    config = OperatorSettings()
+    config = SETTINGS
     if config.kubeconfig:
         os.environ["KUBECONFIG"] = config.kubeconfig
     info: kopf.ConnectionInfo | None = kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
@@ -170,7 +170,7 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
         await memo.http.aclose()
     if "importer" in memo:
         await memo.importer.close()
-    if OperatorSettings().webhook_managed and "api" in memo:
+    if SETTINGS.webhook_managed and "api" in memo:
         # a stopped local operator leaves no webhook behind that would slow or block other clients
         admission = client.AdmissionregistrationV1Api(memo.api)
         for delete in (

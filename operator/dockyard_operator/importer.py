@@ -32,6 +32,7 @@ from dockyard_core.resources.v1alpha1 import DOCK_STATUS_ID_LABEL, VERSION, Dock
 from dockyard_core.s3store import S3ModelStore
 from dockyard_operator import monitoring
 from dockyard_operator.kube import Conflict, Kube
+from dockyard_operator.locks import KeyedLocks
 from dockyard_operator.modelimport import Imported, ImportFailed, Limits, Upload, import_into, staging_dirs
 from dockyard_operator.settings import OperatorSettings
 
@@ -55,7 +56,7 @@ class Importer:
         self.kube = kube
         self.files = ThreadPoolExecutor(settings.import_concurrency, thread_name_prefix="import")
         self.calls = ThreadPoolExecutor(4, thread_name_prefix="import-api")
-        self.locks: dict[str, asyncio.Lock] = {}
+        self.locks = KeyedLocks()
 
     async def _files(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self.files, partial(fn, *args, **kwargs))
@@ -77,7 +78,7 @@ class Importer:
     async def reconcile(self, namespace: str, name: str, uid: str) -> None:
         """Run the Model's import job if it is in flight (reads the Model afresh: the caller's copy may be
         older than the lock's wait)."""
-        async with self.locks.setdefault(uid, asyncio.Lock()):
+        async with self.locks.hold(uid):
             model = await self._read(namespace, name)
             if model is None or model["metadata"]["uid"] != uid:
                 return
@@ -182,7 +183,7 @@ class Importer:
             self.store.remove(session_id)
 
     async def deleted(self, namespace: str, name: str, labels: Mapping[str, str]) -> None:
-        async with self.locks.setdefault(f"{namespace}/{name}/delete", asyncio.Lock()):
+        async with self.locks.hold(f"{namespace}/{name}/delete"):
             await self._files(self.forget, namespace, name, labels.get(importstatus.IMPORT_SESSION_LABEL))
 
     # -- garbage: the files of Models deleted while no operator watched --

@@ -12,6 +12,7 @@ only when it changed, guarded by the object's resourceVersion.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -56,6 +57,7 @@ from dockyard_operator.builders import (
     tool_selector_labels,
     tool_workload,
 )
+from dockyard_operator.locks import KeyedLocks
 from dockyard_operator.runtimes import InvalidRuntimeChoice, RuntimeCatalog, select_runtime
 from dockyard_operator.settings import OperatorSettings
 from dockyard_operator.workqueue import Outcome
@@ -91,20 +93,27 @@ class Context:
     executor: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(API_CONCURRENCY, thread_name_prefix="kube")
     )
-    locks: dict[str, asyncio.Lock] = field(default_factory=dict)
-    """Per object uid, for handlers that kopf runs outside a work queue (apps.py)."""
+    locks: KeyedLocks = field(default_factory=KeyedLocks)
+    """Per object uid, for handlers that kopf runs outside a work queue (apps.py); each goes with its
+    last holder."""
     download_secrets: dict[str, tuple[int, str, float]] = field(default_factory=dict)
     """Per ModelDeployment uid, the expiry and template hash of the download tokens last applied, and when."""
     token_key: bytes | None = None
+    deleted_environments: set[str] = field(default_factory=set)
+    """UIDs of Environments whose deletion was handled (kept for the operator's lifetime; tiny): a late
+    event of a deleted Environment is not reconciled."""
+    audit_digests: dict[str, str] = field(default_factory=dict)
+    """Per Environment uid, the digest of the audit record last applied."""
 
-    def lock(self, uid: str) -> asyncio.Lock:
-        return self.locks.setdefault(uid, asyncio.Lock())
+    def lock(self, uid: str) -> contextlib.AbstractAsyncContextManager[None]:
+        return self.locks.hold(uid)
 
     def forget(self, uid: str) -> None:
         """Drop the caches of a deleted object."""
         self.builds.pop(uid, None)
         self.statuses.pop(uid, None)
         self.download_secrets.pop(uid, None)
+        self.audit_digests.pop(uid, None)
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a blocking API call in the API threads."""
