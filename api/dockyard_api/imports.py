@@ -13,15 +13,17 @@ import logging
 import re
 import secrets
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, NoReturn
 
+import anyio
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as Urllib3Error
 
+from dockyard_api.chunkupload import ChunkUpload
 from dockyard_api.settings import ApiSettings
 from dockyard_core import clock, importstatus, jobs, requestid
 from dockyard_core.clock import iso
@@ -31,6 +33,7 @@ from dockyard_core.kubeclient import MERGE
 from dockyard_core.kubeclient import guarded as guard
 from dockyard_core.modelstore import (
     SESSION_ID_RE,
+    ChunkWriter,
     MissingChunks,
     ModelStore,
     SessionCompleted,
@@ -42,6 +45,7 @@ from dockyard_core.modelstore import (
     check_sizes,
     check_text,
     normalize_extension,
+    parse_chunk_number,
 )
 from dockyard_core.resources import GROUP
 from dockyard_core.resources.v1alpha1 import (
@@ -353,6 +357,26 @@ class ImportService:
                 {"sessionId": session_id, "expirationDate": iso(meta.expires_at)},
             )
         return meta
+
+    async def receive_chunk(
+        self, namespace: str, environment: str, session_id: str, content_type: str | None, stream: AsyncIterator[bytes]
+    ) -> tuple[int, int, bool]:
+        """Stream one multipart chunk into the session's store (without holding it in memory) and publish
+        it: (chunk number, its size, whether it was new; a retry of a stored chunk is not). Only the file
+        work runs in threads."""
+        meta = await anyio.to_thread.run_sync(self.open_session, namespace, environment, session_id)
+        limit, fsync = self.settings.max_chunk_bytes, self.settings.fsync_chunks
+
+        def open_writer() -> ChunkWriter:
+            return self.store.writer(meta, limit, fsync=fsync)
+
+        def check_number(raw: str) -> int:
+            return parse_chunk_number(raw, meta.total_chunks)
+
+        number, chunk = await ChunkUpload(open_writer, check_number).read(content_type, stream)
+        size = chunk.size
+        new = await anyio.to_thread.run_sync(self.store.publish, meta, number, chunk)
+        return number, size, new
 
     def _meta(self, namespace: str, environment: str, session_id: str) -> SessionMeta | None:
         meta = self.store.load(session_id)  # validates the id's format first (404)
