@@ -46,10 +46,8 @@ from dockyard_core.resources.v1alpha1 import (
     API_VERSION,
     APP_LABEL,
     DOCK_STATUS_ID_LABEL,
-    ModelDeploymentSpec,
     ModelType,
     OptimizationInfo,
-    ScalingParameters,
 )
 from dockyard_core.resources.v1alpha1.common import DNS_SUBDOMAIN_PATTERN
 from dockyard_core.resources.v1alpha1.tool import tool_deployment_name
@@ -143,16 +141,7 @@ async def deploy_model(
     namespace = caller.namespace
     model = await _check_model(request, namespace, model_id, model_type)
     _check_runtime(model, body.optimization_info)
-    spec = ModelDeploymentSpec(
-        model_ref=model_id,
-        model_type=model_type,
-        name=body.name,
-        is_deployed_previously=body.is_deployed_previously,
-        hyper_parameters=body.hyper_parameters,
-        scaling_parameters=body.scaling_parameters or ScalingParameters(),
-        device_type=body.device_type,
-        optimization_info=body.optimization_info,
-    )
+    spec = body.to_spec(model_id, model_type)
     job_id = str(uuid.uuid4())
     metadata: dict[str, Any] = {
         "labels": {DOCK_STATUS_ID_LABEL: job_id},
