@@ -19,6 +19,7 @@ from dockyard_api.schemas.management import AppCreate, DraftUpdate, Restore, Ver
 from dockyard_core.errors import InvalidError, NotFoundError
 from dockyard_core.kubeclient import AsyncKube, KubeError
 from dockyard_core.resources.v1alpha1 import API_VERSION, RESTORED_FROM_ANNOTATION, AppVersion
+from dockyard_core.resources.v1alpha1.common import semver_key
 
 router = APIRouter(prefix="/api/v1/namespaces/{namespace}", tags=["apps and versions"])
 
@@ -173,7 +174,7 @@ async def list_versions(namespace: NamespaceParam, app: AppName, user: KubeUser,
     found = await kube.request(
         "GET", kube.custom_path(namespace, "appversions"), params={"fieldSelector": f"spec.appRef={app}"}, as_user=user
     )
-    items = sorted((version_view(o) for o in found.get("items", [])), key=lambda v: _semver(v["version"]))
+    items = sorted((version_view(o) for o in found.get("items", [])), key=lambda v: semver_key(v["version"]))
     return {"items": items}
 
 
@@ -208,7 +209,3 @@ async def _version(kube: AsyncKube, user: KubeUser, namespace: str, app: str, ve
             raise NotFoundError(f"app {app!r} has no version {version}", {"app": app, "version": version}) from exc
         raise
     return found
-
-
-def _semver(version: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in version.split("."))
