@@ -23,7 +23,6 @@ from functools import partial
 from typing import Any, TypeVar, cast
 
 import httpx
-import kopf
 
 from dockyard_core import downloadtokens
 from dockyard_core.clock import now
@@ -60,7 +59,7 @@ from dockyard_operator.builders import (
 from dockyard_operator.locks import KeyedLocks
 from dockyard_operator.runtimes import InvalidRuntimeChoice, RuntimeCatalog, select_runtime
 from dockyard_operator.settings import OperatorSettings
-from dockyard_operator.workqueue import Outcome
+from dockyard_operator.workqueue import Event, Outcome
 
 T = TypeVar("T")
 API_CONCURRENCY = 32
@@ -216,13 +215,14 @@ def _finish(job: DockJob, verdict: Verdict) -> DockJob:
     )
 
 
-def _post_events(body: Body, before: DockJob | None, after: DockJob, new: bool) -> None:
-    target = cast(kopf.Body, body)  # kopf.event reads apiVersion, kind and metadata of any mapping
+def _job_events(body: Body, before: DockJob | None, after: DockJob, new: bool) -> tuple[Event, ...]:
+    """The Events of a job's start and end (the handler posts them), and its metrics."""
+    events: list[Event] = []
     if new:
-        kopf.info(target, reason="DeployStarted", message=f"dock job {after.dock_status_id} started")
+        events.append(Event("Normal", "DeployStarted", f"dock job {after.dock_status_id} started"))
         monitoring.job_started(body, after.dock_status_id, after.job_type, after.action)
     if after.status == "IN_PROGRESS" or (before is not None and not new and before.status == after.status):
-        return
+        return tuple(events)
     monitoring.job_finished(
         body,
         dock_status_id=after.dock_status_id,
@@ -235,9 +235,10 @@ def _post_events(body: Body, before: DockJob | None, after: DockJob, new: bool) 
         end=after.completion_time,
     )
     if after.status == "SUCCESS":
-        kopf.info(target, reason="Deployed", message=f"dock job {after.dock_status_id}: {after.message}")
+        events.append(Event("Normal", "Deployed", f"dock job {after.dock_status_id}: {after.message}"))
     else:
-        kopf.warn(target, reason=after.reason, message=f"dock job {after.dock_status_id} FAILED: {after.message}")
+        events.append(Event("Warning", after.reason, f"dock job {after.dock_status_id} FAILED: {after.message}"))
+    return tuple(events)
 
 
 def _changed(current: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
@@ -253,12 +254,12 @@ async def _write(
     before: DockJob | None,
     new_job: bool,
     requested: str | None,
-) -> tuple[Body | None, tuple[str, ...]]:
+) -> tuple[Body | None, tuple[str, ...], tuple[Event, ...]]:
     """Write the job label (a new job the facade did not label) and the status, when they changed.
 
     Returns the object as the API server has it after the last write (None when nothing was written)
     and the resourceVersions the writes replaced, so the work queue can use the written object until
-    the watch delivers it."""
+    the watch delivers it; and the Events the write calls for."""
     meta = body["metadata"]
     version = meta["resourceVersion"]
     passed = [version]
@@ -271,14 +272,16 @@ async def _write(
         version = labelled["metadata"]["resourceVersion"]
         passed.append(version)
     elif not _changed(body.get("status") or {}, status):
-        return None, ()
+        return None, (), ()
     written = await ctx.kube.patch_status_async(plural, meta["namespace"], meta["name"], status, version)
-    _post_events(body, before, job, new_job)
-    return written, tuple(passed)
+    return written, tuple(passed), _job_events(body, before, job, new_job)
 
 
 def _outcome(
-    ctx: Context, job: DockJob, pods: Sequence[Mapping[str, Any]], written: tuple[Body | None, tuple[str, ...]]
+    ctx: Context,
+    job: DockJob,
+    pods: Sequence[Mapping[str, Any]],
+    written: tuple[Body | None, tuple[str, ...], tuple[Event, ...]],
 ) -> Outcome:
     """When to look again with no event: at the unschedulable deadline of a job in flight, else after
     the observe interval while the job is in flight, and the settled interval afterwards."""
@@ -292,7 +295,7 @@ def _outcome(
                                                                                deadline + 1.0)  # fmt: skip
     else:
         after = settings.settled_interval_seconds
-    return Outcome(requeue_after=after, written=written[0], passed=written[1])
+    return Outcome(requeue_after=after, written=written[0], passed=written[1], events=written[2])
 
 
 def snapshot(body: Body) -> dict[str, Any]:

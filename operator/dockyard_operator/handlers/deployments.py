@@ -11,7 +11,7 @@ object, so kopf needs no finalizer on them and writes no bookkeeping to them.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, cast
 
 import kopf
 from kubernetes.client.exceptions import ApiException
@@ -104,6 +104,10 @@ async def reconcile_queued(ctx: Context, reconcile: Any, body: Body) -> Outcome:
     assert ctx.views is not None  # set by the handler that queued the object
     try:
         outcome: Outcome = await reconcile(ctx, body, ctx.views)
+        target = cast(kopf.Body, body)  # kopf.event reads apiVersion, kind and metadata of any mapping
+        for event in outcome.events:
+            post = kopf.info if event.type == "Normal" else kopf.warn
+            post(target, reason=event.reason, message=event.message)
     except Conflict:  # the object changed meanwhile: its watch event brings the new version, and a reconcile
         return Outcome(result="conflict")
     except (ApiException, KubeError) as exc:
