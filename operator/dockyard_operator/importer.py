@@ -23,12 +23,12 @@ from pathlib import Path
 from typing import Any, cast
 
 import kopf
-from kubernetes.client.exceptions import ApiException
 
 from dockyard_core import clock, importstatus
+from dockyard_core.importstatus import IMPORT_SESSION_LABEL
+from dockyard_core.kubeclient import AsyncKube
 from dockyard_core.modelstore import SESSION_ID_RE, ModelStore
-from dockyard_core.resources import GROUP
-from dockyard_core.resources.v1alpha1 import DOCK_STATUS_ID_LABEL, VERSION, DockJob, ModelStorage
+from dockyard_core.resources.v1alpha1 import DOCK_STATUS_ID_LABEL, DockJob, ModelStorage
 from dockyard_core.s3store import S3ModelStore
 from dockyard_operator import monitoring
 from dockyard_operator.kube import Conflict, Kube
@@ -55,25 +55,13 @@ class Importer:
         self.limits = Limits(settings.max_extracted_bytes, settings.max_archive_members)
         self.kube = kube
         self.files = ThreadPoolExecutor(settings.import_concurrency, thread_name_prefix="import")
-        self.calls = ThreadPoolExecutor(4, thread_name_prefix="import-api")
         self.locks = KeyedLocks()
 
     async def _files(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self.files, partial(fn, *args, **kwargs))
 
-    async def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self.calls, partial(fn, *args, **kwargs))
-
     async def _read(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            found: dict[str, Any] = await self._call(
-                self.kube.custom.get_namespaced_custom_object, GROUP, VERSION, namespace, "models", name
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return found
+        return await self.kube.get_custom_async("models", namespace, name)
 
     async def reconcile(self, namespace: str, name: str, uid: str) -> None:
         """Run the Model's import job if it is in flight (reads the Model afresh: the caller's copy may be
@@ -86,10 +74,9 @@ class Importer:
                 return
             job = DockJob.model_validate(model["status"]["job"])
             if (model["metadata"].get("labels") or {}).get(DOCK_STATUS_ID_LABEL) != job.dock_status_id:
-                await self._call(
-                    self.kube.patch_object, "models", namespace, name,
-                    {"metadata": {"labels": {DOCK_STATUS_ID_LABEL: job.dock_status_id}}},
-                )  # fmt: skip
+                await self.kube.patch_object_async(
+                    "models", namespace, name, {"metadata": {"labels": {DOCK_STATUS_ID_LABEL: job.dock_status_id}}}
+                )
             spec = model["spec"]
             source = spec["source"]["upload"]
             session_id = (model["status"].get("importSession") or {}).get("sessionId") or (
@@ -145,8 +132,8 @@ class Importer:
                 )
                 patch = importstatus.imported(job, storage, previous, at)
             try:
-                await self._call(
-                    self.kube.patch_status, "models", namespace, name, patch, model["metadata"]["resourceVersion"]
+                await self.kube.patch_status_async(
+                    "models", namespace, name, patch, model["metadata"]["resourceVersion"]
                 )
             except Conflict:
                 continue
@@ -201,10 +188,9 @@ class Importer:
                 await asyncio.sleep(interval)
             first = False
             try:
-                listed = await self._call(
-                    self.kube.custom.list_cluster_custom_object, GROUP, VERSION, "models",
-                    label_selector=importstatus.IMPORT_SESSION_LABEL,
-                )  # fmt: skip
+                listed = await self.kube.http.request(
+                    "GET", AsyncKube.all_namespaces_path("models"), params={"labelSelector": IMPORT_SESSION_LABEL}
+                )
                 alive = {(m["metadata"]["namespace"], m["metadata"]["name"]) for m in listed.get("items") or ()}
                 removed = await self._files(self.collect_garbage, alive, time.time() - grace)
                 if removed:
@@ -247,7 +233,6 @@ class Importer:
             with contextlib.suppress(asyncio.CancelledError):
                 await gc
         self.files.shutdown(wait=False, cancel_futures=True)
-        self.calls.shutdown(wait=False, cancel_futures=True)
 
 
 def _dirs(parent: Path) -> list[Path]:

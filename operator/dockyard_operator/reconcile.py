@@ -78,8 +78,7 @@ Key = tuple[str, str, str]
 class Context:
     """What every reconcile needs: settings, the API client, the catalog, kopf's indexes (``views``, set
     by the first handler call: kopf hands its indexes to handlers only), per-object caches of derived
-    values, and the threads the (synchronous) Kubernetes client runs in: as many as its connection pool
-    has connections."""
+    values, and the threads blocking work runs in (a tool endpoint's reachability probe)."""
 
     settings: OperatorSettings
     kube: kube.Kube
@@ -115,7 +114,7 @@ class Context:
         self.audit_digests.pop(uid, None)
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run a blocking API call in the API threads."""
+        """Run blocking work (an HTTP probe) in the threads."""
         return await asyncio.get_running_loop().run_in_executor(self.executor, partial(fn, *args, **kwargs))
 
 

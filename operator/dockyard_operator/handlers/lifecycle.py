@@ -84,7 +84,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     # connection and every read are bounded. A total deadline failed thousands of reconciles that
     # waited for a connection while 1,500 ModelDeployments started at once (bench.scale).
     http = AsyncKube(config.kubeconfig, max_connections=API_CONCURRENCY, timeout=30.0, wait_for_connection=True)
-    ctx = Context(settings=config, kube=Kube(memo.api, http), catalog=load_catalog(config.runtime_catalog))
+    ctx = Context(settings=config, kube=Kube(http), catalog=load_catalog(config.runtime_catalog))
     memo.ctx = ctx
     memo.mdeps = WorkQueue(
         "ModelDeployment", partial(reconcile_queued, ctx, reconcile_model_deployment), max_concurrent=API_CONCURRENCY
