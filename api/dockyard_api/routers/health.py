@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
-import anyio
 from fastapi import APIRouter
-from kubernetes import client
 
-from dockyard_api.deps import ApiClient, Settings
+from dockyard_api.deps import Kube, Settings
 from dockyard_core.errors import NotReadyError
 
 router = APIRouter(tags=["health"])
@@ -20,16 +19,10 @@ async def healthz() -> dict[str, str]:
 
 
 @router.get("/readyz", summary="Readiness: the Kubernetes API server answers")
-async def readyz(
-    api: ApiClient,
-    settings: Settings,
-) -> dict[str, Any]:
-    def probe() -> str:
-        info = client.VersionApi(api).get_code(_request_timeout=settings.readiness_timeout_seconds)
-        return str(info.git_version)
-
+async def readyz(kube: Kube, settings: Settings) -> dict[str, Any]:
     try:
-        version = await anyio.to_thread.run_sync(probe)
+        info = await asyncio.wait_for(kube.request("GET", "/version"), settings.readiness_timeout_seconds)
+        version = str(info.get("gitVersion"))
     except Exception as exc:  # any failure to reach the API server means "not ready"
         raise NotReadyError("the Kubernetes API server is not reachable", details=str(exc)) from exc
     return {"status": "ok", "kubernetes": version}
