@@ -48,6 +48,7 @@ lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 unit: venv
 	$(PY) -m pytest tests/unit
@@ -62,8 +63,8 @@ chaos: venv
 
 ## crds: regenerate crds/ from the resource types, and the Helm chart's copy of them
 crds: venv
-	$(PY) -m dockyard_api.crdgen
-	$(PY) -m dockyard_api.crdgen --output-dir charts/dockyard/crds
+	$(PY) -m dockyard_core.crdgen
+	$(PY) -m dockyard_core.crdgen --output-dir charts/dockyard/crds
 
 ## cli-docs: docs/cli.md from the dockyard command's --help
 cli-docs: venv

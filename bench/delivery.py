@@ -22,9 +22,9 @@ from pydantic import SecretStr
 from tests.support import modelfiles
 from tests.support.runners import run_facade
 
-from dockyard_api import downloadtokens
 from dockyard_api.settings import ApiSettings
 from dockyard_api.storage_initializer import Initializer
+from dockyard_core import downloadtokens
 
 MiB = 1024 * 1024
 KEY = "b" * 48

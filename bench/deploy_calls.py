@@ -40,12 +40,12 @@ from kubernetes import client
 from tests.support.runners import free_port, wait_http_ok
 
 from bench.common import api_for, bench_cluster, namespace
-from dockyard_api import apikeys
-from dockyard_api.kubehttp import AsyncKube, KubeError
-from dockyard_api.resources import GROUP
-from dockyard_api.resources.v1alpha1 import API_VERSION, DOCK_STATUS_ID_LABEL, VERSION
 from dockyard_api.routers.deploy import REQUESTED_BY_ANNOTATION
 from dockyard_api.schemas.public import SPEC_MODEL_DEPLOY_SAMPLE
+from dockyard_core import apikeys
+from dockyard_core.kubeclient import AsyncKube, KubeError
+from dockyard_core.resources import GROUP
+from dockyard_core.resources.v1alpha1 import API_VERSION, DOCK_STATUS_ID_LABEL, VERSION
 from dockyard_localcluster.cluster import LocalCluster
 
 MODEL = "llama-3-8b-instruct"

@@ -44,10 +44,10 @@ from kubernetes import client
 from tests.support.runners import free_port, wait_http_ok
 
 from bench.common import api_for, bench_cluster, cpu_seconds, load, namespace, operator_process, wait_until
-from dockyard_api import apikeys
-from dockyard_api.resources import GROUP
-from dockyard_api.resources.v1alpha1 import API_VERSION, VERSION
 from dockyard_api.runtime.endpoints import LOCAL_ENDPOINT_ANNOTATION, MODEL_DEPLOYMENT_LABEL
+from dockyard_core import apikeys
+from dockyard_core.resources import GROUP
+from dockyard_core.resources.v1alpha1 import API_VERSION, VERSION
 from dockyard_localcluster.cluster import LocalCluster
 
 INSTRUCTIONS = "You are a helpful assistant. Answer briefly."

@@ -25,10 +25,18 @@ from typing import Any
 
 from kubernetes import client
 
-from bench.common import api_for, bench_cluster, load, namespace, operator_process, peak_rss_mib, watch_until_all
-from dockyard_api.devices import DEVICE_TYPES, DEVICES, GPU_RESOURCE, INSTANCE_TYPE_LABEL
-from dockyard_api.resources import GROUP
-from dockyard_api.resources.v1alpha1 import DOCK_STATUS_ID_LABEL, VERSION
+from bench.common import (
+    api_for,
+    bench_cluster,
+    load,
+    namespace,
+    operator_process,
+    peak_rss_mib,
+    watch_until_all,
+)
+from dockyard_core.devices import DEVICE_TYPES, DEVICES, GPU_RESOURCE, INSTANCE_TYPE_LABEL
+from dockyard_core.resources import GROUP
+from dockyard_core.resources.v1alpha1 import DOCK_STATUS_ID_LABEL, VERSION
 from dockyard_operator.builders import MODEL_DEPLOYMENT_LABEL
 
 UNSCHEDULABLE_DEADLINE = 60

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any, Final
 
-from dockyard_api.resources.structural import Schema, to_structural
-from dockyard_api.resources.v1alpha1 import API_VERSION, ModelDeploymentSpec
+from dockyard_core.resources.structural import Schema, to_structural
+from dockyard_core.resources.v1alpha1 import API_VERSION, ModelDeploymentSpec
 
 Path = tuple[str, ...]
 

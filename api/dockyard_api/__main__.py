@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import uvicorn
 
-from dockyard_api import logs
 from dockyard_api.app import create_app
 from dockyard_api.settings import ApiSettings
+from dockyard_core import logs
 
 
 def main() -> None:

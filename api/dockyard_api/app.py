@@ -18,8 +18,6 @@ from dockyard_api.cache import Informer
 from dockyard_api.console import routes as console
 from dockyard_api.errors import install_error_handlers
 from dockyard_api.imports import ImportService
-from dockyard_api.kube import api_client
-from dockyard_api.kubehttp import AsyncKube
 from dockyard_api.metrics import RequestMiddleware
 from dockyard_api.routers import (
     apps,
@@ -40,6 +38,8 @@ from dockyard_api.store import ConversationStore, default_url
 from dockyard_api.store.summary import summarise_forever
 from dockyard_api.web import routes as web
 from dockyard_api.web.service import WebService
+from dockyard_core.kubeclient import AsyncKube
+from dockyard_core.kubeconfig import api_client
 
 ENVIRONMENT_PREFIX = "/e/{namespace}/{environment}"
 """Prefix of the public API: an environment's base URL ends with it."""

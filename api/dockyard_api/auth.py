@@ -22,12 +22,12 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Header, Path, Request
 
-from dockyard_api import apikeys
-from dockyard_api.errors import ForbiddenError, KubeUnavailableError, UnauthenticatedError
-from dockyard_api.kubehttp import AsyncKube, KubeError, User
-from dockyard_api.resources import GROUP
 from dockyard_api.settings import ApiSettings
 from dockyard_api.web import tokens as web_tokens
+from dockyard_core import apikeys
+from dockyard_core.errors import ForbiddenError, KubeUnavailableError, UnauthenticatedError
+from dockyard_core.kubeclient import AsyncKube, KubeError, User
+from dockyard_core.resources import GROUP
 
 NamespaceParam = Annotated[str, Path(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
 NameParam = Annotated[str, Path(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")]

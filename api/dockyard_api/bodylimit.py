@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from dockyard_api.errortypes import PayloadTooLargeError
+from dockyard_core.errors import PayloadTooLargeError
 
 STREAMED_PREFIXES = (b"multipart/form-data",)
 

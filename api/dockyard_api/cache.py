@@ -18,7 +18,7 @@ import logging
 import random
 from typing import Any
 
-from dockyard_api.kubehttp import AsyncKube, KubeError
+from dockyard_core.kubeclient import AsyncKube, KubeError
 
 log = logging.getLogger(__name__)
 

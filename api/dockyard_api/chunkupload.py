@@ -19,7 +19,7 @@ import anyio
 from python_multipart.exceptions import FormParserError
 from python_multipart.multipart import MultipartParser, parse_options_header
 
-from dockyard_api.modelstore import ChunkTooLarge, ChunkWriter, InvalidUpload, ReceivedChunk
+from dockyard_core.modelstore import ChunkTooLarge, ChunkWriter, InvalidUpload, ReceivedChunk
 
 if TYPE_CHECKING:
     from python_multipart.multipart import MultipartCallbacks

@@ -1,4 +1,7 @@
-"""One error shape for every 4xx/5xx answer: ``{"error": {"code", "message", "details"}}``."""
+"""One error shape for every 4xx/5xx answer: ``{"error": {"code", "message", "details"}}``.
+
+The error types live in :mod:`dockyard_core.errors` (shared with the operator); this module only turns
+them into HTTP answers."""
 
 from __future__ import annotations
 
@@ -9,49 +12,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from dockyard_api.errortypes import (
-    ConflictError,
-    DatabaseUnavailableError,
-    DockyardError,
-    ForbiddenError,
-    GoneError,
-    InvalidError,
-    InvalidRequestError,
-    KubeUnavailableError,
-    NotFoundError,
-    NotReadyError,
-    PayloadTooLargeError,
-    RateLimitedError,
-    UnauthenticatedError,
-    UpstreamError,
-)
-from dockyard_api.kubehttp import KubeError
-from dockyard_api.resources.cel import RuleViolation
-
-_KUBE_STATUS: dict[int, type[DockyardError]] = {
-    400: InvalidError,
-    403: ForbiddenError,
-    404: NotFoundError,
-    409: ConflictError,
-    410: GoneError,
-    422: InvalidError,
-}
-
-
-def from_kube(exc: KubeError) -> DockyardError:
-    """The facade's error for a Kubernetes API answer: RBAC refusals stay 403, admission and schema
-    rejections keep the API server's message (which names the field); an API server that cannot be
-    reached, answers too late, throttles (429) or fails (5xx) is a 503 with ``Retry-After``."""
-    kind = _KUBE_STATUS.get(exc.status)
-    if kind is None:
-        return KubeUnavailableError(f"the Kubernetes API server is unavailable: {exc.message}; retry later")
-    details = None
-    if isinstance(exc.details, dict) and exc.details.get("causes"):
-        details = [
-            {"field": c.get("field", ""), "message": c.get("message", ""), "reason": c.get("reason", "")}
-            for c in exc.details["causes"]
-        ]
-    return kind(exc.message, details)
+from dockyard_core.errors import DockyardError, from_kube
+from dockyard_core.kubeclient import KubeError
+from dockyard_core.resources.cel import RuleViolation
 
 
 def error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:
@@ -103,22 +66,4 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation_error)
 
 
-__all__ = [
-    "ConflictError",
-    "DatabaseUnavailableError",
-    "DockyardError",
-    "ForbiddenError",
-    "GoneError",
-    "InvalidError",
-    "InvalidRequestError",
-    "KubeUnavailableError",
-    "NotFoundError",
-    "NotReadyError",
-    "PayloadTooLargeError",
-    "RateLimitedError",
-    "UnauthenticatedError",
-    "UpstreamError",
-    "error_body",
-    "from_kube",
-    "install_error_handlers",
-]
+__all__ = ["error_body", "install_error_handlers"]

@@ -7,7 +7,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from dockyard_api.kubehttp import AsyncKube, KubeError
+from dockyard_core.kubeclient import AsyncKube, KubeError
 
 
 async def record_event(

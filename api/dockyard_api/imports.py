@@ -13,20 +13,27 @@ import logging
 import re
 import secrets
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, NoReturn
 
+import anyio
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as Urllib3Error
 
-from dockyard_api import importstatus, requestid
-from dockyard_api.errors import DockyardError, KubeUnavailableError, UpstreamError
-from dockyard_api.importstatus import IMPORT_ENVIRONMENT_ANNOTATION, IMPORT_SESSION_LABEL
-from dockyard_api.modelstore import (
+from dockyard_api.chunkupload import ChunkUpload
+from dockyard_api.settings import ApiSettings
+from dockyard_core import clock, importstatus, jobs, requestid
+from dockyard_core.clock import iso
+from dockyard_core.errors import DockyardError, KubeUnavailableError, UpstreamError
+from dockyard_core.importstatus import IMPORT_ENVIRONMENT_ANNOTATION, IMPORT_SESSION_LABEL
+from dockyard_core.kubeclient import MERGE
+from dockyard_core.kubeclient import guarded as guard
+from dockyard_core.modelstore import (
     SESSION_ID_RE,
+    ChunkWriter,
     MissingChunks,
     ModelStore,
     SessionCompleted,
@@ -37,11 +44,11 @@ from dockyard_api.modelstore import (
     check_file_name,
     check_sizes,
     check_text,
-    iso,
     normalize_extension,
+    parse_chunk_number,
 )
-from dockyard_api.resources import GROUP
-from dockyard_api.resources.v1alpha1 import (
+from dockyard_core.resources import GROUP
+from dockyard_core.resources.v1alpha1 import (
     DOCK_STATUS_ID_LABEL,
     VERSION,
     Model,
@@ -50,11 +57,9 @@ from dockyard_api.resources.v1alpha1 import (
     ObjectMeta,
     UploadSource,
 )
-from dockyard_api.settings import ApiSettings
 
 log = logging.getLogger("dockyard.imports")
 PLURAL = "models"
-MERGE = "application/merge-patch+json"
 MISSING_LISTED = 1000
 """At most this many missing chunk numbers are listed in a 409 (the count is always given)."""
 
@@ -168,9 +173,7 @@ class Models:
         """Merge-patch the status; ``guarded``: only if the Model is still at the version read (else
         ApiException 409)."""
         meta = model["metadata"]
-        body: dict[str, Any] = {"status": status}
-        if guarded:
-            body["metadata"] = {"resourceVersion": meta["resourceVersion"]}
+        body = guard({"status": status}, meta["resourceVersion"] if guarded else None)
         patched: dict[str, Any] = _kube(
             lambda: self.objects.patch_namespaced_custom_object_status(
                 GROUP,
@@ -257,7 +260,7 @@ class ImportService:
         extension = normalize_extension(req.file_extension)
         check_sizes(req.file_size, req.total_chunks, self.settings.max_chunk_bytes, self.settings.max_file_bytes)
         self.store.ensure()
-        at = importstatus.now()
+        at = clock.now()
         expires = at + timedelta(seconds=self.settings.session_lifetime_seconds)
         session_id = uuid.uuid4().hex
         meta = SessionMeta(
@@ -354,6 +357,26 @@ class ImportService:
                 {"sessionId": session_id, "expirationDate": iso(meta.expires_at)},
             )
         return meta
+
+    async def receive_chunk(
+        self, namespace: str, environment: str, session_id: str, content_type: str | None, stream: AsyncIterator[bytes]
+    ) -> tuple[int, int, bool]:
+        """Stream one multipart chunk into the session's store (without holding it in memory) and publish
+        it: (chunk number, its size, whether it was new; a retry of a stored chunk is not). Only the file
+        work runs in threads."""
+        meta = await anyio.to_thread.run_sync(self.open_session, namespace, environment, session_id)
+        limit, fsync = self.settings.max_chunk_bytes, self.settings.fsync_chunks
+
+        def open_writer() -> ChunkWriter:
+            return self.store.writer(meta, limit, fsync=fsync)
+
+        def check_number(raw: str) -> int:
+            return parse_chunk_number(raw, meta.total_chunks)
+
+        number, chunk = await ChunkUpload(open_writer, check_number).read(content_type, stream)
+        size = chunk.size
+        new = await anyio.to_thread.run_sync(self.store.publish, meta, number, chunk)
+        return number, size, new
 
     def _meta(self, namespace: str, environment: str, session_id: str) -> SessionMeta | None:
         meta = self.store.load(session_id)  # validates the id's format first (404)
@@ -457,7 +480,7 @@ class ImportService:
                 importstatus.IMPORT_ABORTED,
                 f"import session {session_id} was aborted by the client",
                 status.get("conditions"),
-                importstatus.now(),
+                clock.now(),
             )
             try:
                 self.models.patch_status(model, patch)
@@ -478,7 +501,7 @@ class ImportService:
         if meta is None:
             completed, completed_job = self._completed(namespace, environment, session_id)
             _check_checksum(completed, None, sha256)
-            return importstatus.job_record(completed_job, completed["metadata"]["name"])
+            return jobs.import_record(completed_job, completed["metadata"]["name"])
         if not meta.dock_status_id:
             if meta.expired():
                 self.open_session(namespace, environment, session_id)  # raises 410
@@ -513,7 +536,7 @@ class ImportService:
                 status = model.get("status") or {}
                 if status.get("phase") == "Failed":
                     self._gone(namespace, environment, session_id, model)
-                at = importstatus.now()
+                at = clock.now()
                 new = importstatus.new_job(str(uuid.uuid4()), at)
                 try:
                     model = self.models.patch_status(model, importstatus.completed(new, status.get("conditions"), at))
@@ -529,7 +552,7 @@ class ImportService:
                 self.models.label(namespace, meta.model_id, {DOCK_STATUS_ID_LABEL: job["dockStatusId"]})
             if meta.dock_status_id != job["dockStatusId"] and self.store.load(session_id) is not None:
                 self.store.mark_completed(meta, job["dockStatusId"])
-            return importstatus.job_record(job, meta.model_id)
+            return jobs.import_record(job, meta.model_id)
         raise UpstreamError("the Model kept changing; try again")
 
     # -- sweeper --
@@ -541,7 +564,7 @@ class ImportService:
         and was never completed, when its Model is gone, or when its import job is over (the operator
         removes it itself; this catches a crash in between). A Model still Importing without a job whose
         session expired becomes Failed even when its directory is gone already."""
-        now = now or importstatus.now()
+        now = now or clock.now()
         counts = {"sessions_removed": 0, "bytes_freed": 0, "models_expired": 0}
         models = {(m["metadata"]["namespace"], _session_of(m)): m for m in self.models.importing()}
         for session_id in self.store.session_ids():

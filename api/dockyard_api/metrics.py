@@ -29,7 +29,7 @@ from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
-from dockyard_api import requestid
+from dockyard_core import requestid
 
 log = logging.getLogger("dockyard.api.metrics")
 REGISTRY = CollectorRegistry(auto_describe=True)

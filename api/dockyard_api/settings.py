@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
-from dockyard_api.storesettings import ModelStoreSettings
+from dockyard_core.storesettings import ModelStoreSettings
 
 MiB = 1024 * 1024
 GiB = 1024 * MiB

@@ -24,9 +24,9 @@ from typing import Any, cast
 import httpx
 from kubernetes import client
 
-from dockyard_api import apikeys
-from dockyard_api.resources import GROUP
-from dockyard_api.resources.v1alpha1 import VERSION
+from dockyard_core import apikeys
+from dockyard_core.resources import GROUP
+from dockyard_core.resources.v1alpha1 import VERSION
 
 APP = "demo"
 ENVIRONMENT = f"{APP}-draft"

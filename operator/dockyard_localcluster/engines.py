@@ -45,8 +45,8 @@ from kubernetes import client, watch
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from dockyard_api.resources import GROUP
-from dockyard_api.resources.v1alpha1 import VERSION
+from dockyard_core.resources import GROUP
+from dockyard_core.resources.v1alpha1 import VERSION
 
 log = logging.getLogger("dockyard.local-engines")
 
@@ -81,7 +81,7 @@ class EngineSettings(BaseSettings):
         env = os.environ.get("DOCKYARD_OPERATOR_MODEL_STORE") or os.environ.get("DOCKYARD_API_MODEL_STORE")
         if env:
             return Path(env)
-        from dockyard_api.modelstore import default_root
+        from dockyard_core.modelstore import default_root
 
         return default_root()
 
@@ -537,7 +537,7 @@ class EngineRunner:
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = EngineSettings()
-    from dockyard_api.kube import api_client
+    from dockyard_core.kubeconfig import api_client
 
     kubeconfig = settings.kubeconfig or os.environ.get("KUBECONFIG")
     with api_client(kubeconfig) as api:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from dockyard_api.devices import (
+from dockyard_core.devices import (
     DEVICE_TYPES,
     DEVICES,
     GPU_RESOURCE,

@@ -11,7 +11,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from dockyard_api.kube import api_client
+from dockyard_core.kubeconfig import api_client
 from dockyard_localcluster.cluster import ClusterError, LocalCluster, log
 from dockyard_localcluster.consoleuser import ensure_console_user
 from dockyard_localcluster.demo import ensure_demo, ensure_demo_model

@@ -15,7 +15,7 @@ import kopf
 import uvloop
 
 import dockyard_operator.handlers  # noqa: F401  (registers the handlers)
-from dockyard_api import logs
+from dockyard_core import logs
 from dockyard_operator import memprofile
 
 WATCH_HANDLERS = frozenset(

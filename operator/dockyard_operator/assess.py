@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from dockyard_api.devices import DEVICES
-from dockyard_api.resources.v1alpha1 import FAILED, PROGRESSING, READY, Condition, DockJob
+from dockyard_core.conditions import transition
+from dockyard_core.devices import DEVICES
+from dockyard_core.resources.v1alpha1 import FAILED, PROGRESSING, READY, Condition, DockJob
 
 IMAGE_PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
 CRASH_REASONS = frozenset({"CrashLoopBackOff", "RunContainerError", "CreateContainerError"})
@@ -475,20 +476,10 @@ def conditions_for(
     previous: Sequence[Condition],
 ) -> list[Condition]:
     """Ready, Progressing and Failed, keeping lastTransitionTime when a status did not change."""
-    before = {c.type: c for c in previous}
+    before = [c.model_dump(mode="json", by_alias=True) for c in previous]
 
     def cond(kind: str, status: bool, reason: str, message: str) -> Condition:
-        text = "True" if status else "False"
-        old = before.get(kind)
-        since = old.last_transition_time if old and old.status == text else now
-        return Condition(
-            type=kind,
-            status=text,
-            reason=reason,
-            message=message,
-            observed_generation=generation,
-            last_transition_time=since,
-        )
+        return Condition.model_validate(transition(before, kind, status, reason, message, now, generation))
 
     return [
         cond(READY, ready, "Available" if ready else "NotReady", ready_message),

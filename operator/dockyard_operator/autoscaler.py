@@ -30,7 +30,7 @@ from typing import Annotated, Any, Final, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 from pydantic.alias_generators import to_camel
 
-from dockyard_api.resources.v1alpha1.modeldeployment import ScalingParameters
+from dockyard_core.resources.v1alpha1.modeldeployment import ScalingParameters
 from dockyard_operator.metrics import LoadSample
 
 Reason = Literal["ScaleUp", "ScaleDown", "WithinBounds", "Clamped", "Holding", "NoMetrics"]

@@ -17,15 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dockyard_api.devices import (
-    DEVICES,
-    GPU_RESOURCE,
-    GPU_TAINT_EFFECT,
-    GPU_TAINT_KEY,
-    INSTANCE_TYPE_LABEL,
-    Device,
-)
-from dockyard_api.resources.v1alpha1 import DOCK_STATUS_ID_LABEL, Model, ModelDeployment, Tool, ToolDeployment
+from dockyard_core.devices import DEVICES, GPU_RESOURCE, GPU_TAINT_EFFECT, GPU_TAINT_KEY, INSTANCE_TYPE_LABEL, Device
+from dockyard_core.resources.v1alpha1 import DOCK_STATUS_ID_LABEL, Model, ModelDeployment, Tool, ToolDeployment
 from dockyard_operator.runtimes import Runtime, engine_args
 
 MANAGED_BY = "dockyard"

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from dockyard_api.resources.v1alpha1 import (
+from dockyard_core.resources.v1alpha1 import (
     API_VERSION,
     APP_LABEL,
     ENVIRONMENT_LABEL,
@@ -21,7 +21,7 @@ from dockyard_api.resources.v1alpha1 import (
     ChecklistItem,
     HistoryEntry,
 )
-from dockyard_api.resources.v1alpha1.tool import tool_deployment_name
+from dockyard_core.resources.v1alpha1.tool import tool_deployment_name
 
 DRAFT = "draft"
 HISTORY_LIMIT = 100

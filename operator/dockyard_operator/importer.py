@@ -23,15 +23,16 @@ from pathlib import Path
 from typing import Any, cast
 
 import kopf
-from kubernetes.client.exceptions import ApiException
 
-from dockyard_api import importstatus
-from dockyard_api.modelstore import SESSION_ID_RE, ModelStore
-from dockyard_api.resources import GROUP
-from dockyard_api.resources.v1alpha1 import DOCK_STATUS_ID_LABEL, VERSION, DockJob, ModelStorage
-from dockyard_api.s3store import S3ModelStore
+from dockyard_core import clock, importstatus
+from dockyard_core.importstatus import IMPORT_SESSION_LABEL
+from dockyard_core.kubeclient import AsyncKube
+from dockyard_core.modelstore import SESSION_ID_RE, ModelStore
+from dockyard_core.resources.v1alpha1 import DOCK_STATUS_ID_LABEL, DockJob, ModelStorage
+from dockyard_core.s3store import S3ModelStore
 from dockyard_operator import monitoring
 from dockyard_operator.kube import Conflict, Kube
+from dockyard_operator.locks import KeyedLocks
 from dockyard_operator.modelimport import Imported, ImportFailed, Limits, Upload, import_into, staging_dirs
 from dockyard_operator.settings import OperatorSettings
 
@@ -54,30 +55,18 @@ class Importer:
         self.limits = Limits(settings.max_extracted_bytes, settings.max_archive_members)
         self.kube = kube
         self.files = ThreadPoolExecutor(settings.import_concurrency, thread_name_prefix="import")
-        self.calls = ThreadPoolExecutor(4, thread_name_prefix="import-api")
-        self.locks: dict[str, asyncio.Lock] = {}
+        self.locks = KeyedLocks()
 
     async def _files(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self.files, partial(fn, *args, **kwargs))
 
-    async def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self.calls, partial(fn, *args, **kwargs))
-
     async def _read(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            found: dict[str, Any] = await self._call(
-                self.kube.custom.get_namespaced_custom_object, GROUP, VERSION, namespace, "models", name
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return found
+        return await self.kube.get_custom_async("models", namespace, name)
 
     async def reconcile(self, namespace: str, name: str, uid: str) -> None:
         """Run the Model's import job if it is in flight (reads the Model afresh: the caller's copy may be
         older than the lock's wait)."""
-        async with self.locks.setdefault(uid, asyncio.Lock()):
+        async with self.locks.hold(uid):
             model = await self._read(namespace, name)
             if model is None or model["metadata"]["uid"] != uid:
                 return
@@ -85,10 +74,9 @@ class Importer:
                 return
             job = DockJob.model_validate(model["status"]["job"])
             if (model["metadata"].get("labels") or {}).get(DOCK_STATUS_ID_LABEL) != job.dock_status_id:
-                await self._call(
-                    self.kube.patch_object, "models", namespace, name,
-                    {"metadata": {"labels": {DOCK_STATUS_ID_LABEL: job.dock_status_id}}},
-                )  # fmt: skip
+                await self.kube.patch_object_async(
+                    "models", namespace, name, {"metadata": {"labels": {DOCK_STATUS_ID_LABEL: job.dock_status_id}}}
+                )
             spec = model["spec"]
             source = spec["source"]["upload"]
             session_id = (model["status"].get("importSession") or {}).get("sessionId") or (
@@ -131,7 +119,7 @@ class Importer:
             if current.get("dockStatusId") != job.dock_status_id or current.get("status") != "IN_PROGRESS":
                 return  # another run recorded it
             previous = model["status"].get("conditions")
-            at = importstatus.now()
+            at = clock.now()
             if isinstance(outcome, ImportFailed):
                 patch = importstatus.failed(job, outcome.reason, outcome.message, previous, at)
             else:
@@ -145,8 +133,8 @@ class Importer:
                 )
                 patch = importstatus.imported(job, storage, previous, at)
             try:
-                await self._call(
-                    self.kube.patch_status, "models", namespace, name, patch, model["metadata"]["resourceVersion"]
+                await self.kube.patch_status_async(
+                    "models", namespace, name, patch, model["metadata"]["resourceVersion"]
                 )
             except Conflict:
                 continue
@@ -183,7 +171,7 @@ class Importer:
             self.store.remove(session_id)
 
     async def deleted(self, namespace: str, name: str, labels: Mapping[str, str]) -> None:
-        async with self.locks.setdefault(f"{namespace}/{name}/delete", asyncio.Lock()):
+        async with self.locks.hold(f"{namespace}/{name}/delete"):
             await self._files(self.forget, namespace, name, labels.get(importstatus.IMPORT_SESSION_LABEL))
 
     # -- garbage: the files of Models deleted while no operator watched --
@@ -201,10 +189,9 @@ class Importer:
                 await asyncio.sleep(interval)
             first = False
             try:
-                listed = await self._call(
-                    self.kube.custom.list_cluster_custom_object, GROUP, VERSION, "models",
-                    label_selector=importstatus.IMPORT_SESSION_LABEL,
-                )  # fmt: skip
+                listed = await self.kube.http.request(
+                    "GET", AsyncKube.all_namespaces_path("models"), params={"labelSelector": IMPORT_SESSION_LABEL}
+                )
                 alive = {(m["metadata"]["namespace"], m["metadata"]["name"]) for m in listed.get("items") or ()}
                 removed = await self._files(self.collect_garbage, alive, time.time() - grace)
                 if removed:
@@ -247,7 +234,6 @@ class Importer:
             with contextlib.suppress(asyncio.CancelledError):
                 await gc
         self.files.shutdown(wait=False, cancel_futures=True)
-        self.calls.shutdown(wait=False, cancel_futures=True)
 
 
 def _dirs(parent: Path) -> list[Path]:

@@ -3,25 +3,17 @@
 The reconciles of ModelDeployments and ToolDeployments (hundreds of calls a second while many roll
 out) make them on the event loop with the aiohttp client the facade uses (:class:`AsyncKube`,
 orjson): no thread hop, no urllib3 header bookkeeping, no generated-client argument validation.
-The blocking patches serve the model importer's worker threads; they skip the client's model
-deserialisation (``_preload_content=False``) and hand their connection back to the pool.
+The import job and the App/AppVersion/Environment handlers use the same client.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
+from dockyard_core.kubeclient import APPLY, FIELD_MANAGER, MERGE, AsyncKube, KubeError, guarded
+from dockyard_core.resources import GROUP
+from dockyard_core.resources.v1alpha1 import VERSION
 
-from dockyard_api.kubehttp import AsyncKube, KubeError
-from dockyard_api.resources import GROUP
-from dockyard_api.resources.v1alpha1 import VERSION
-
-FIELD_MANAGER = "dockyard-operator"
-APPLY = "application/apply-patch+yaml"
-MERGE = "application/merge-patch+json"
 APPLIED_KINDS = {
     "Deployment": "/apis/apps/v1/namespaces/{namespace}/deployments",
     "Service": "/api/v1/namespaces/{namespace}/services",
@@ -46,55 +38,12 @@ class Conflict(Exception):
     """The object changed since it was read; the next reconcile sees the new version."""
 
 
-def _body(response: Any) -> dict[str, Any]:
-    """The JSON answer of a call made with ``_preload_content=False``; frees its connection."""
-    try:
-        data: dict[str, Any] = json.loads(response.data)
-        return data
-    finally:
-        response.release_conn()
-
-
-def _guarded(patch: dict[str, Any], resource_version: str | None) -> dict[str, Any]:
-    """A merge patch that applies only while the object is at ``resource_version`` (if given)."""
-    if resource_version is None:
-        return patch
-    return {**patch, "metadata": {**patch.get("metadata", {}), "resourceVersion": resource_version}}
-
-
 class Kube:
-    def __init__(self, api: client.ApiClient, http: AsyncKube) -> None:
-        self.api = api
+    """The operator's calls on its one async client (:class:`AsyncKube`); a 409 on a guarded patch is
+    :class:`Conflict`."""
+
+    def __init__(self, http: AsyncKube) -> None:
         self.http = http
-        self.custom = client.CustomObjectsApi(api)
-
-    def _merge(self, plural: str, namespace: str, name: str, body: dict[str, Any], status: bool) -> dict[str, Any]:
-        call = (
-            self.custom.patch_namespaced_custom_object_status if status else self.custom.patch_namespaced_custom_object
-        )
-        try:
-            return _body(
-                call(GROUP, VERSION, namespace, plural, name, body, _content_type=MERGE, _preload_content=False)
-            )
-        except ApiException as exc:
-            if exc.status == 409:
-                raise Conflict(f"{plural}/{name} changed while it was reconciled") from exc
-            raise
-
-    def patch_status(
-        self, plural: str, namespace: str, name: str, status: dict[str, Any], resource_version: str | None = None
-    ) -> dict[str, Any]:
-        """Merge-patch ``status``; with ``resource_version``, only if the object is still at it (else
-        Conflict). Returns the object as it is now."""
-        return self._merge(plural, namespace, name, _guarded({"status": status}, resource_version), status=True)
-
-    def patch_object(
-        self, plural: str, namespace: str, name: str, patch: dict[str, Any], resource_version: str | None = None
-    ) -> dict[str, Any]:
-        """Merge-patch metadata/spec (guarded like :meth:`patch_status`); returns the object as it is now."""
-        return self._merge(plural, namespace, name, _guarded(patch, resource_version), status=False)
-
-    # --- the same calls on the event loop (the reconciles' hot path) -----------------------------
 
     async def apply_async(self, obj: dict[str, Any]) -> None:
         """Server-side apply as the operator's field manager (idempotent; re-running changes nothing)."""
@@ -127,11 +76,12 @@ class Kube:
     async def patch_status_async(
         self, plural: str, namespace: str, name: str, status: dict[str, Any], resource_version: str | None = None
     ) -> dict[str, Any]:
-        """:meth:`patch_status`, without a thread."""
-        return await self._merge_async(plural, namespace, name, _guarded({"status": status}, resource_version), True)
+        """Merge-patch ``status``; with ``resource_version``, only if the object is still at it (else
+        :class:`Conflict`). Returns the object as it is now."""
+        return await self._merge_async(plural, namespace, name, guarded({"status": status}, resource_version), True)
 
     async def patch_object_async(
         self, plural: str, namespace: str, name: str, patch: dict[str, Any], resource_version: str | None = None
     ) -> dict[str, Any]:
-        """:meth:`patch_object`, without a thread."""
-        return await self._merge_async(plural, namespace, name, _guarded(patch, resource_version), False)
+        """Merge-patch metadata/spec (guarded like :meth:`patch_status_async`); returns the object as it is now."""
+        return await self._merge_async(plural, namespace, name, guarded(patch, resource_version), False)

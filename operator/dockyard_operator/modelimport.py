@@ -44,9 +44,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, cast
 
-from dockyard_api.errortypes import DockyardError
-from dockyard_api.modelformats import ModelFormat, detect_format, main_file
-from dockyard_api.modelstore import (
+from dockyard_core.errors import DockyardError
+from dockyard_core.modelformats import ModelFormat, detect_format, main_file
+from dockyard_core.modelstore import (
     ARCHIVE_EXTENSIONS,
     COPY_BUFFER,
     MANIFEST,
@@ -54,7 +54,7 @@ from dockyard_api.modelstore import (
     ModelStore,
     list_files,
 )
-from dockyard_api.s3store import S3ModelStore
+from dockyard_core.s3store import S3ModelStore
 
 WEIGHT_SUFFIXES = tuple(f".{ext}" for ext in WEIGHT_EXTENSIONS)
 MAX_DEPTH = 32

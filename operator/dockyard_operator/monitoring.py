@@ -26,7 +26,7 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
-from dockyard_api.requestid import REQUEST_ID_ANNOTATION
+from dockyard_core.requestid import REQUEST_ID_ANNOTATION
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 ProcessCollector(registry=REGISTRY)

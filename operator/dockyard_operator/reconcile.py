@@ -12,6 +12,7 @@ only when it changed, guarded by the object's resourceVersion.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -22,12 +23,12 @@ from functools import partial
 from typing import Any, TypeVar, cast
 
 import httpx
-import kopf
 
-from dockyard_api import downloadtokens
-from dockyard_api.devices import DEVICES
-from dockyard_api.kubehttp import KubeError
-from dockyard_api.resources.v1alpha1 import (
+from dockyard_core import downloadtokens
+from dockyard_core.clock import now
+from dockyard_core.devices import DEVICES
+from dockyard_core.kubeclient import KubeError
+from dockyard_core.resources.v1alpha1 import (
     DOCK_STATUS_ID_LABEL,
     DockJob,
     JobType,
@@ -64,9 +65,10 @@ from dockyard_operator.builders import (
     tool_selector_labels,
     tool_workload,
 )
+from dockyard_operator.locks import KeyedLocks
 from dockyard_operator.runtimes import InvalidRuntimeChoice, RuntimeCatalog, select_runtime
 from dockyard_operator.settings import OperatorSettings
-from dockyard_operator.workqueue import Outcome
+from dockyard_operator.workqueue import Event, Outcome
 
 T = TypeVar("T")
 API_CONCURRENCY = 32
@@ -85,8 +87,7 @@ Key = tuple[str, str, str]
 class Context:
     """What every reconcile needs: settings, the API client, the catalog, kopf's indexes (``views``, set
     by the first handler call: kopf hands its indexes to handlers only), per-object caches of derived
-    values, and the threads the (synchronous) Kubernetes client runs in: as many as its connection pool
-    has connections."""
+    values, and the threads blocking work runs in (a tool endpoint's reachability probe)."""
 
     settings: OperatorSettings
     kube: kube.Kube
@@ -99,23 +100,30 @@ class Context:
     executor: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(API_CONCURRENCY, thread_name_prefix="kube")
     )
-    locks: dict[str, asyncio.Lock] = field(default_factory=dict)
-    """Per object uid, for handlers that kopf runs outside a work queue (apps.py)."""
+    locks: KeyedLocks = field(default_factory=KeyedLocks)
+    """Per object uid, for handlers that kopf runs outside a work queue (apps.py); each goes with its
+    last holder."""
     download_secrets: dict[str, tuple[int, str, float]] = field(default_factory=dict)
     """Per ModelDeployment uid, the expiry and template hash of the download tokens last applied, and when."""
     token_key: bytes | None = None
+    deleted_environments: set[str] = field(default_factory=set)
+    """UIDs of Environments whose deletion was handled (kept for the operator's lifetime; tiny): a late
+    event of a deleted Environment is not reconciled."""
+    audit_digests: dict[str, str] = field(default_factory=dict)
+    """Per Environment uid, the digest of the audit record last applied."""
 
-    def lock(self, uid: str) -> asyncio.Lock:
-        return self.locks.setdefault(uid, asyncio.Lock())
+    def lock(self, uid: str) -> contextlib.AbstractAsyncContextManager[None]:
+        return self.locks.hold(uid)
 
     def forget(self, uid: str) -> None:
         """Drop the caches of a deleted object."""
         self.builds.pop(uid, None)
         self.statuses.pop(uid, None)
         self.download_secrets.pop(uid, None)
+        self.audit_digests.pop(uid, None)
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run a blocking API call in the API threads."""
+        """Run blocking work (an HTTP probe) in the threads."""
         return await asyncio.get_running_loop().run_in_executor(self.executor, partial(fn, *args, **kwargs))
 
 
@@ -144,10 +152,6 @@ class Views:
             for resource, amount in node.items():
                 largest[resource] = max(largest.get(resource, 0.0), amount)
         return NodeFit(device_type, len(nodes), largest)
-
-
-def now() -> datetime:
-    return datetime.now(UTC).replace(microsecond=0)
 
 
 def _dump(model: Any) -> Any:
@@ -219,14 +223,15 @@ def _finish(job: DockJob, verdict: Verdict) -> DockJob:
     )
 
 
-def _post_events(body: Body, before: DockJob | None, after: DockJob, new: bool) -> None:
-    """One Event per job, at its end (Deployed, or a Warning with the failure): the start is in the
-    status and the log, and an Event is one more write to the API server per rollout."""
-    target = cast(kopf.Body, body)  # kopf.event reads apiVersion, kind and metadata of any mapping
+def _job_events(body: Body, before: DockJob | None, after: DockJob, new: bool) -> tuple[Event, ...]:
+    """The job's Event (the handler posts it) and its metrics. One Event per job, at its end (Deployed,
+    or a Warning with the failure): the start is in the status and the log, and an Event is one more
+    write to the API server per rollout."""
+    events: list[Event] = []
     if new:
         monitoring.job_started(body, after.dock_status_id, after.job_type, after.action)
     if after.status == "IN_PROGRESS" or (before is not None and not new and before.status == after.status):
-        return
+        return tuple(events)
     monitoring.job_finished(
         body,
         dock_status_id=after.dock_status_id,
@@ -239,9 +244,10 @@ def _post_events(body: Body, before: DockJob | None, after: DockJob, new: bool) 
         end=after.completion_time,
     )
     if after.status == "SUCCESS":
-        kopf.info(target, reason="Deployed", message=f"dock job {after.dock_status_id}: {after.message}")
+        events.append(Event("Normal", "Deployed", f"dock job {after.dock_status_id}: {after.message}"))
     else:
-        kopf.warn(target, reason=after.reason, message=f"dock job {after.dock_status_id} FAILED: {after.message}")
+        events.append(Event("Warning", after.reason, f"dock job {after.dock_status_id} FAILED: {after.message}"))
+    return tuple(events)
 
 
 def _in_flight(before: DockJob | None, job: DockJob) -> bool:
@@ -270,12 +276,12 @@ async def _write(
     before: DockJob | None,
     new_job: bool,
     requested: str | None,
-) -> tuple[Body | None, tuple[str, ...]]:
+) -> tuple[Body | None, tuple[str, ...], tuple[Event, ...]]:
     """Write the job label (a new job the facade did not label) and the status, when they changed.
 
     Returns the object as the API server has it after the last write (None when nothing was written)
     and the resourceVersions the writes replaced, so the work queue can use the written object until
-    the watch delivers it."""
+    the watch delivers it; and the Events the write calls for."""
     meta = body["metadata"]
     version = meta["resourceVersion"]
     passed = [version]
@@ -288,14 +294,16 @@ async def _write(
         version = labelled["metadata"]["resourceVersion"]
         passed.append(version)
     elif not _changed(body.get("status") or {}, status) or _in_flight(before, job):
-        return None, ()
+        return None, (), ()
     written = await ctx.kube.patch_status_async(plural, meta["namespace"], meta["name"], status, version)
-    _post_events(body, before, job, new_job)
-    return written, tuple(passed)
+    return written, tuple(passed), _job_events(body, before, job, new_job)
 
 
 def _outcome(
-    ctx: Context, job: DockJob, pods: Sequence[Mapping[str, Any]], written: tuple[Body | None, tuple[str, ...]]
+    ctx: Context,
+    job: DockJob,
+    pods: Sequence[Mapping[str, Any]],
+    written: tuple[Body | None, tuple[str, ...], tuple[Event, ...]],
 ) -> Outcome:
     """When to look again with no event: at the unschedulable deadline of a job in flight, else after
     the observe interval while the job is in flight, and the settled interval afterwards."""
@@ -309,7 +317,7 @@ def _outcome(
                                                                                deadline + 1.0)  # fmt: skip
     else:
         after = settings.settled_interval_seconds
-    return Outcome(requeue_after=after, written=written[0], passed=written[1])
+    return Outcome(requeue_after=after, written=written[0], passed=written[1], events=written[2])
 
 
 def snapshot(body: Body) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 ``optimizationInfo.optimizationType`` picks a runtime (``vllm`` or ``ctranslate2``; an empty string
 means the catalog's default, or for a GGUF model llama.cpp and for a CTranslate2 model CTranslate2:
-the Model's format decides, see :mod:`dockyard_api.modelformats` and docs/runtimes.md),
+the Model's format decides, see :mod:`dockyard_core.modelformats` and docs/runtimes.md),
 ``quantizationType`` becomes the engine's quantization setting, the
 device's GPU count becomes the tensor-parallel size and ``maxBatchSize`` the engine's limit of
 concurrent sequences. The Helm chart configures the catalog (images, ports, extra arguments); the
@@ -20,9 +20,9 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from dockyard_api.devices import Device
-from dockyard_api.modelformats import Refusal, engine_for
-from dockyard_api.resources.v1alpha1 import HyperParameters, ModelDeploymentSpec
+from dockyard_core.devices import Device
+from dockyard_core.modelformats import Refusal, engine_for
+from dockyard_core.resources.v1alpha1 import HyperParameters, ModelDeploymentSpec
 
 Engine = Literal["vllm", "ctranslate2", "llama-cpp"]
 
@@ -92,7 +92,7 @@ def select_runtime(
     """The runtime for this spec and the Model's format (``status.storage.format``; None: unknown).
 
     A GGUF model is served by llama.cpp and a CTranslate2 model by CTranslate2 whatever the catalog's
-    default; impossible pairs are refused (:func:`dockyard_api.modelformats.engine_for`).
+    default; impossible pairs are refused (:func:`dockyard_core.modelformats.engine_for`).
     int8_float16 is a CTranslate2 compute type: with no explicit optimizationType it selects
     CTranslate2; with ``vllm`` it is refused."""
     info = spec.optimization_info

@@ -18,7 +18,7 @@ from typing import Any, cast
 import httpx
 import kopf
 
-from dockyard_api.resources.v1alpha1 import ModelDeployment
+from dockyard_core.resources.v1alpha1 import ModelDeployment
 from dockyard_operator import monitoring
 from dockyard_operator.assess import pod_ready
 from dockyard_operator.autoscaler import AutoscalerState, Observation, decide

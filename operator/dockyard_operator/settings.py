@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
-from dockyard_api.storesettings import ModelStoreSettings
+from dockyard_core.storesettings import ModelStoreSettings
 
 
 class OperatorSettings(ModelStoreSettings):
@@ -98,3 +100,10 @@ class OperatorSettings(ModelStoreSettings):
     download_token_seconds: int = Field(
         default=24 * 3600, ge=120, description="lifetime of a model download token (renewed at half of it)"
     )
+
+
+@functools.cache
+def operator_settings() -> OperatorSettings:
+    """The operator's settings, read from the environment once per process (the kopf handlers' intervals
+    are fixed when they are registered, so a later read could only disagree with them)."""
+    return OperatorSettings()

@@ -27,7 +27,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from dockyard_operator import monitoring
 
@@ -41,8 +41,17 @@ BACKOFF_SECONDS = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0)
 
 
 @dataclass(frozen=True)
+class Event:
+    """A Kubernetes Event about the reconciled object, for the kopf handler to post."""
+
+    type: Literal["Normal", "Warning"]
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
 class Outcome:
-    """What a reconcile reports back to the queue."""
+    """What a reconcile reports back to the queue (and the Events its handler posts)."""
 
     requeue_after: float | None = None
     """Run again after this many seconds unless an event comes first (None: only on events)."""
@@ -52,6 +61,8 @@ class Outcome:
     """The resourceVersions this reconcile's writes replaced (the body it read, then each write)."""
     result: str = "success"
     """For the metrics: success, or why nothing was done (conflict: the object changed meanwhile; gone)."""
+    events: tuple[Event, ...] = ()
+    """Events about the object: the reconciles stay free of kopf, the handler posts them."""
 
 
 Reconcile = Callable[[Body], Awaitable[Outcome]]

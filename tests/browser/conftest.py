@@ -23,9 +23,9 @@ import pytest
 from kubernetes import client
 from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright
 
-from dockyard_api import apikeys
 from dockyard_api.runtime.endpoints import LOCAL_ENDPOINT_ANNOTATION, MODEL_DEPLOYMENT_LABEL
 from dockyard_api.settings import ApiSettings
+from dockyard_core import apikeys
 from tests.e2e.conftest import api, cluster, crds, namespace  # noqa: F401 - the same fixtures as e2e
 from tests.support.cluster import E2ECluster
 from tests.support.dockyard import create, get, hub_model, model_deployment, patch

@@ -13,7 +13,7 @@ from pathlib import Path
 from kubernetes import client
 from playwright.sync_api import Browser, BrowserContext, Page, expect
 
-from dockyard_api import apikeys
+from dockyard_core import apikeys
 from dockyard_localcluster.consoleuser import ConsoleUser
 from tests.browser.conftest import Facade, deploy_bot
 from tests.e2e.test_apps_environments import Users, team, user_roles, users  # noqa: F401 - fixtures

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from dockyard_api.resources.v1alpha1 import DEPLOY_REQUEST_ANNOTATION
-from dockyard_api.resources.v1alpha1.tool import tool_deployment_name
+from dockyard_core.resources.v1alpha1 import DEPLOY_REQUEST_ANNOTATION
+from dockyard_core.resources.v1alpha1.tool import tool_deployment_name
 from tests.chaos.conftest import Figures, OperatorProcess
 from tests.support.dockyard import create, get, patch
 from tests.support.waiting import wait_for

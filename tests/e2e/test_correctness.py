@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from dockyard_api.resources.v1alpha1.tool import tool_deployment_name
 from dockyard_api.settings import ApiSettings
+from dockyard_core.resources.v1alpha1.tool import tool_deployment_name
 from tests.support.cluster import E2ECluster
 from tests.support.dockyard import create, get, hub_model, patch
 from tests.support.public import environment_with_key, wait_model_ready

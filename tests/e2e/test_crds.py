@@ -15,9 +15,9 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from dockyard_api.resources import GROUP
-from dockyard_api.resources.v1alpha1 import VERSION
 from dockyard_api.settings import ApiSettings
+from dockyard_core.resources import GROUP
+from dockyard_core.resources.v1alpha1 import VERSION
 from tests.limits import ABSENT, LIMITS, Limit, deploy_request, http_field, manifest, valid_spec
 from tests.support.cluster import E2ECluster
 from tests.support.dockyard import create as create_object

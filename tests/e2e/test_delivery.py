@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from dockyard_api import downloadtokens
 from dockyard_api.settings import ApiSettings
+from dockyard_core import downloadtokens
 from dockyard_operator.builders import child_name, download_secret_name
 from tests.e2e.test_import import MAX_CHUNK, model_tar, split, start_body, wait_phase
 from tests.e2e.test_public_deploy import SPEC_SAMPLE, deploy_model, ok

@@ -18,9 +18,9 @@ import orjson
 import pytest
 from kubernetes import client
 
-from dockyard_api import apikeys
 from dockyard_api.runtime.endpoints import LOCAL_ENDPOINT_ANNOTATION, MODEL_DEPLOYMENT_LABEL
 from dockyard_api.settings import ApiSettings
+from dockyard_core import apikeys
 from tests.support.cluster import E2ECluster
 from tests.support.dockyard import create, get, hub_model, model_deployment, patch
 from tests.support.runners import free_port, run_facade, run_operator

@@ -25,8 +25,8 @@ import orjson
 import pytest
 from kubernetes import client
 
-from dockyard_api import apikeys
 from dockyard_api.settings import ApiSettings
+from dockyard_core import apikeys
 from dockyard_localcluster import toolserver
 from dockyard_localcluster.engines import LOCAL_ENDPOINT_ANNOTATION, EngineRunner, EngineSettings
 from tests.support.cluster import E2ECluster

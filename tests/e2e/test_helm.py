@@ -27,8 +27,8 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from dockyard_api.resources import GROUP
-from dockyard_api.resources.v1alpha1 import KINDS, VERSION
+from dockyard_core.resources import GROUP
+from dockyard_core.resources.v1alpha1 import KINDS, VERSION
 from dockyard_localcluster.nodes import POOL_LABEL
 from tests.support.cluster import E2ECluster
 from tests.support.helm import CHART, Helm, helm_binary

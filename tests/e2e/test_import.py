@@ -20,9 +20,9 @@ import httpx
 import pytest
 from kubernetes import client
 
-from dockyard_api.importstatus import failed_reason
-from dockyard_api.resources.v1alpha1 import DOCK_STATUS_ID_LABEL
 from dockyard_api.settings import ApiSettings
+from dockyard_core.importstatus import failed_reason
+from dockyard_core.resources.v1alpha1 import DOCK_STATUS_ID_LABEL
 from tests.support.cluster import E2ECluster
 from tests.support.dockyard import get
 from tests.support.publicapi import ImportClient, api_key

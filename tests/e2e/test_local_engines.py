@@ -28,10 +28,10 @@ import pytest
 from kubernetes import client
 
 from dockyard_api.cache import Informer
-from dockyard_api.kubehttp import AsyncKube
 from dockyard_api.runtime.endpoints import MODEL_DEPLOYMENT_LABEL, EndpointResolver
 from dockyard_api.runtime.model import Completion, ModelClient
 from dockyard_api.settings import ApiSettings
+from dockyard_core.kubeclient import AsyncKube
 from dockyard_localcluster.engines import LOCAL_ENDPOINT_ANNOTATION, EngineRunner, EngineSettings
 from tests.support.cluster import E2ECluster
 from tests.support.ct2_model import build as build_ct2

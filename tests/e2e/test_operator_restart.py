@@ -12,7 +12,7 @@ from pathlib import Path
 
 from kubernetes import client
 
-from dockyard_api.devices import DEVICE_TYPES
+from dockyard_core.devices import DEVICE_TYPES
 from dockyard_operator.builders import MODEL_DEPLOYMENT_LABEL
 from tests.support.cluster import E2ECluster
 from tests.support.dockyard import get, hub_model, job, model_deployment

@@ -13,9 +13,9 @@ from typing import Any, TypeVar
 import pytest
 from sqlalchemy import func, select, text
 
-from dockyard_api.errors import ConflictError, DatabaseUnavailableError, NotFoundError, RateLimitedError
 from dockyard_api.store import ConversationStore, Turn, migrate
 from dockyard_api.store.schema import messages, sessions
+from dockyard_core.errors import ConflictError, DatabaseUnavailableError, NotFoundError, RateLimitedError
 from tests.support.postgres import Postgres, postgres_server
 
 T = TypeVar("T")

@@ -6,8 +6,8 @@ from typing import Any
 
 from kubernetes import client
 
-from dockyard_api.resources import GROUP
-from dockyard_api.resources.v1alpha1 import VERSION
+from dockyard_core.resources import GROUP
+from dockyard_core.resources.v1alpha1 import VERSION
 from tests.support.waiting import wait_for
 
 API_VERSION = f"{GROUP}/{VERSION}"

@@ -11,7 +11,7 @@ import tarfile
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from dockyard_api.modelstore import ModelManifest, ModelStore, SessionMeta
+from dockyard_core.modelstore import ModelManifest, ModelStore, SessionMeta
 from dockyard_operator.modelimport import Limits, Upload, import_into
 
 LIMITS = Limits(max_extracted_bytes=1 << 30, max_members=1000)
@@ -69,7 +69,7 @@ def import_model(
     store.create(meta)
     for number, piece in enumerate(pieces):
         writer = store.writer(meta, len(piece))
-        writer.write(piece)
+        writer.write_all([memoryview(piece)])
         assert store.publish(meta, number, writer.finish())
     upload = Upload(session, meta.file_name, "tar", len(data), len(pieces))
     import_into(store, namespace, model, upload, "job-1", LIMITS, work=store.root / "imports")

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 from kubernetes import client
 
-from dockyard_api import apikeys
+from dockyard_core import apikeys
 from tests.support.dockyard import create, get
 from tests.support.waiting import wait_for
 

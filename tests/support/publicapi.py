@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 from kubernetes import client
 
-from dockyard_api import apikeys
+from dockyard_core import apikeys
 
 
 def api_key(api: client.ApiClient, namespace: str, environment: str, app: str = "app") -> str:

@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 from kubernetes import client
 
-from dockyard_api import apikeys
 from dockyard_api.runtime.endpoints import LOCAL_ENDPOINT_ANNOTATION, MODEL_DEPLOYMENT_LABEL
+from dockyard_core import apikeys
 from tests.support.dockyard import create, get, hub_model, model_deployment
 from tests.support.scripted_model import ScriptedModel
 from tests.support.waiting import wait_for

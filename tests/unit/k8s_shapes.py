@@ -10,8 +10,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from dockyard_api.devices import DEVICES, GPU_RESOURCE
-from dockyard_api.resources.v1alpha1 import ModelDeployment, ModelDeploymentSpec, ObjectMeta
+from dockyard_core.devices import DEVICES, GPU_RESOURCE
+from dockyard_core.resources.v1alpha1 import ModelDeployment, ModelDeploymentSpec, ObjectMeta
 from dockyard_operator.assess import NodeFit
 
 T0 = datetime(2025, 6, 1, 12, 0, 0, tzinfo=UTC)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 from datetime import UTC, datetime
 
-from dockyard_api import apikeys
+from dockyard_core import apikeys
 
 ENV = {"metadata": {"name": "bot-prod", "namespace": "team", "uid": "u-1"}, "spec": {"appRef": "bot"}}
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from dockyard_api.devices import DEVICES
-from dockyard_api.resources.v1alpha1 import FAILED, PROGRESSING, READY, Condition, DockJob
+from dockyard_core.devices import DEVICES
+from dockyard_core.resources.v1alpha1 import FAILED, PROGRESSING, READY, Condition, DockJob
 from dockyard_operator.assess import (
     NodeFit,
     Verdict,

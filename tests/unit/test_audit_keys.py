@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from dockyard_api import audit
+from dockyard_core import audit
 
 
 def test_revoked_keys_stay_in_the_usage_and_current_ones_update_their_entry() -> None:

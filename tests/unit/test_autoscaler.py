@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from dockyard_api.resources.v1alpha1.modeldeployment import ScalingParameters
+from dockyard_core.resources.v1alpha1.modeldeployment import ScalingParameters
 from dockyard_operator.autoscaler import (
     DEFAULT_CONFIG,
     AutoscalerConfig,

@@ -23,10 +23,10 @@ import pytest
 import yaml
 
 import dockyard_operator.__main__ as operator_main
-from dockyard_api import crdgen, devices
-from dockyard_api.devices import DEVICES, Device
-from dockyard_api.resources.v1alpha1 import KINDS
 from dockyard_api.settings import ApiSettings
+from dockyard_core import crdgen, devices
+from dockyard_core.devices import DEVICES, Device
+from dockyard_core.resources.v1alpha1 import KINDS
 from dockyard_operator.runtimes import DEFAULT_CATALOG, RuntimeCatalog
 from dockyard_operator.settings import OperatorSettings
 from tests.support.helm import CHART, ROOT, Helm, find, helm_binary, one
@@ -467,7 +467,7 @@ def test_every_dockyard_env_var_is_a_setting_of_the_code(helm: Helm, tmp_path: P
     objects = render(helm, tmp_path, CASES["catalogs-and-namespaces"])
     known = {f"DOCKYARD_OPERATOR_{f.upper()}" for f in OperatorSettings.model_fields}
     known |= {f"DOCKYARD_API_{f.upper()}" for f in ApiSettings.model_fields}
-    known.add(DEVICE_CATALOG_ENV)  # read by dockyard_api.devices in both components
+    known.add(DEVICE_CATALOG_ENV)  # read by dockyard_core.devices in both components
     assert DEVICE_CATALOG_ENV in inspect.getsource(devices)
     for component in ("operator", "api"):
         names = {n for n in env_of(deployments(objects)[component]) if n.startswith("DOCKYARD_")}

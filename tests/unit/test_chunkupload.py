@@ -12,8 +12,8 @@ import httpx
 import pytest
 
 from dockyard_api.chunkupload import ChunkUpload, UnsupportedMediaType
-from dockyard_api.errortypes import DockyardError
-from dockyard_api.modelstore import (
+from dockyard_core.errors import DockyardError
+from dockyard_core.modelstore import (
     ChunkTooLarge,
     ChunkWriter,
     InvalidChunkNumber,

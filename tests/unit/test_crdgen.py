@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 import yaml
 
-from dockyard_api import crdgen
-from dockyard_api.resources import GROUP
-from dockyard_api.resources.base import KubeObject
-from dockyard_api.resources.structural import check, iter_nodes
-from dockyard_api.resources.v1alpha1 import KINDS, ModelDeployment, ToolDeployment
+from dockyard_core import crdgen
+from dockyard_core.resources import GROUP
+from dockyard_core.resources.base import KubeObject
+from dockyard_core.resources.structural import check, iter_nodes
+from dockyard_core.resources.v1alpha1 import KINDS, ModelDeployment, ToolDeployment
 from tests.unit.crd_validator import compile_rule
 
 CRDS = {kind: crdgen.build_crd(kind) for kind in KINDS}
@@ -38,7 +38,7 @@ def _node(schema: dict[str, Any], json_path: str) -> dict[str, Any] | None:
 
 def test_crds_directory_is_up_to_date() -> None:
     stale = crdgen.stale_files(crdgen.DEFAULT_OUTPUT_DIR, crdgen.generate())
-    assert stale == [], "crds/ is out of date: run `python -m dockyard_api.crdgen`"
+    assert stale == [], "crds/ is out of date: run `python -m dockyard_core.crdgen`"
 
 
 def test_one_file_per_kind_with_header_and_valid_yaml() -> None:

@@ -1,4 +1,4 @@
-"""Each rewrite of dockyard_api.resources.structural, on small schemas, and the structural check."""
+"""Each rewrite of dockyard_core.resources.structural, on small schemas, and the structural check."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 import pytest
 from pydantic import BaseModel, Field
 
-from dockyard_api.resources import structural as st
+from dockyard_core.resources import structural as st
 
 
 def test_inline_refs_replaces_refs_and_drops_defs() -> None:

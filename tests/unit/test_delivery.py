@@ -15,9 +15,9 @@ from typing import Any
 import httpx
 import pytest
 
-from dockyard_api import downloadtokens
 from dockyard_api.settings import ApiSettings
 from dockyard_api.storage_initializer import DownloadFailed, Initializer
+from dockyard_core import downloadtokens
 from tests.support.modelfiles import StoredModel, import_model
 from tests.support.runners import RunningFacade, run_facade
 
@@ -280,8 +280,8 @@ def test_the_entry_point(facade: RunningFacade, stored: StoredModel, tmp_path: P
 
 
 def test_settings_choose_the_backend(tmp_path: Path) -> None:
-    from dockyard_api.modelstore import ModelStore
-    from dockyard_api.s3store import S3ModelStore
+    from dockyard_core.modelstore import ModelStore
+    from dockyard_core.s3store import S3ModelStore
     from dockyard_operator.settings import OperatorSettings
 
     fs = ApiSettings(model_store=tmp_path / "store").open_model_store()

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from dockyard_api.devices import BUILT_IN, DeviceCatalogError, load_catalog
+from dockyard_core.devices import BUILT_IN, DeviceCatalogError, load_catalog
 
 
 def test_no_file_is_the_built_in_catalog() -> None:

@@ -221,7 +221,8 @@ def test_dockerignore_admits_only_the_package_sources() -> None:
         if line.strip() and not line.startswith("#")
     ]
     admits = lambda rel: dockerignore_admits(rel, patterns)  # noqa: E731
-    for rel in ("pyproject.toml", "README.md", "api/dockyard_api/app.py", "operator/dockyard_operator/handlers.py",
+    for rel in ("pyproject.toml", "README.md", "api/dockyard_api/app.py", "api/dockyard_core/crdgen.py",
+                "operator/dockyard_operator/handlers/__init__.py",
                 "operator/dockyard_localcluster/stages/dockyard-crash-loop.yaml"):  # fmt: skip
         assert admits(rel), rel
     for rel in (".venv/bin/python", ".git/HEAD", "tests/unit/test_dockerfile.py", ".dockyard/kubeconfig",
@@ -260,7 +261,8 @@ def test_build_stage_wheel_builds_and_holds_both_components(tmp_path: Path) -> N
     (wheel,) = wheels.glob("dockyard-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     for required in ("dockyard_api/__main__.py", "dockyard_api/app.py", "dockyard_operator/__main__.py",
-                     "dockyard_operator/handlers.py", "dockyard_operator/runtimes.py",
+                     "dockyard_operator/handlers/__init__.py", "dockyard_core/__init__.py",
+                     "dockyard_core/resources/v1alpha1/__init__.py", "dockyard_operator/runtimes.py",
                      "dockyard_ct2/__main__.py", "dockyard_ct2/server.py", "dockyard_ct2/engine.py"):  # fmt: skip
         assert required in names, required
     assert not any(n.startswith(("tests/", "bench/", "charts/")) for n in names)

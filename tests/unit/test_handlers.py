@@ -6,7 +6,8 @@ from typing import Any
 
 import kopf
 
-import dockyard_operator.handlers as handlers
+import dockyard_operator.handlers  # noqa: F401  (registers every handler)
+from dockyard_operator.handlers import lifecycle
 
 PLURALS = {"Pod": "pods", "Deployment": "deployments", "Node": "nodes", "ModelDeployment": "modeldeployments",
            "ToolDeployment": "tooldeployments", "Tool": "tools", "Model": "models"}  # fmt: skip
@@ -29,7 +30,7 @@ def change_handlers(res: kopf.Resource) -> list[str]:
 def test_watch_only_kinds_have_no_change_handler() -> None:
     """kopf skips their diff base (a deep copy per watch event): a create/update/resume/delete handler
     on one of them would silently see no changes, so there must be none."""
-    for api_version, kind in handlers.WATCH_ONLY:
+    for api_version, kind in lifecycle.WATCH_ONLY:
         assert change_handlers(resource(api_version, kind)) == [], kind
 
 
@@ -38,13 +39,13 @@ def test_models_keep_their_diff_base() -> None:
     assert change_handlers(model)  # the hub model's create/resume handler
     body = kopf.Body({"apiVersion": "dockyard.dev/v1alpha1", "kind": "Model", "metadata": {"name": "m"},
                       "spec": {"source": {"hub": {"id": "x"}}}})  # fmt: skip
-    storage = handlers.DiffBaseOfChangeHandled(prefix="dockyard.dev", key="last-handled-configuration")
+    storage = lifecycle.DiffBaseOfChangeHandled(prefix="dockyard.dev", key="last-handled-configuration")
     assert storage.build(body=body) == {"spec": {"source": {"hub": {"id": "x"}}}}
 
 
 def test_watch_only_kinds_get_an_empty_diff_base() -> None:
     body = kopf.Body({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"nodeName": "n"}})
-    storage = handlers.DiffBaseOfChangeHandled(prefix="dockyard.dev", key="last-handled-configuration")
+    storage = lifecycle.DiffBaseOfChangeHandled(prefix="dockyard.dev", key="last-handled-configuration")
     assert storage.build(body=body) == {}
 
 

@@ -13,8 +13,8 @@ from fastapi.testclient import TestClient
 
 from dockyard_api.app import create_app
 from dockyard_api.auth import EnvironmentCaller, public_caller
-from dockyard_api.errors import UnauthenticatedError
 from dockyard_api.settings import ApiSettings
+from dockyard_core.errors import UnauthenticatedError
 
 BASE = "/e/team-a/prod/api/public/files/session"
 KEY = {"x-api-key": "k"}

@@ -26,7 +26,7 @@ def test_no_import_package_is_named_operator() -> None:
 
 def test_resource_types_import_neither_kopf_nor_fastapi() -> None:
     code = (
-        "import sys, dockyard_api.resources, dockyard_api.devices; "
+        "import sys, dockyard_core.resources, dockyard_core.devices; "
         "print(sorted(m for m in ('kopf', 'fastapi') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)

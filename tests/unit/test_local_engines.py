@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-
 import sys
 from pathlib import Path
 
 import pytest
 
 import dockyard_ct2.config as ct2_config
-from dockyard_api.devices import DEVICES
+from dockyard_core.devices import DEVICES
 from dockyard_localcluster import engines
 from dockyard_localcluster.engines import NoLocalEngine, ctranslate2_command, llama_cpp_command
 from dockyard_operator.runtimes import DEFAULT_CATALOG, engine_args

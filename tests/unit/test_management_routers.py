@@ -12,8 +12,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from dockyard_api.app import create_app
-from dockyard_api.resources.v1alpha1 import DEPLOY_REQUEST_ANNOTATION
 from dockyard_api.settings import ApiSettings
+from dockyard_core.resources.v1alpha1 import DEPLOY_REQUEST_ANNOTATION
 from tests.support.fakekube import FakeKube, fake_kube
 
 NS = "team-a"

@@ -1,4 +1,4 @@
-"""Unit tests of api/dockyard_api/modelformats.py: which engine serves which format (docs/runtimes.md)."""
+"""Unit tests of api/dockyard_core/modelformats.py: which engine serves which format (docs/runtimes.md)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dockyard_api.modelformats import Refusal, detect_format, engine_for, main_file
+from dockyard_core.modelformats import Refusal, detect_format, engine_for, main_file
 
 
 def files(tmp_path: Path, **contents: bytes) -> dict[str, Path]:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from dockyard_api.modelstore import ModelStore, SessionMeta
+from dockyard_core.modelstore import ModelStore, SessionMeta
 from dockyard_operator.importer import Importer
 from dockyard_operator.modelimport import (
     MANIFEST,
@@ -368,11 +368,11 @@ def test_the_files_of_models_deleted_while_the_operator_was_down_go_when_it_star
     """The first collection runs at start, not one interval (10 minutes) later."""
 
     class Listing:
-        def list_cluster_custom_object(self, *args: object, **kwargs: object) -> dict[str, object]:
+        async def request(self, *args: object, **kwargs: object) -> dict[str, object]:
             return {"items": [{"metadata": {"namespace": "ns", "name": "alive"}}]}
 
     class FakeKube:
-        custom = Listing()
+        http = Listing()
 
     for rel in ("ns/alive", "ns/deleted-while-down"):
         (store.models / rel).mkdir(parents=True)

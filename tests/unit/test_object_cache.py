@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from dockyard_api.cache import Informer
-from dockyard_api.kubehttp import AsyncKube, KubeError
+from dockyard_core.kubeclient import AsyncKube, KubeError
 
 
 def model(namespace: str, name: str, phase: str | None, version: str) -> dict[str, Any]:

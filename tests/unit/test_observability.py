@@ -18,8 +18,9 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from dockyard_api import logs, metrics, requestid
+from dockyard_api import metrics
 from dockyard_api.metrics import RequestMiddleware
+from dockyard_core import logs, requestid
 from dockyard_operator import health, monitoring
 from dockyard_operator.workqueue import Outcome, WorkQueue
 

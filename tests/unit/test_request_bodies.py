@@ -18,9 +18,10 @@ import pytest
 import uvicorn
 from fastapi.testclient import TestClient
 
-from dockyard_api import apikeys, errortypes, modelstore
 from dockyard_api.app import create_app
 from dockyard_api.settings import ApiSettings
+from dockyard_core import apikeys, modelstore
+from dockyard_core import errors as errortypes
 from tests.support.fakekube import FakeKube, fake_kube
 from tests.support.runners import free_port, wait_http_ok
 
@@ -148,14 +149,16 @@ def test_every_error_the_facade_answers_is_a_dockyard_error() -> None:
     """One base: every exception class that carries an HTTP status (the model store's included) is a
     DockyardError, answered by the one handler (no twin base class to translate from)."""
     import dockyard_api
+    import dockyard_core
 
     answered = []
-    for info in pkgutil.walk_packages(dockyard_api.__path__, "dockyard_api."):
-        if ".migrations" in info.name:  # Alembic's scripts run inside Alembic, they are not modules to import
-            continue
-        module = importlib.import_module(info.name)
-        for _, cls in inspect.getmembers(module, inspect.isclass):
-            if issubclass(cls, Exception) and isinstance(getattr(cls, "status_code", None), int):
-                answered.append(cls)
+    for package in (dockyard_core, dockyard_api):
+        for info in pkgutil.walk_packages(package.__path__, f"{package.__name__}."):
+            if ".migrations" in info.name:  # Alembic's scripts run inside Alembic, they are not modules to import
+                continue
+            module = importlib.import_module(info.name)
+            for _, cls in inspect.getmembers(module, inspect.isclass):
+                if issubclass(cls, Exception) and isinstance(getattr(cls, "status_code", None), int):
+                    answered.append(cls)
     assert modelstore.ChunkConflict in answered
     assert [c for c in answered if not issubclass(c, errortypes.DockyardError)] == []

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 import yaml
 
-from dockyard_api.crdgen import kind_name, openapi_schema
-from dockyard_api.resources.base import KubeObject
-from dockyard_api.resources.v1alpha1 import API_VERSION, KINDS
+from dockyard_core.crdgen import kind_name, openapi_schema
+from dockyard_core.resources.base import KubeObject
+from dockyard_core.resources.v1alpha1 import API_VERSION, KINDS
 from tests.unit.crd_validator import CrdValidator, admit
 
 EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "docs" / "examples"

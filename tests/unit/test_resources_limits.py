@@ -10,11 +10,11 @@ import pytest
 from pydantic import ValidationError
 
 from dockyard_api.app import create_app
-from dockyard_api.crdgen import openapi_schema
-from dockyard_api.devices import DEVICE_TYPES
-from dockyard_api.resources.structural import Schema, to_structural
-from dockyard_api.resources.v1alpha1 import ModelDeployment, ModelDeploymentSpec
 from dockyard_api.schemas.public import SPEC_MODEL_DEPLOY_SAMPLE, ModelDeployBody
+from dockyard_core.crdgen import openapi_schema
+from dockyard_core.devices import DEVICE_TYPES
+from dockyard_core.resources.structural import Schema, to_structural
+from dockyard_core.resources.v1alpha1 import ModelDeployment, ModelDeploymentSpec
 from tests.limits import ABSENT, LIMITS, Limit, deploy_request, manifest, schema_at, valid_spec
 from tests.unit.crd_validator import CrdValidator
 

@@ -11,10 +11,10 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from dockyard_api.crdgen import kind_name, openapi_schema
-from dockyard_api.resources.base import DockyardModel, KubeObject
-from dockyard_api.resources.cel import Rule
-from dockyard_api.resources.v1alpha1 import (
+from dockyard_core.crdgen import kind_name, openapi_schema
+from dockyard_core.resources.base import DockyardModel, KubeObject
+from dockyard_core.resources.cel import Rule
+from dockyard_core.resources.v1alpha1 import (
     KINDS,
     App,
     AppVersion,

@@ -16,10 +16,10 @@ import pytest
 
 from dockyard_api import metrics
 from dockyard_api.auth import EnvironmentCaller
-from dockyard_api.errors import DockyardError, NotFoundError
-from dockyard_api.kubehttp import AsyncKube, KubeError
 from dockyard_api.runtime.service import Runtime, RuntimeSettings
 from dockyard_api.store import ConversationStore
+from dockyard_core.errors import DockyardError, NotFoundError
+from dockyard_core.kubeclient import AsyncKube, KubeError
 from tests.support.scripted_model import Reply, ScriptedModel, scripted_model
 
 NS = "team"

@@ -11,8 +11,8 @@ import pytest
 from pydantic import ValidationError
 
 import dockyard_ct2.config as ct2_config
-from dockyard_api.devices import DEVICE_TYPES, DEVICES
-from dockyard_api.resources.v1alpha1 import HyperParameters
+from dockyard_core.devices import DEVICE_TYPES, DEVICES
+from dockyard_core.resources.v1alpha1 import HyperParameters
 from dockyard_operator.runtimes import (
     DEFAULT_CATALOG,
     InvalidRuntimeChoice,

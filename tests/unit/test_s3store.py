@@ -19,13 +19,13 @@ from fastapi import Header
 from fastapi.testclient import TestClient
 from minio import Minio
 
-from dockyard_api import downloadtokens
 from dockyard_api.app import create_app
 from dockyard_api.auth import EnvironmentCaller, public_caller
-from dockyard_api.modelstore import ChunkConflict, EmptyChunk, SessionGone, SessionMeta, SizeExceeded
-from dockyard_api.s3store import S3Config, S3ModelStore, StorageUnavailable
 from dockyard_api.settings import ApiSettings
 from dockyard_api.storage_initializer import Initializer
+from dockyard_core import downloadtokens
+from dockyard_core.modelstore import ChunkConflict, EmptyChunk, SessionGone, SessionMeta, SizeExceeded
+from dockyard_core.s3store import S3Config, S3ModelStore, StorageUnavailable
 from tests.support.minio import MinioServer
 from tests.support.modelfiles import import_model
 from tests.support.runners import free_port, run_facade
@@ -68,7 +68,7 @@ def meta(session_id: str | None = None, file_size: int = 100, total_chunks: int 
 
 def put(store: S3ModelStore, m: SessionMeta, number: int, data: bytes) -> bool:
     writer = store.writer(m, 1 << 20)
-    writer.write(data)
+    writer.write_all([memoryview(data)])
     return store.publish(m, number, writer.finish())
 
 

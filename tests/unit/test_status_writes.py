@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from dockyard_api.resources.v1alpha1 import DockJob
+from dockyard_core.resources.v1alpha1 import DockJob
 from dockyard_operator.reconcile import _in_flight
 
 

@@ -16,9 +16,9 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import select
 
-from dockyard_api.errors import ConflictError, DatabaseUnavailableError, InvalidError, NotFoundError, RateLimitedError
 from dockyard_api.store import ConversationStore, RateLimits, Turn, default_url, migrate
 from dockyard_api.store.schema import metadata, sessions
+from dockyard_core.errors import ConflictError, DatabaseUnavailableError, InvalidError, NotFoundError, RateLimitedError
 
 T = TypeVar("T")
 WHERE = {"namespace": "shop", "environment": "bot-production"}
@@ -383,7 +383,7 @@ def test_no_limits_cost_nothing(tmp_path: Path) -> None:
 
 
 def test_rate_limits_read_the_environment_spec_model() -> None:
-    from dockyard_api.resources.v1alpha1 import Environment
+    from dockyard_core.resources.v1alpha1 import Environment
 
     env = Environment.model_validate(
         {"metadata": {"name": "e"}, "spec": {"appRef": "bot", "rateLimits": {"requestsPerMinute": 5}}}

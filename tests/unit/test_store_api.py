@@ -16,12 +16,13 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from dockyard_api.auth import authenticator, kube_user
-from dockyard_api.errors import DatabaseUnavailableError, ForbiddenError, RateLimitedError, install_error_handlers
-from dockyard_api.kubehttp import KubeError, User
-from dockyard_api.resources.v1alpha1 import Environment, UsageSummary
+from dockyard_api.errors import install_error_handlers
 from dockyard_api.routers import usage
 from dockyard_api.store import ConversationStore
 from dockyard_api.store.summary import write_summaries
+from dockyard_core.errors import DatabaseUnavailableError, ForbiddenError, RateLimitedError
+from dockyard_core.kubeclient import KubeError, User
+from dockyard_core.resources.v1alpha1 import Environment, UsageSummary
 from dockyard_operator import environments as envs
 
 ROOT = Path(__file__).resolve().parents[2]

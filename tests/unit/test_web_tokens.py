@@ -8,11 +8,11 @@ import time
 
 import pytest
 
-from dockyard_api.errors import RateLimitedError
-from dockyard_api.resources.v1alpha1.environment import Access, EnvironmentSpec, WidgetSettings
 from dockyard_api.web import tokens
 from dockyard_api.web.routes import LOADER
 from dockyard_api.web.service import BrowserConfig, WindowLimiter, same_origin
+from dockyard_core.errors import RateLimitedError
+from dockyard_core.resources.v1alpha1.environment import Access, EnvironmentSpec, WidgetSettings
 from dockyard_operator import environments as envs
 
 KEY = tokens.derive(b"k" * 32, "team", "bot-prod")

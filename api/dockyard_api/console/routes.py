@@ -24,14 +24,12 @@ from dockyard_api import __version__
 from dockyard_api.auth import Authenticator, NamespaceParam
 from dockyard_api.console import session as sess
 from dockyard_api.console import views
-from dockyard_api.errors import DockyardError, UnauthenticatedError, from_kube
-from dockyard_api.kubehttp import AsyncKube, KubeError, User
+from dockyard_api.deps import AppName, EnvName, VersionParam
 from dockyard_api.routers import apps as apps_api
 from dockyard_api.routers import catalog as catalog_api
 from dockyard_api.routers import environments as env_api
 from dockyard_api.routers import usage as usage_api
-from dockyard_api.routers.apps import AppName, VersionParam
-from dockyard_api.routers.environments import EnvName, KeyId
+from dockyard_api.routers.environments import KeyId
 from dockyard_api.schemas.management import (
     Deploy,
     DraftUpdate,
@@ -41,6 +39,8 @@ from dockyard_api.schemas.management import (
     Rollback,
     VersionCreate,
 )
+from dockyard_core.errors import DockyardError, UnauthenticatedError, from_kube
+from dockyard_core.kubeclient import AsyncKube, KubeError, User
 
 PREFIX = "/console"
 STATIC = resources.files("dockyard_api.console") / "static"

@@ -8,32 +8,24 @@ same answers; this router passes the API server's message through.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends, Path, Request, status
+from fastapi import APIRouter, status
 
 from dockyard_api.auth import Auth, KubeUser, NamespaceParam
-from dockyard_api.errors import InvalidError, NotFoundError
+from dockyard_api.deps import AppName, Kube, VersionParam
 from dockyard_api.events import record_event
-from dockyard_api.kubehttp import AsyncKube, KubeError
-from dockyard_api.resources.v1alpha1 import API_VERSION, RESTORED_FROM_ANNOTATION, AppVersion
 from dockyard_api.schemas.management import AppCreate, DraftUpdate, Restore, VersionCreate
+from dockyard_core.errors import InvalidError, NotFoundError
+from dockyard_core.kubeclient import AsyncKube, KubeError
+from dockyard_core.resources.v1alpha1 import API_VERSION, RESTORED_FROM_ANNOTATION, AppVersion
+from dockyard_core.resources.v1alpha1.common import semver_key
 
 router = APIRouter(prefix="/api/v1/namespaces/{namespace}", tags=["apps and versions"])
 
-AppName = Annotated[str, Path(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
-VersionParam = Annotated[str, Path(pattern=r"^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$", max_length=32)]
 CONTENT_FIELDS = ("agents", "toolVersions", "mcpServers")
 """What a restore copies into the draft: all of its configuration (the app's own name and description
 stay; a version's description describes the version)."""
-
-
-async def get_kube(request: Request) -> AsyncKube:  # async: no thread-pool hop per request
-    kube: AsyncKube = request.app.state.kube
-    return kube
-
-
-Kube = Annotated[AsyncKube, Depends(get_kube)]
 
 
 def app_view(obj: dict[str, Any]) -> dict[str, Any]:
@@ -182,7 +174,7 @@ async def list_versions(namespace: NamespaceParam, app: AppName, user: KubeUser,
     found = await kube.request(
         "GET", kube.custom_path(namespace, "appversions"), params={"fieldSelector": f"spec.appRef={app}"}, as_user=user
     )
-    items = sorted((version_view(o) for o in found.get("items", [])), key=lambda v: _semver(v["version"]))
+    items = sorted((version_view(o) for o in found.get("items", [])), key=lambda v: semver_key(v["version"]))
     return {"items": items}
 
 
@@ -217,7 +209,3 @@ async def _version(kube: AsyncKube, user: KubeUser, namespace: str, app: str, ve
             raise NotFoundError(f"app {app!r} has no version {version}", {"app": app, "version": version}) from exc
         raise
     return found
-
-
-def _semver(version: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in version.split("."))

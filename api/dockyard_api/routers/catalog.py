@@ -10,16 +10,16 @@ from typing import Any
 from fastapi import APIRouter
 
 from dockyard_api.auth import KubeUser, NamespaceParam
-from dockyard_api.routers.apps import AppName, Kube, _semver
+from dockyard_api.deps import AppName, Kube
+from dockyard_core import jobs
+from dockyard_core.resources.v1alpha1.common import semver_key as _semver
 
 router = APIRouter(prefix="/api/v1/namespaces/{namespace}", tags=["catalog"])
 
 
-def _job(obj: dict[str, Any]) -> dict[str, Any] | None:
-    job = (obj.get("status") or {}).get("job")
-    if not job:
-        return None
-    return {k: job.get(k) for k in ("dockStatusId", "jobType", "action", "status", "reason", "message")}
+def _job(obj: dict[str, Any], id_key: str) -> dict[str, Any] | None:
+    """The object's current job as the one job record (dockyard_core.jobs), None before its first."""
+    return jobs.record(obj, id_key) if jobs.current_job(obj) else None
 
 
 def _ready(obj: dict[str, Any]) -> dict[str, Any] | None:
@@ -55,7 +55,7 @@ def model_view(obj: dict[str, Any]) -> dict[str, Any]:
         "phase": st.get("phase"),
         "format": storage.get("format"),
         "sizeBytes": storage.get("sizeBytes") or (source.get("upload") or {}).get("fileSize"),
-        "job": _job(obj),
+        "job": _job(obj, "modelId"),
         "ready": _ready(obj),
     }
 
@@ -68,7 +68,7 @@ def model_deployment_view(obj: dict[str, Any]) -> dict[str, Any]:
         "deviceType": spec.get("deviceType"),
         "replicas": st.get("replicas"),
         "readyReplicas": st.get("readyReplicas"),
-        "job": _job(obj),
+        "job": _job(obj, "modelId"),
         "ready": _ready(obj),
     }
 
@@ -83,7 +83,7 @@ def tool_deployment_view(obj: dict[str, Any]) -> dict[str, Any]:
         "deviceType": spec.get("deviceType"),
         "replicas": st.get("replicas"),
         "readyReplicas": st.get("readyReplicas"),
-        "job": _job(obj),
+        "job": _job(obj, "toolId"),
         "ready": _ready(obj),
     }
 

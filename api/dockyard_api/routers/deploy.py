@@ -24,24 +24,9 @@ import orjson
 from fastapi import APIRouter, Body, Path, Query, Request
 from fastapi.responses import Response
 
-from dockyard_api import apikeys, metrics, requestid
+from dockyard_api import metrics
 from dockyard_api.auth import EnvironmentCaller, PublicCaller
 from dockyard_api.cache import Informer
-from dockyard_api.errors import ConflictError, InvalidRequestError, NotFoundError
-from dockyard_api.kubehttp import AsyncKube, KubeError
-from dockyard_api.modelformats import Refusal, engine_for
-from dockyard_api.resources.v1alpha1 import (
-    API_VERSION,
-    APP_LABEL,
-    DOCK_STATUS_ID_LABEL,
-    ModelDeploymentSpec,
-    ModelType,
-    OptimizationInfo,
-    ScalingParameters,
-)
-from dockyard_api.resources.v1alpha1.common import DNS_SUBDOMAIN_PATTERN
-from dockyard_api.resources.v1alpha1.tool import tool_deployment_name
-from dockyard_api.routers.dock_status import job_record, pending_record
 from dockyard_api.schemas.public import (
     MODEL_DEPLOY_EXAMPLES,
     MODEL_DEPLOY_RESPONSE_EXAMPLES,
@@ -53,6 +38,19 @@ from dockyard_api.schemas.public import (
     job_responses,
 )
 from dockyard_api.settings import ApiSettings
+from dockyard_core import apikeys, jobs, requestid
+from dockyard_core.errors import ConflictError, InvalidRequestError, NotFoundError
+from dockyard_core.kubeclient import AsyncKube, KubeError
+from dockyard_core.modelformats import Refusal, engine_for
+from dockyard_core.resources.v1alpha1 import (
+    API_VERSION,
+    APP_LABEL,
+    DOCK_STATUS_ID_LABEL,
+    ModelType,
+    OptimizationInfo,
+)
+from dockyard_core.resources.v1alpha1.common import DNS_SUBDOMAIN_PATTERN
+from dockyard_core.resources.v1alpha1.tool import tool_deployment_name
 
 router = APIRouter(prefix="/api/public", tags=["deploy"])
 
@@ -143,16 +141,7 @@ async def deploy_model(
     namespace = caller.namespace
     model = await _check_model(request, namespace, model_id, model_type)
     _check_runtime(model, body.optimization_info)
-    spec = ModelDeploymentSpec(
-        model_ref=model_id,
-        model_type=model_type,
-        name=body.name,
-        is_deployed_previously=body.is_deployed_previously,
-        hyper_parameters=body.hyper_parameters,
-        scaling_parameters=body.scaling_parameters or ScalingParameters(),
-        device_type=body.device_type,
-        optimization_info=body.optimization_info,
-    )
+    spec = body.to_spec(model_id, model_type)
     job_id = str(uuid.uuid4())
     metadata: dict[str, Any] = {
         "labels": {DOCK_STATUS_ID_LABEL: job_id},
@@ -169,7 +158,7 @@ async def deploy_model(
         }
         try:
             created = await kube.request("POST", collection, json=manifest)
-            return _json_response(pending_record(created, "modelId", job_id, PENDING_MESSAGE))
+            return _json_response(jobs.pending(created, "modelId", job_id, PENDING_MESSAGE))
         except KubeError as exc:
             if exc.status != 409:
                 raise
@@ -207,7 +196,7 @@ async def deploy_model(
         if exc.status == 404:
             raise ConflictError(f"model deployment {body.name!r} was deleted meanwhile; retry") from exc
         raise
-    return _json_response(pending_record(patched, "modelId", job_id, PENDING_MESSAGE))
+    return _json_response(jobs.pending(patched, "modelId", job_id, PENDING_MESSAGE))
 
 
 async def _owner(kube: AsyncKube, caller: EnvironmentCaller) -> dict[str, Any]:
@@ -318,7 +307,7 @@ async def deploy_tool(
             f"tool deployment {name!r} deploys {obj['spec'].get('toolRef')!r}, not {tool_id!r}", {"name": name}
         )
     if body.is_async:
-        return _json_response(pending_record(obj, "toolId", job_id, PENDING_MESSAGE))
+        return _json_response(jobs.pending(obj, "toolId", job_id, PENDING_MESSAGE))
     settings: ApiSettings = request.app.state.settings
     return _json_response(await _wait_for_job(kube, obj, job_id, settings))
 
@@ -379,20 +368,20 @@ async def _wait_for_job(kube: AsyncKube, obj: dict[str, Any], job_id: str, setti
         started = job.get("dockStatusId") == job_id
         superseded = (obj["metadata"].get("labels") or {}).get(DOCK_STATUS_ID_LABEL) != job_id and not started
         if superseded:
-            return pending_record(
+            return jobs.pending(
                 obj, "toolId", job_id, "a newer deployment of this tool replaced this job before it started"
             )
         if started and job.get("status") in ("SUCCESS", "FAILED"):
-            return job_record(obj, "toolId")
+            return jobs.record(obj, "toolId")
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             waited = f"still IN_PROGRESS after {settings.sync_deploy_timeout_seconds:g}s (the synchronous bound)"
             hint = "poll GET {base_url}/api/public/dock-status/{dockStatusId}"
             if started:
-                record = job_record(obj, "toolId")
+                record = jobs.record(obj, "toolId")
                 record["message"] = f"{waited}: {job.get('message', '')}; {hint}"
                 return record
-            return pending_record(obj, "toolId", job_id, f"{waited}: the operator has not started the job; {hint}")
+            return jobs.pending(obj, "toolId", job_id, f"{waited}: the operator has not started the job; {hint}")
         await asyncio.sleep(min(settings.sync_deploy_poll_seconds, remaining))
         try:
             obj = await kube.request("GET", path)

@@ -10,13 +10,14 @@ import asyncio
 import re
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Request
+from fastapi import APIRouter, Path
 
 from dockyard_api.auth import PublicCaller
-from dockyard_api.errors import NotFoundError
-from dockyard_api.kubehttp import AsyncKube
-from dockyard_api.resources.v1alpha1 import DOCK_STATUS_ID_LABEL
+from dockyard_api.deps import Kube
 from dockyard_api.schemas.public import error_responses, job_responses
+from dockyard_core import jobs
+from dockyard_core.errors import NotFoundError
+from dockyard_core.resources.v1alpha1 import DOCK_STATUS_ID_LABEL
 
 router = APIRouter(prefix="/api/public", tags=["dock status"])
 
@@ -35,49 +36,6 @@ EXAMPLE = {
 }
 
 
-def job_record(obj: dict[str, Any], id_key: str) -> dict[str, Any]:
-    """The SPEC job record of an object's current job, with both key spellings, reason and message."""
-    job = (obj.get("status") or {}).get("job") or {}
-    meta = obj["metadata"]
-    target = meta["name"]
-    if id_key == "toolId":
-        target = (obj.get("spec") or {}).get("toolRef", target)
-    elif obj.get("kind") == "ModelDeployment":
-        target = (obj.get("spec") or {}).get("modelRef", target)
-    record = {
-        "dockStatusId": job.get("dockStatusId") or meta.get("labels", {}).get(DOCK_STATUS_ID_LABEL),
-        "dock-statusId": job.get("dockStatusId") or meta.get("labels", {}).get(DOCK_STATUS_ID_LABEL),
-        id_key: target,
-        "jobType": job.get("jobType") or ("TOOLS" if id_key == "toolId" else "MODELS"),
-        "action": job.get("action") or ("EXPORT" if obj.get("kind") == "Model" else "DEPLOY"),
-        "status": job.get("status") or "IN_PROGRESS",
-        "reason": job.get("reason", ""),
-        "message": job.get("message", ""),
-        "startTime": job.get("startTime"),
-        "completionTime": job.get("completionTime"),
-    }
-    if obj.get("kind") in ("ModelDeployment", "ToolDeployment"):
-        record["deploymentName"] = meta["name"]
-    return record
-
-
-def pending_record(obj: dict[str, Any], id_key: str, dock_status_id: str, message: str) -> dict[str, Any]:
-    """The job record of a job the facade has just requested on ``obj`` and the operator not yet started."""
-    record = job_record(obj, id_key)
-    record.update(
-        {
-            "dockStatusId": dock_status_id,
-            "dock-statusId": dock_status_id,
-            "status": "IN_PROGRESS",
-            "reason": "Pending",
-            "message": message,
-            "startTime": None,
-            "completionTime": None,
-        }
-    )
-    return record
-
-
 @router.get(
     "/dock-status/{dock_status_id}",
     summary="Get Dock Status: the job record of an import or deployment",
@@ -91,20 +49,19 @@ def pending_record(obj: dict[str, Any], id_key: str, dock_status_id: str, messag
     },
 )
 async def dock_status(
-    dock_status_id: Annotated[str, Path(min_length=1, max_length=128)], caller: PublicCaller, request: Request
+    dock_status_id: Annotated[str, Path(min_length=1, max_length=128)], caller: PublicCaller, kube: Kube
 ) -> dict[str, Any]:
     if not _LABEL_VALUE.match(dock_status_id):
         raise NotFoundError(f"no job {dock_status_id!r}")
-    kube: AsyncKube = request.app.state.kube
     selector = {"labelSelector": f"{DOCK_STATUS_ID_LABEL}={dock_status_id}"}
     found = await asyncio.gather(
         *(kube.request("GET", kube.custom_path(caller.namespace, plural), params=selector) for plural, _ in KINDS)
     )
     for (_, id_key), listing in zip(KINDS, found, strict=True):
         for obj in listing.get("items", []):
-            record = job_record(obj, id_key)
+            record = jobs.record(obj, id_key)
             if record["dockStatusId"] != dock_status_id:
                 # the facade labelled the object with the new job; the operator has not started it yet
-                record = pending_record(obj, id_key, dock_status_id, "the operator has not picked the job up yet")
+                record = jobs.pending(obj, id_key, dock_status_id, "the operator has not picked the job up yet")
             return record
     raise NotFoundError(f"no job {dock_status_id!r} in this environment", {"dockStatusId": dock_status_id})

@@ -3,7 +3,7 @@
 ``GET /api/models/{namespace}/{modelId}/manifest`` lists the model's files with size and SHA-256;
 ``GET /api/models/{namespace}/{modelId}/files/{path}`` serves one of them, with HTTP ``Range`` requests
 (206 + ``Content-Range``; 416 past the end) so that a download resumes where it stopped. Both need
-``Authorization: Bearer <download token>`` (see :mod:`dockyard_api.downloadtokens`): a short-lived token
+``Authorization: Bearer <download token>`` (see :mod:`dockyard_core.downloadtokens`): a short-lived token
 for exactly that namespace and model, which the operator mints into the pod's Secret. The bytes come from
 the model store's backend (a file, or ranged GETs of an S3 object), streamed, never held whole.
 """
@@ -17,9 +17,10 @@ from fastapi import APIRouter, Header, Path, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.concurrency import iterate_in_threadpool
 
-from dockyard_api import downloadtokens
-from dockyard_api.errors import DockyardError, NotFoundError, UnauthenticatedError, error_body
-from dockyard_api.modelstore import ModelManifest, ModelStore, parse_range
+from dockyard_api.errors import error_body
+from dockyard_core import downloadtokens
+from dockyard_core.errors import DockyardError, NotFoundError, UnauthenticatedError
+from dockyard_core.modelstore import ModelManifest, ModelStore, parse_range
 
 router = APIRouter(prefix="/api/models", tags=["model downloads"])
 

@@ -15,18 +15,17 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Response, status
 
-from dockyard_api import apikeys, audit, requestid
 from dockyard_api.auth import Auth, KubeUser, NamespaceParam
-from dockyard_api.errors import ConflictError, InvalidError, NotFoundError
+from dockyard_api.deps import AppName, EnvName, Kube
 from dockyard_api.events import record_event
-from dockyard_api.kubehttp import AsyncKube, KubeError, User
-from dockyard_api.resources.v1alpha1 import API_KEY_LABEL, API_VERSION, DEPLOY_REQUEST_ANNOTATION, ENVIRONMENT_LABEL
-from dockyard_api.routers.apps import AppName, Kube
 from dockyard_api.schemas.management import Deploy, EnvironmentCreate, KeyCreate, KeyView, NewKeyView, Rollback
+from dockyard_core import apikeys, audit, requestid
+from dockyard_core.errors import ConflictError, InvalidError, NotFoundError
+from dockyard_core.kubeclient import AsyncKube, KubeError, User
+from dockyard_core.resources.v1alpha1 import API_KEY_LABEL, API_VERSION, DEPLOY_REQUEST_ANNOTATION, ENVIRONMENT_LABEL
 
 router = APIRouter(prefix="/api/v1/namespaces/{namespace}", tags=["environments and API keys"])
 
-EnvName = Annotated[str, Path(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")]
 KeyId = Annotated[str, Path(pattern=r"^[a-z0-9]{12}$")]
 KEYS_CHANGED_ANNOTATION = "dockyard.dev/api-keys-changed-at"
 

@@ -17,10 +17,10 @@ from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
 
 from dockyard_api.auth import AppCaller
-from dockyard_api.errors import DatabaseUnavailableError
 from dockyard_api.runtime.service import Runtime, Store
 from dockyard_api.schemas.public import ERROR_MEANINGS, ErrorBody
 from dockyard_api.settings import ApiSettings
+from dockyard_core.errors import DatabaseUnavailableError
 
 router = APIRouter(tags=["deployed apps"])
 

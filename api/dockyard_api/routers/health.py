@@ -2,26 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+import asyncio
+from typing import Any
 
-import anyio
-from fastapi import APIRouter, Depends, Request
-from kubernetes import client
+from fastapi import APIRouter
 
-from dockyard_api.errors import NotReadyError
-from dockyard_api.settings import ApiSettings
+from dockyard_api.deps import Kube, Settings
+from dockyard_core.errors import NotReadyError
 
 router = APIRouter(tags=["health"])
-
-
-def get_api_client(request: Request) -> client.ApiClient:
-    api: client.ApiClient = request.app.state.api_client
-    return api
-
-
-def get_settings(request: Request) -> ApiSettings:
-    settings: ApiSettings = request.app.state.settings
-    return settings
 
 
 @router.get("/healthz", summary="Liveness: the process serves requests")
@@ -30,16 +19,10 @@ async def healthz() -> dict[str, str]:
 
 
 @router.get("/readyz", summary="Readiness: the Kubernetes API server answers")
-async def readyz(
-    api: Annotated[client.ApiClient, Depends(get_api_client)],
-    settings: Annotated[ApiSettings, Depends(get_settings)],
-) -> dict[str, Any]:
-    def probe() -> str:
-        info = client.VersionApi(api).get_code(_request_timeout=settings.readiness_timeout_seconds)
-        return str(info.git_version)
-
+async def readyz(kube: Kube, settings: Settings) -> dict[str, Any]:
     try:
-        version = await anyio.to_thread.run_sync(probe)
+        info = await asyncio.wait_for(kube.request("GET", "/version"), settings.readiness_timeout_seconds)
+        version = str(info.get("gitVersion"))
     except Exception as exc:  # any failure to reach the API server means "not ready"
         raise NotReadyError("the Kubernetes API server is not reachable", details=str(exc)) from exc
     return {"status": "ok", "kubernetes": version}

@@ -15,9 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_
 
 from dockyard_api import metrics
 from dockyard_api.auth import PublicCaller
-from dockyard_api.chunkupload import ChunkUpload
 from dockyard_api.imports import ImportService, StartRequest
-from dockyard_api.modelstore import ChunkWriter, parse_chunk_number
 from dockyard_api.schemas.public import error_responses, ok_responses
 
 router = APIRouter(prefix="/api/public/files/session", tags=["model import"])
@@ -180,21 +178,10 @@ async def start(body: StartBody, caller: PublicCaller, request: Request) -> Any:
     },
 )
 async def upload_chunk(sessionId: SessionId, caller: PublicCaller, request: Request) -> Any:
-    svc = service(request)
-    meta = await blocking(svc.open_session, caller.namespace, caller.environment, sessionId)
-    fsync = svc.settings.fsync_chunks
-
-    def open_writer() -> ChunkWriter:
-        return svc.store.writer(meta, svc.settings.max_chunk_bytes, fsync=fsync)
-
-    def check_number(raw: str) -> int:
-        return parse_chunk_number(raw, meta.total_chunks)
-
-    number, chunk = await ChunkUpload(open_writer, check_number).read(
-        request.headers.get("content-type"), request.stream()
+    number, size, new = await service(request).receive_chunk(
+        caller.namespace, caller.environment, sessionId, request.headers.get("content-type"), request.stream()
     )
-    size = chunk.size
-    if await blocking(svc.store.publish, meta, number, chunk):
+    if new:
         metrics.upload_chunk(size)
     return {"chunkNumber": number, "sessionId": sessionId}
 

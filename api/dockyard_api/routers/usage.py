@@ -14,9 +14,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 
 from dockyard_api.auth import Auth, KubeUser, NamespaceParam
-from dockyard_api.errors import DatabaseUnavailableError, InvalidError
-from dockyard_api.routers.environments import EnvName
+from dockyard_api.deps import EnvName
 from dockyard_api.store import ConversationStore
+from dockyard_core.errors import DatabaseUnavailableError, InvalidError
 
 router = APIRouter(prefix="/api/v1/namespaces/{namespace}", tags=["environments and API keys"])
 

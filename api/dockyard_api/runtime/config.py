@@ -17,14 +17,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from dockyard_api.cache import Informer
-from dockyard_api.errors import NotFoundError
-from dockyard_api.kubehttp import AsyncKube, KubeError
-from dockyard_api.resources.v1alpha1.tool import tool_deployment_name
 from dockyard_api.runtime.agent import AgentSpec, ModelTarget
 from dockyard_api.runtime.endpoints import EndpointResolver
 from dockyard_api.runtime.errors import AppNotRunnableError, ModelUnavailableError
 from dockyard_api.runtime.model import ModelClient
 from dockyard_api.runtime.tools import Limits, McpClient, McpServerRef, Toolbox, http_function
+from dockyard_core.errors import NotFoundError
+from dockyard_core.kubeclient import AsyncKube, KubeError
+from dockyard_core.resources.v1alpha1.tool import tool_deployment_name
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dockyard_api.errors import DockyardError
+from dockyard_core.errors import DockyardError
 
 
 class ModelUnavailableError(DockyardError):

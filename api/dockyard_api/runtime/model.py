@@ -2,7 +2,7 @@
 server all serve ``POST <base>/v1/chat/completions``).
 
 One pooled aiohttp session for every model call of the facade (aiohttp's pool costs the same per request
-however many connections are open; see :mod:`dockyard_api.kubehttp`). Answers are parsed strictly: an
+however many connections are open; see :mod:`dockyard_core.kubeclient`). Answers are parsed strictly: an
 engine that is down is a 503, one that answers an error status or something that is not a chat
 completion is a 502 naming what was wrong, and the caller's deadline bounds every call (504).
 """

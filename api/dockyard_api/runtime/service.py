@@ -20,16 +20,16 @@ from typing import Any, Protocol
 from dockyard_api import metrics
 from dockyard_api.auth import EnvironmentCaller
 from dockyard_api.cache import Informer
-from dockyard_api.errors import DockyardError, NotFoundError, RateLimitedError, from_kube
-from dockyard_api.kubehttp import AsyncKube, KubeError
-from dockyard_api.resources import GROUP
-from dockyard_api.resources.v1alpha1 import VERSION
 from dockyard_api.runtime.agent import AgentRunner, Emit, TurnResult
 from dockyard_api.runtime.config import AppContent, Catalog, EnvironmentView, TurnWorld
 from dockyard_api.runtime.endpoints import MODEL_DEPLOYMENT_LABEL, EndpointMode, EndpointResolver
 from dockyard_api.runtime.errors import AppNotRunnableError, ModelTimeoutError
 from dockyard_api.runtime.model import ModelClient, Usage
 from dockyard_api.runtime.tools import Limits, McpClient
+from dockyard_core.errors import DockyardError, NotFoundError, RateLimitedError, from_kube
+from dockyard_core.kubeclient import AsyncKube, KubeError
+from dockyard_core.resources import GROUP
+from dockyard_core.resources.v1alpha1 import VERSION
 
 log = logging.getLogger(__name__)
 

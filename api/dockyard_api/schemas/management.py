@@ -11,8 +11,8 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from dockyard_api.resources.v1alpha1 import Agent, McpServer, ToolVersionRef
-from dockyard_api.resources.v1alpha1.common import Description, DisplayName, DnsLabel, SemVer
+from dockyard_core.resources.v1alpha1 import Agent, McpServer, ToolVersionRef
+from dockyard_core.resources.v1alpha1.common import Description, DisplayName, DnsLabel, SemVer
 
 
 class Body(BaseModel):

@@ -13,9 +13,14 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, WithJsonSchema
 
-from dockyard_api.resources.base import DockyardModel
-from dockyard_api.resources.v1alpha1 import HyperParameters, OptimizationInfo, ScalingParameters
-from dockyard_api.resources.v1alpha1.common import DNS_LABEL_PATTERN, DeviceType
+from dockyard_core.resources.base import DockyardModel
+from dockyard_core.resources.v1alpha1 import (
+    HyperParameters,
+    ModelDeploymentSpec,
+    OptimizationInfo,
+    ScalingParameters,
+)
+from dockyard_core.resources.v1alpha1.common import DNS_LABEL_PATTERN, DeviceType, ModelType
 
 _DNS_LABEL = re.compile(DNS_LABEL_PATTERN)
 NAME_RULE = (
@@ -164,8 +169,10 @@ TOOL_DEPLOY_RESPONSE_EXAMPLES: dict[str, dict[str, Any]] = {
 class ModelDeployBody(DockyardModel):
     """Body of POST {base_url}/api/public/models/{modelId}/deploy (SPEC.md §4).
 
-    Every member keeps the ModelDeployment resource's type, so the limits are the CRD's. Unknown
-    fields are refused (a misspelt ``maxtokens`` is an error, not a silent default).
+    Every member is a field of :class:`ModelDeploymentSpec` with the resource's type, so the limits are
+    the CRD's (tests/unit/test_public_openapi.py keeps it so; ``name`` is stricter: it names the object,
+    and ``scalingParameters`` may be absent); :meth:`to_spec` carries them over by name. Unknown fields
+    are refused (a misspelt ``maxtokens`` is an error, not a silent default).
     """
 
     name: DeploymentName
@@ -182,6 +189,13 @@ class ModelDeployBody(DockyardModel):
     """GPU instance type the model runs on."""
     optimization_info: OptimizationInfo | None = None
     """Serving runtime and quantization; empty strings or absent: the runtime catalog's defaults."""
+
+    def to_spec(self, model_ref: str, model_type: ModelType) -> ModelDeploymentSpec:
+        """The ModelDeployment's spec for this body: every member by name (an absent member keeps the
+        spec's default)."""
+        given = {name: getattr(self, name) for name in type(self).model_fields}
+        fields = {name: value for name, value in given.items() if value is not None}
+        return ModelDeploymentSpec(model_ref=model_ref, model_type=model_type, **fields)
 
 
 class ToolDeployBody(DockyardModel):

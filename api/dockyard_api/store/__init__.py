@@ -6,7 +6,6 @@ PostgreSQL when ``DOCKYARD_API_DATABASE_URL`` is set (any number of replicas). A
 (``migrations/``) run at start.
 """
 
-from dockyard_api.errors import DatabaseUnavailableError, RateLimitedError
 from dockyard_api.store.store import (
     ConversationStore,
     Counters,
@@ -16,6 +15,7 @@ from dockyard_api.store.store import (
     UsageReport,
     default_url,
 )
+from dockyard_core.errors import DatabaseUnavailableError, RateLimitedError
 
 __all__ = [
     "ConversationStore",

@@ -43,7 +43,9 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from dockyard_api.errors import (
+from dockyard_api.store import migrate
+from dockyard_api.store.schema import instances, messages, rate_windows, sessions, usage_daily
+from dockyard_core.errors import (
     ConflictError,
     DatabaseUnavailableError,
     DockyardError,
@@ -51,8 +53,6 @@ from dockyard_api.errors import (
     NotFoundError,
     RateLimitedError,
 )
-from dockyard_api.store import migrate
-from dockyard_api.store.schema import instances, messages, rate_windows, sessions, usage_daily
 
 log = logging.getLogger("dockyard.store")
 T = TypeVar("T")

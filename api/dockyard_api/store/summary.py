@@ -15,9 +15,9 @@ import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from dockyard_api.errors import DockyardError
-from dockyard_api.kubehttp import AsyncKube, KubeError
 from dockyard_api.store.store import ConversationStore, UsageReport
+from dockyard_core.errors import DockyardError
+from dockyard_core.kubeclient import AsyncKube, KubeError
 
 log = logging.getLogger("dockyard.store.summary")
 

@@ -26,9 +26,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dockyard_api import __version__
 from dockyard_api.auth import Auth, NameParam, NamespaceParam, _bearer
-from dockyard_api.errors import ForbiddenError, NotFoundError, UnauthenticatedError, error_body
+from dockyard_api.errors import error_body
 from dockyard_api.web import tokens
 from dockyard_api.web.service import BrowserConfig, WebService, same_origin
+from dockyard_core.errors import ForbiddenError, NotFoundError, UnauthenticatedError
 
 STATIC = resources.files("dockyard_api.web") / "static"
 LOADER_MAX_AGE = 300

@@ -18,17 +18,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from dockyard_api.errors import (
-    ForbiddenError,
-    NotFoundError,
-    RateLimitedError,
-    UnauthenticatedError,
-    UpstreamError,
-)
-from dockyard_api.kubehttp import AsyncKube, KubeError
-from dockyard_api.resources.v1alpha1.environment import Access, WidgetSettings
 from dockyard_api.settings import ApiSettings
 from dockyard_api.web import tokens
+from dockyard_core.errors import ForbiddenError, NotFoundError, RateLimitedError, UnauthenticatedError, UpstreamError
+from dockyard_core.kubeclient import AsyncKube, KubeError
+from dockyard_core.resources.v1alpha1.environment import Access, WidgetSettings
 
 if TYPE_CHECKING:
     from dockyard_api.auth import EnvironmentCaller

@@ -22,9 +22,9 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from dockyard_api.errors import UpstreamError
-from dockyard_api.kubehttp import AsyncKube, KubeError
 from dockyard_api.settings import ApiSettings
+from dockyard_core.errors import UpstreamError
+from dockyard_core.kubeclient import AsyncKube, KubeError
 
 PREFIX = "dyw1"
 SECRET_NAME = "dockyard-widget-signing-key"

@@ -10,7 +10,7 @@ Layout (relative to the store root)::
                                              with its size and SHA-256 (what pods download and verify)
 
 Two backends share this interface: :class:`ModelStore` (a directory on a local or shared file system,
-the embedded default) and :class:`dockyard_api.s3store.S3ModelStore` (S3-compatible object storage,
+the embedded default) and :class:`dockyard_core.s3store.S3ModelStore` (S3-compatible object storage,
 for clusters and several facade replicas); :func:`open_store` picks one from the settings.
 
 Nothing is kept in memory: every replica sees the same sessions, chunks arrive in any order and in
@@ -21,7 +21,7 @@ a re-sent identical copy is accepted (idempotent), a different one is refused (:
 A rename would let a later copy silently replace an accepted one.
 
 This module is pure file-system logic (no FastAPI, no Kubernetes); its errors are
-:class:`~dockyard_api.errortypes.DockyardError` subclasses carrying the HTTP status and error code the
+:class:`~dockyard_core.errors.DockyardError` subclasses carrying the HTTP status and error code the
 facade answers with (one handler turns every one of them into the JSON error shape).
 """
 
@@ -40,11 +40,12 @@ import time
 import unicodedata
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from dockyard_api.errortypes import DockyardError
+from dockyard_core.clock import iso, utcnow
+from dockyard_core.errors import DockyardError
 
 SESSION_ID_RE = re.compile(r"^[0-9a-f]{32}$")
 CHUNK_NAME_RE = re.compile(r"^(0|[1-9][0-9]{0,8})$")
@@ -218,15 +219,6 @@ def parse_chunk_number(raw: str | None, total_chunks: int) -> int:
 # --- sessions ---------------------------------------------------------------------------------------
 
 
-def utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
-def iso(moment: datetime) -> str:
-    """ISO 8601 in UTC with a ``Z``, e.g. 2026-11-23T10:00:00Z."""
-    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
-
-
 @dataclass(frozen=True)
 class SessionMeta:
     """What a session is: written once at start, rewritten (atomically) when it completes."""
@@ -336,17 +328,6 @@ class ChunkWriter:
         self.size = 0
         self.fsync = fsync
 
-    def write(self, data: bytes | bytearray | memoryview) -> None:
-        """Append ``data``; past ``limit`` the partial file is deleted and :class:`ChunkTooLarge` raised."""
-        if self.size + len(data) > self.limit:
-            self.discard()
-            raise ChunkTooLarge(f"the chunk is larger than {self.limit} bytes", {"maxChunkBytes": self.limit})
-        view = memoryview(data)
-        while view:
-            written = self._file.write(view)
-            view = view[written or 0 :]
-        self._written(len(data))
-
     def _written(self, n: int) -> None:
         """Count ``n`` bytes just written, and start writing them to the disk now (without waiting): the
         fsync of :meth:`finish` then waits for the last batch only, not for the whole chunk, so the disk
@@ -357,7 +338,8 @@ class ChunkWriter:
         self.size += n
 
     def write_all(self, pieces: list[memoryview]) -> None:
-        """Append the pieces with as few system calls as possible (``writev``)."""
+        """Append the pieces with as few system calls as possible (``writev``); past ``limit`` the partial
+        file is deleted and :class:`ChunkTooLarge` raised."""
         total = sum(len(p) for p in pieces)
         if self.size + total > self.limit:
             self.discard()
@@ -442,9 +424,6 @@ class ModelStore:
                 freed += chunk.stat().st_size
         shutil.rmtree(directory, ignore_errors=True)
         return freed
-
-    def bytes_on_disk(self, session_id: str) -> int:
-        return sum(_size(e) for e in _scan(self.chunks_dir(session_id)))
 
     # -- chunks --
 

@@ -9,7 +9,7 @@ import re
 
 from pythonjsonlogger.json import JsonFormatter
 
-from dockyard_api import requestid
+from dockyard_core import requestid
 
 SECRETS = re.compile(
     r"(dky_[a-z0-9]{12})_[A-Za-z0-9_\-]+"  # an API key: keep only its public prefix

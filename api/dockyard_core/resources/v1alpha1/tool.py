@@ -7,10 +7,10 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, StrictBool, StrictInt
 
-from dockyard_api.resources.base import DockyardModel, field_rules, name_check
-from dockyard_api.resources.cel import Rule, immutable
-from dockyard_api.resources.crdinfo import AGE, CrdInfo, PrinterColumn, ScaleSubresource
-from dockyard_api.resources.v1alpha1.common import (
+from dockyard_core.resources.base import DockyardModel, field_rules, name_check
+from dockyard_core.resources.cel import Rule, immutable
+from dockyard_core.resources.crdinfo import AGE, CrdInfo, PrinterColumn, ScaleSubresource
+from dockyard_core.resources.v1alpha1.common import (
     Description,
     DnsLabel,
     HttpUrl,

@@ -1,7 +1,7 @@
 """What a CustomResourceDefinition says besides the schema: names, columns, subresources.
 
 Each kind declares one :class:`CrdInfo` next to its pydantic model (the way kubebuilder keeps markers
-next to Go types); ``dockyard_api.crdgen`` renders it.
+next to Go types); ``dockyard_core.crdgen`` renders it.
 """
 
 from __future__ import annotations

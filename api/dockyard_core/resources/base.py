@@ -20,8 +20,8 @@ from pydantic.alias_generators import to_camel
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, core_schema
 
-from dockyard_api.resources.cel import Rule, RuleViolation, validations
-from dockyard_api.resources.crdinfo import CrdInfo
+from dockyard_core.resources.cel import Rule, RuleViolation, validations
+from dockyard_core.resources.crdinfo import CrdInfo
 
 
 class DockyardModel(BaseModel):

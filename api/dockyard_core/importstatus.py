@@ -16,11 +16,13 @@ Steps (phase, conditions):
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
-from dockyard_api.resources import GROUP
-from dockyard_api.resources.v1alpha1 import FAILED, PROGRESSING, READY, DockJob, ModelStorage
+from dockyard_core.clock import kube_time as _time
+from dockyard_core.conditions import transition, true_reason
+from dockyard_core.resources import GROUP
+from dockyard_core.resources.v1alpha1 import FAILED, PROGRESSING, READY, DockJob, ModelStorage
 
 IMPORT_SESSION_LABEL = f"{GROUP}/import-session"
 """Label on an uploaded Model: the sessionId that imports it (the facade finds a session's Model with it
@@ -38,14 +40,6 @@ IMPORT_EXPIRED = "ImportExpired"
 IMPORT_ABORTED = "ImportAborted"
 
 
-def now() -> datetime:
-    return datetime.now(UTC).replace(microsecond=0)
-
-
-def _time(moment: datetime) -> str:
-    return moment.astimezone(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
-
-
 def conditions(
     previous: Sequence[Mapping[str, Any]] | None,
     states: Mapping[str, tuple[bool, str, str]],
@@ -54,23 +48,10 @@ def conditions(
 ) -> list[dict[str, Any]]:
     """Ready, Progressing and Failed as ``states`` says ({type: (true?, reason, message)}); a condition
     whose status did not change keeps its lastTransitionTime."""
-    before = {c.get("type"): c for c in previous or ()}
     out = []
     for kind in (READY, PROGRESSING, FAILED):
         true, reason, message = states.get(kind, (False, "Importing" if kind == READY else "NotFailed", ""))
-        status = "True" if true else "False"
-        old = before.get(kind) or {}
-        transition = old.get("lastTransitionTime") if old.get("status") == status else None
-        cond: dict[str, Any] = {
-            "type": kind,
-            "status": status,
-            "reason": reason,
-            "message": message,
-            "lastTransitionTime": transition or _time(at),
-        }
-        if generation is not None:
-            cond["observedGeneration"] = generation
-        out.append(cond)
+        out.append(transition(previous, kind, true, reason, message, at, generation))
     return out
 
 
@@ -162,19 +143,4 @@ def failed(
 
 def failed_reason(status: Mapping[str, Any]) -> str | None:
     """The reason of the Failed=True condition, if any."""
-    for cond in status.get("conditions") or ():
-        if cond.get("type") == FAILED and cond.get("status") == "True":
-            return str(cond.get("reason"))
-    return None
-
-
-def job_record(job: Mapping[str, Any], model_id: str) -> dict[str, Any]:
-    """SPEC.md's job record, with both spellings of the id (``dockStatusId`` and ``dock-statusId``)."""
-    return {
-        "dockStatusId": job["dockStatusId"],
-        "dock-statusId": job["dockStatusId"],
-        "modelId": model_id,
-        "jobType": job["jobType"],
-        "action": job["action"],
-        "status": job["status"],
-    }
+    return true_reason(status.get("conditions"), FAILED)

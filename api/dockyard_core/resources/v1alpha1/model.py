@@ -7,10 +7,10 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, StrictBool, StrictInt
 
-from dockyard_api.resources.base import DockyardModel, field_rules
-from dockyard_api.resources.cel import Rule, immutable
-from dockyard_api.resources.crdinfo import AGE, CrdInfo, PrinterColumn
-from dockyard_api.resources.v1alpha1.common import DockJob, ModelType, ObjectName, Resource, StatusBase
+from dockyard_core.resources.base import DockyardModel, field_rules
+from dockyard_core.resources.cel import Rule, immutable
+from dockyard_core.resources.crdinfo import AGE, CrdInfo, PrinterColumn
+from dockyard_core.resources.v1alpha1.common import DockJob, ModelType, ObjectName, Resource, StatusBase
 
 ModelPhase = Literal["Importing", "ReadyToDeploy", "Failed"]
 

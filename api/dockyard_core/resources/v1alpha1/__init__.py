@@ -2,7 +2,7 @@
 
 Construct one in Python::
 
-    from dockyard_api.resources.v1alpha1 import ModelDeployment, ModelDeploymentSpec, ObjectMeta
+    from dockyard_core.resources.v1alpha1 import ModelDeployment, ModelDeploymentSpec, ObjectMeta
 
     mdep = ModelDeployment(
         metadata=ObjectMeta(name="llama-3-8b", namespace="team-a"),
@@ -13,8 +13,8 @@ Construct one in Python::
     again = ModelDeployment.model_validate(body)
 """
 
-from dockyard_api.resources.base import KubeObject, ObjectMeta
-from dockyard_api.resources.v1alpha1.app import (
+from dockyard_core.resources.base import KubeObject, ObjectMeta
+from dockyard_core.resources.v1alpha1.app import (
     Agent,
     App,
     AppContent,
@@ -25,7 +25,7 @@ from dockyard_api.resources.v1alpha1.app import (
     McpServer,
     ToolVersionRef,
 )
-from dockyard_api.resources.v1alpha1.common import (
+from dockyard_core.resources.v1alpha1.common import (
     API_KEY_LABEL,
     API_VERSION,
     APP_LABEL,
@@ -51,7 +51,7 @@ from dockyard_api.resources.v1alpha1.common import (
     StatusBase,
     WorkloadStatus,
 )
-from dockyard_api.resources.v1alpha1.environment import (
+from dockyard_core.resources.v1alpha1.environment import (
     ChecklistItem,
     Environment,
     EnvironmentSpec,
@@ -62,7 +62,7 @@ from dockyard_api.resources.v1alpha1.environment import (
     UsageCounters,
     UsageSummary,
 )
-from dockyard_api.resources.v1alpha1.model import (
+from dockyard_core.resources.v1alpha1.model import (
     HubSource,
     ImportSession,
     Model,
@@ -72,7 +72,7 @@ from dockyard_api.resources.v1alpha1.model import (
     ModelStorage,
     UploadSource,
 )
-from dockyard_api.resources.v1alpha1.modeldeployment import (
+from dockyard_core.resources.v1alpha1.modeldeployment import (
     HyperParameters,
     ModelDeployment,
     ModelDeploymentSpec,
@@ -80,7 +80,7 @@ from dockyard_api.resources.v1alpha1.modeldeployment import (
     OptimizationInfo,
     ScalingParameters,
 )
-from dockyard_api.resources.v1alpha1.tool import (
+from dockyard_core.resources.v1alpha1.tool import (
     Tool,
     ToolContainer,
     ToolDeployment,

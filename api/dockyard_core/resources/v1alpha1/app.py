@@ -6,10 +6,10 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
-from dockyard_api.resources.base import DockyardModel, ListMap, ListSet, name_check
-from dockyard_api.resources.cel import Rule
-from dockyard_api.resources.crdinfo import AGE, CrdInfo, PrinterColumn
-from dockyard_api.resources.v1alpha1.common import (
+from dockyard_core.resources.base import DockyardModel, ListMap, ListSet, name_check
+from dockyard_core.resources.cel import Rule
+from dockyard_core.resources.crdinfo import AGE, CrdInfo, PrinterColumn
+from dockyard_core.resources.v1alpha1.common import (
     Description,
     DisplayName,
     DnsLabel,
@@ -19,7 +19,7 @@ from dockyard_api.resources.v1alpha1.common import (
     SemVer,
     StatusBase,
 )
-from dockyard_api.resources.v1alpha1.tool import McpTransport
+from dockyard_core.resources.v1alpha1.tool import McpTransport
 
 
 class Agent(DockyardModel):

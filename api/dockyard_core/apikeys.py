@@ -19,7 +19,7 @@ from datetime import datetime
 from enum import Enum
 from typing import Any
 
-from dockyard_api.resources.v1alpha1 import API_KEY_LABEL, API_VERSION, APP_LABEL, ENVIRONMENT_LABEL
+from dockyard_core.resources.v1alpha1 import API_KEY_LABEL, API_VERSION, APP_LABEL, ENVIRONMENT_LABEL
 
 KEY_PREFIX = "dky"
 KEY_ID_LENGTH = 12

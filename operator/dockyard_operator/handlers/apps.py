@@ -20,12 +20,13 @@ from datetime import UTC, datetime
 from typing import Any, cast
 
 import kopf
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
-from dockyard_api import apikeys, audit
-from dockyard_api.resources import GROUP
-from dockyard_api.resources.v1alpha1 import (
+from dockyard_core import apikeys, audit
+from dockyard_core.clock import now
+from dockyard_core.conditions import transition
+from dockyard_core.kubeclient import APPLY, FIELD_MANAGER, MERGE, AsyncKube, KubeError, guarded
+from dockyard_core.resources import GROUP
+from dockyard_core.resources.v1alpha1 import (
     API_KEY_LABEL,
     API_VERSION,
     DEPLOY_ACTION_ANNOTATION,
@@ -33,21 +34,16 @@ from dockyard_api.resources.v1alpha1 import (
     DEPLOYED_AT_ANNOTATION,
     DEPLOYED_BY_ANNOTATION,
     ENVIRONMENT_LABEL,
+    READY,
     VERSION,
     HistoryEntry,
 )
 from dockyard_operator import environments as envs
 from dockyard_operator.reconcile import Context, snapshot
-from dockyard_operator.settings import OperatorSettings
+from dockyard_operator.settings import operator_settings
 
-SETTINGS = OperatorSettings()
-FIELD_MANAGER = "dockyard-operator"
-APPLY = "application/apply-patch+yaml"
+SETTINGS = operator_settings()
 log = logging.getLogger(__name__)
-
-
-def _now() -> datetime:
-    return datetime.now(UTC).replace(microsecond=0)
 
 
 # --- indexes -----------------------------------------------------------------------------------------
@@ -71,111 +67,104 @@ def _in_namespace(index: kopf.Index[Any, Any], namespace: str) -> list[tuple[str
     return out
 
 
-# --- blocking API helpers (run in the operator's API threads) ----------------------------------------
+# --- API calls (the operator's one async client) ----------------------------------------------------
 
 
 class Api:
-    def __init__(self, api: client.ApiClient) -> None:
-        self.api = api
-        self.custom = client.CustomObjectsApi(api)
-        self.core = client.CoreV1Api(api)
+    """The calls of the App, AppVersion and Environment handlers, on the operator's :class:`AsyncKube`."""
 
-    def get(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
+    def __init__(self, http: AsyncKube) -> None:
+        self.http = http
+
+    async def get(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            found: Any = self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
-        except ApiException as exc:
+            return await self.http.request("GET", AsyncKube.custom_path(namespace, plural, name))
+        except KubeError as exc:
             if exc.status == 404:
                 return None
             raise
-        return cast(dict[str, Any], found)
 
-    def create(self, plural: str, namespace: str, obj: dict[str, Any]) -> bool:
+    async def create(self, plural: str, namespace: str, obj: dict[str, Any]) -> bool:
         try:
-            self.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, plural, obj)
-        except ApiException as exc:
+            await self.http.request("POST", AsyncKube.custom_path(namespace, plural), json=obj)
+        except KubeError as exc:
             if exc.status == 409:
                 return False
             raise
         return True
 
-    def list_objects(self, plural: str, namespace: str, selector: str) -> list[dict[str, Any]]:
-        found: Any = self.custom.list_namespaced_custom_object(
-            GROUP, VERSION, namespace, plural, label_selector=selector
-        )
+    async def list_objects(self, plural: str, namespace: str, selector: str) -> list[dict[str, Any]]:
+        params = {"labelSelector": selector} if selector else None
+        found = await self.http.request("GET", AsyncKube.custom_path(namespace, plural), params=params)
         items: list[dict[str, Any]] = found.get("items", [])
         return items
 
-    def apply_custom(self, plural: str, obj: dict[str, Any]) -> None:
+    async def apply_custom(self, plural: str, obj: dict[str, Any]) -> None:
         meta = obj["metadata"]
-        self.custom.patch_namespaced_custom_object(
-            GROUP, VERSION, meta["namespace"], plural, meta["name"], obj,
-            field_manager=FIELD_MANAGER, force=True, _content_type=APPLY,
-        )  # fmt: skip
+        path = AsyncKube.custom_path(meta["namespace"], plural, meta["name"])
+        params = {"fieldManager": FIELD_MANAGER, "force": "true"}
+        await self.http.request("PATCH", path, json=obj, params=params, content_type=APPLY)
 
-    def delete_custom(self, plural: str, namespace: str, name: str) -> None:
-        with contextlib.suppress(ApiException):
-            self.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
+    async def delete_custom(self, plural: str, namespace: str, name: str) -> None:
+        with contextlib.suppress(KubeError):
+            await self.http.request("DELETE", AsyncKube.custom_path(namespace, plural, name))
 
-    def patch_status(
+    async def patch_status(
         self, plural: str, namespace: str, name: str, status: dict[str, Any], resource_version: str | None = None
     ) -> bool:
         """Merge-patch the status; with ``resource_version``, only if the object is still at it (False if
         not: a newer version exists and its own event reconciles it)."""
-        body: dict[str, Any] = {"status": status}
-        if resource_version:
-            body["metadata"] = {"resourceVersion": resource_version}
+        body = guarded({"status": status}, resource_version or None)
+        path = AsyncKube.custom_path(namespace, plural, name, "status")
         try:
-            self.custom.patch_namespaced_custom_object_status(
-                GROUP, VERSION, namespace, plural, name, body, _content_type="application/merge-patch+json"
-            )
-        except ApiException as exc:
+            await self.http.request("PATCH", path, json=body, content_type=MERGE)
+        except KubeError as exc:
             if exc.status == 409 and resource_version:
                 return False
             raise
         return True
 
-    def key_secrets(self, namespace: str, environment: str) -> list[dict[str, Any]]:
-        found = self.core.list_namespaced_secret(
-            namespace, label_selector=f"{API_KEY_LABEL}=true,{ENVIRONMENT_LABEL}={environment}"
-        )
-        return [self.api.sanitize_for_serialization(s) for s in found.items]
+    async def key_secrets(self, namespace: str, environment: str) -> list[dict[str, Any]]:
+        params = {"labelSelector": f"{API_KEY_LABEL}=true,{ENVIRONMENT_LABEL}={environment}"}
+        found = await self.http.request("GET", AsyncKube.core_path(namespace, "secrets"), params=params)
+        items: list[dict[str, Any]] = found.get("items", [])
+        return items
 
-    def delete_secret(self, namespace: str, name: str) -> None:
-        with contextlib.suppress(ApiException):
-            self.core.delete_namespaced_secret(name, namespace)
+    async def delete_secret(self, namespace: str, name: str) -> None:
+        with contextlib.suppress(KubeError):
+            await self.http.request("DELETE", AsyncKube.core_path(namespace, "secrets", name))
 
-    def apply_config_map(self, obj: dict[str, Any], manager: str = FIELD_MANAGER) -> None:
+    async def apply_config_map(self, obj: dict[str, Any], manager: str = FIELD_MANAGER) -> None:
         meta = obj["metadata"]
-        self.core.patch_namespaced_config_map(
-            meta["name"], meta["namespace"], obj, field_manager=manager, force=True, _content_type=APPLY
+        path = AsyncKube.core_path(meta["namespace"], "configmaps", meta["name"])
+        await self.http.request(
+            "PATCH", path, json=obj, params={"fieldManager": manager, "force": "true"}, content_type=APPLY
         )
 
-    def recorded_keys(self, namespace: str, name: str) -> list[dict[str, Any]]:
-        """The keys the environment's audit record already lists (none when there is no record yet)."""
+    async def _config_map_data(self, namespace: str, name: str) -> dict[str, str] | None:
         try:
-            found = self.core.read_namespaced_config_map(name, namespace)
-        except ApiException as exc:
+            found = await self.http.request("GET", AsyncKube.core_path(namespace, "configmaps", name))
+        except KubeError as exc:
             if exc.status == 404:
-                return []
+                return None
             raise
-        return audit.recorded_keys(found.data)
+        data: dict[str, str] = found.get("data") or {}
+        return data
 
-    def deletion_stamped(self, namespace: str, name: str) -> bool:
+    async def recorded_keys(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        """The keys the environment's audit record already lists (none when there is no record yet)."""
+        data = await self._config_map_data(namespace, name)
+        return [] if data is None else audit.recorded_keys(data)
+
+    async def deletion_stamped(self, namespace: str, name: str) -> bool:
         """Whether the facade already wrote who deleted the environment (it knows; kubectl deletes do not tell)."""
-        try:
-            found = self.core.read_namespaced_config_map(name, namespace)
-        except ApiException as exc:
-            if exc.status == 404:
-                return False
-            raise
-        return "deletion.json" in (found.data or {})
+        data = await self._config_map_data(namespace, name)
+        return data is not None and "deletion.json" in data
 
 
 def _api(memo: kopf.Memo) -> Api:
-    if "apps_api" not in memo:
-        memo.apps_api = Api(memo.api)
-    api: Api = memo.apps_api
-    return api
+    ctx: Context = memo.ctx
+    return Api(ctx.kube.http)
 
 
 # --- Apps: the draft environment ---------------------------------------------------------------------
@@ -185,7 +174,6 @@ def _api(memo: kopf.Memo) -> Api:
 @kopf.on.resume(GROUP, VERSION, "apps")
 async def ensure_draft_environment(name: str, namespace: str | None, body: kopf.Body, memo: Any, **_: Any) -> None:
     """Every App has a default environment named draft, for development and testing."""
-    ctx: Context = memo.ctx
     env = {
         "apiVersion": API_VERSION,
         "kind": "Environment",
@@ -198,7 +186,7 @@ async def ensure_draft_environment(name: str, namespace: str | None, body: kopf.
         },
         "spec": {"appRef": name, "displayName": "draft", "description": "Development and testing (the App's draft)"},
     }  # fmt: skip
-    if await ctx.call(_api(memo).create, "environments", namespace or "", env):
+    if await _api(memo).create("environments", namespace or "", env):
         kopf.info(body, reason="DraftEnvironment", message=f"created the draft environment {name}-draft")
 
 
@@ -242,11 +230,11 @@ async def reconcile_environment(memo: kopf.Memo, env: dict[str, Any], kw: dict[s
     api = _api(memo)
     meta, spec = env["metadata"], env["spec"]
     namespace, name, app = meta["namespace"], meta["name"], spec["appRef"]
-    if meta.get("deletionTimestamp") or meta["uid"] in _deleted(ctx):
+    if meta.get("deletionTimestamp") or meta["uid"] in ctx.deleted_environments:
         return  # an index or timer may still hold the object: its last word is the deletion record
     async with ctx.lock(meta["uid"]):
         version = envs.desired_version(spec)
-        app_obj = await ctx.call(api.get, "apps", namespace, app)
+        app_obj = await api.get("apps", namespace, app)
         content: dict[str, Any] | None = None
         problem: tuple[str, str] | None = None
         if app_obj is None:
@@ -254,7 +242,7 @@ async def reconcile_environment(memo: kopf.Memo, env: dict[str, Any], kw: dict[s
         elif version == envs.DRAFT:
             content = app_obj.get("spec") or {}
         else:
-            found = await ctx.call(api.get, "appversions", namespace, envs.version_object(app, version))
+            found = await api.get("appversions", namespace, envs.version_object(app, version))
             if found is None:
                 problem = ("VersionNotFound", f"app {app!r} has no version {version}")
             else:
@@ -275,17 +263,17 @@ async def reconcile_environment(memo: kopf.Memo, env: dict[str, Any], kw: dict[s
             wanted = envs.tool_deployments(env, content)
             for tdep in wanted:
                 try:
-                    await ctx.call(api.apply_custom, "tooldeployments", tdep)
-                except ApiException as exc:
-                    problem = ("ToolDeploymentRejected", f"{tdep['metadata']['name']}: {_reason(exc)}")
+                    await api.apply_custom("tooldeployments", tdep)
+                except KubeError as exc:
+                    problem = ("ToolDeploymentRejected", f"{tdep['metadata']['name']}: {exc.message}")
             wanted_names = {t["metadata"]["name"] for t in wanted}
-            for tdep in await ctx.call(api.list_objects, "tooldeployments", namespace, f"{ENVIRONMENT_LABEL}={name}"):
+            for tdep in await api.list_objects("tooldeployments", namespace, f"{ENVIRONMENT_LABEL}={name}"):
                 tname = tdep["metadata"]["name"]
                 if tname not in wanted_names:
-                    await ctx.call(api.delete_custom, "tooldeployments", namespace, tname)
+                    await api.delete_custom("tooldeployments", namespace, tname)
                 else:
                     tool_jobs[tname] = ((tdep.get("status") or {}).get("job") or {}).get("status")
-        keys = await ctx.call(api.key_secrets, namespace, name)
+        keys = await api.key_secrets(namespace, name)
         items = envs.checklist(
             content=content,
             tool_jobs=tool_jobs,
@@ -322,9 +310,7 @@ async def reconcile_environment(memo: kopf.Memo, env: dict[str, Any], kw: dict[s
         }
         if _differs(status, new_status):
             # guarded: a reconcile from an older snapshot (an index may lag) must not roll history back
-            if not await ctx.call(
-                api.patch_status, "environments", namespace, name, new_status, meta.get("resourceVersion")
-            ):
+            if not await api.patch_status("environments", namespace, name, new_status, meta.get("resourceVersion")):
                 return
             if added:
                 verb = {"Redeploy": "redeployed", "Rollback": "rolled back to"}.get(action, "deployed")
@@ -338,37 +324,10 @@ async def reconcile_environment(memo: kopf.Memo, env: dict[str, Any], kw: dict[s
         await _keep_audit_record(ctx, api, env, new_status, keys)
 
 
-def _deleted(ctx: Context) -> set[str]:
-    """UIDs of environments whose deletion was handled (kept for the operator's lifetime; tiny)."""
-    deleted: set[str] = ctx.__dict__.setdefault("deleted_environments", set())
-    return deleted
-
-
-def _reason(exc: ApiException) -> str:
-    try:
-        return str(json.loads(exc.body or "{}").get("message") or exc.reason)
-    except ValueError:
-        return str(exc.reason)
-
-
 def _conditions(
     current: list[dict[str, Any]], phase: str, reason: str, message: str, generation: int | None
 ) -> list[dict[str, Any]]:
-    ready = "True" if phase == "Active" else "False"
-    old = next((c for c in current if c.get("type") == "Ready"), None)
-    if old and (old.get("status"), old.get("reason"), old.get("message")) == (ready, reason, message):
-        return current
-    stamp = _now().isoformat().replace("+00:00", "Z")
-    cond: dict[str, Any] = {
-        "type": "Ready",
-        "status": ready,
-        "reason": reason,
-        "message": message,
-        "lastTransitionTime": stamp,
-    }
-    if generation is not None:
-        cond["observedGeneration"] = generation
-    return [cond]
+    return [transition(current, READY, phase == "Active", reason, message, now(), generation)]
 
 
 def _differs(current: dict[str, Any], new: dict[str, Any]) -> bool:
@@ -411,8 +370,8 @@ async def _sync_deployed_in(
             and (e.get("status") or {}).get("activeVersion") == vspec.get("version")
         )
         if sorted((version.get("status") or {}).get("deployedIn") or []) != active:
-            with contextlib.suppress(ApiException):
-                await ctx.call(api.patch_status, "appversions", namespace, vname, {"deployedIn": active})
+            with contextlib.suppress(KubeError):
+                await api.patch_status("appversions", namespace, vname, {"deployedIn": active})
 
 
 async def _keep_audit_record(
@@ -422,9 +381,9 @@ async def _keep_audit_record(
     infos = [i.__dict__ for i in map(apikeys.key_info, keys) if i is not None]
     record = audit.audit_record({**env, "status": status}, infos)
     digest = json.dumps(record, sort_keys=True)
-    cache: dict[str, str] = ctx.__dict__.setdefault("audit_digests", {})
+    cache = ctx.audit_digests
     if cache.get(env["metadata"]["uid"]) != digest:
-        await ctx.call(api.apply_config_map, record)
+        await api.apply_config_map(record)
         cache[env["metadata"]["uid"]] = digest
 
 
@@ -435,24 +394,23 @@ async def environment_deleted(body: kopf.Body, memo: kopf.Memo, **_: Any) -> Non
     api = _api(memo)
     env = snapshot(body)
     meta = env["metadata"]
-    _deleted(ctx).add(meta["uid"])
-    keys: list[dict[str, Any]] = await ctx.call(api.key_secrets, meta["namespace"], meta["name"])
+    ctx.deleted_environments.add(meta["uid"])
+    ctx.forget(meta["uid"])
+    keys: list[dict[str, Any]] = await api.key_secrets(meta["namespace"], meta["name"])
     infos = [i.__dict__ for i in map(apikeys.key_info, keys) if i is not None]
     try:
         # the facade may have revoked keys already: what the record listed stays part of the usage
-        recorded = await ctx.call(api.recorded_keys, meta["namespace"], audit.audit_record_name(meta))
-        await ctx.call(api.apply_config_map, audit.audit_record(env, audit.merged_keys(recorded, infos)))
-        if not await ctx.call(api.deletion_stamped, meta["namespace"], audit.audit_record_name(meta)):
-            stamp = audit.deletion_record(meta, env["spec"].get("appRef", ""), _now(), None)
-            await ctx.call(api.apply_config_map, stamp, audit.DELETION_MANAGER)
-    except ApiException as exc:  # e.g. the namespace is going: the record kept by the reconciles stays as it was
-        log.warning("audit record of %s/%s not stamped: %s", meta["namespace"], meta["name"], _reason(exc))
+        recorded = await api.recorded_keys(meta["namespace"], audit.audit_record_name(meta))
+        await api.apply_config_map(audit.audit_record(env, audit.merged_keys(recorded, infos)))
+        if not await api.deletion_stamped(meta["namespace"], audit.audit_record_name(meta)):
+            stamp = audit.deletion_record(meta, env["spec"].get("appRef", ""), now(), None)
+            await api.apply_config_map(stamp, audit.DELETION_MANAGER)
+    except KubeError as exc:  # e.g. the namespace is going: the record kept by the reconciles stays as it was
+        log.warning("audit record of %s/%s not stamped: %s", meta["namespace"], meta["name"], exc.message)
     for key in keys:
-        await ctx.call(api.delete_secret, meta["namespace"], key["metadata"]["name"])
-    for tdep in await ctx.call(
-        api.list_objects, "tooldeployments", meta["namespace"], f"{ENVIRONMENT_LABEL}={meta['name']}"
-    ):
-        await ctx.call(api.delete_custom, "tooldeployments", meta["namespace"], tdep["metadata"]["name"])
+        await api.delete_secret(meta["namespace"], key["metadata"]["name"])
+    for tdep in await api.list_objects("tooldeployments", meta["namespace"], f"{ENVIRONMENT_LABEL}={meta['name']}"):
+        await api.delete_custom("tooldeployments", meta["namespace"], tdep["metadata"]["name"])
 
 
 # --- admission webhooks ------------------------------------------------------------------------------
@@ -466,10 +424,9 @@ The trade-off is documented in docs/reliability.md ("Admission webhooks fail clo
 async def _read_from_api(memo: Any, namespace: str) -> tuple[list[dict[str, Any]], list[tuple[str, dict[str, Any]]]]:
     """AppVersions and Environments as the API server has them now (not the indexes, which may lag
     behind a status change by a moment: a refusal or a permission must not depend on that)."""
-    ctx: Context = memo.ctx
     api = _api(memo)
-    versions = await ctx.call(api.list_objects, "appversions", namespace, "")
-    environments = await ctx.call(api.list_objects, "environments", namespace, "")
+    versions = await api.list_objects("appversions", namespace, "")
+    environments = await api.list_objects("environments", namespace, "")
     return versions, [(e["metadata"]["name"], e) for e in environments]
 
 
@@ -478,7 +435,7 @@ async def validate_tool(body: kopf.Body, memo: Any, **kw: Any) -> None:
     tool = kw.get("old") or body
     namespace, spec = tool["metadata"]["namespace"], tool.get("spec") or {}
     versions, environments = await _read_from_api(memo, namespace)
-    apps = await memo.ctx.call(_api(memo).list_objects, "apps", namespace, "")
+    apps = await _api(memo).list_objects("apps", namespace, "")
     holders = envs.tool_holders(spec.get("name", ""), spec.get("version", ""), versions, environments, apps)
     if holders:
         used = "; ".join(
@@ -508,14 +465,13 @@ async def validate_appversion(body: kopf.Body, memo: Any, **kw: Any) -> None:
                 code=409,
             )
         return
-    ctx: Context = memo.ctx
     api = _api(memo)
     namespace, spec = body["metadata"]["namespace"], dict(body.get("spec") or {})
     tools = {f"{t['name']}-{t['version']}" for t in spec.get("toolVersions") or []}
     models = {a["model"] for a in spec.get("agents") or [] if a.get("model")}
-    tool_exists = {t: await ctx.call(api.get, "tools", namespace, t) is not None for t in tools}
-    model_exists = {m: await ctx.call(api.get, "modeldeployments", namespace, m) is not None for m in models}
-    app_exists = await ctx.call(api.get, "apps", namespace, spec.get("appRef", "")) is not None
+    tool_exists = {t: await api.get("tools", namespace, t) is not None for t in tools}
+    model_exists = {m: await api.get("modeldeployments", namespace, m) is not None for m in models}
+    app_exists = await api.get("apps", namespace, spec.get("appRef", "")) is not None
     problems = envs.version_problems(spec, tool_exists=tool_exists, model_exists=model_exists, app_exists=app_exists)
     if problems:
         raise kopf.AdmissionError("the version is not valid: " + "; ".join(problems), code=422)
@@ -531,8 +487,7 @@ async def validate_environment(body: kopf.Body, memo: Any, **kw: Any) -> None:
     old = kw.get("old")
     if not version or (old is not None and (old.get("spec") or {}).get("appVersion") == version):
         return
-    ctx: Context = memo.ctx
-    found = await ctx.call(_api(memo).get, "appversions", body["metadata"]["namespace"], f"{spec['appRef']}-{version}")
+    found = await _api(memo).get("appversions", body["metadata"]["namespace"], f"{spec['appRef']}-{version}")
     if found is None:
         raise kopf.AdmissionError(
             f"spec.appVersion: app {spec['appRef']!r} has no version {version} (create the AppVersion first)", code=422

@@ -1,6 +1,6 @@
 """Dockyard's custom-resource types, written once as pydantic models.
 
-The operator and the API facade both import these types; ``python -m dockyard_api.crdgen`` turns them
+The operator and the API facade both import these types; ``python -m dockyard_core.crdgen`` turns them
 into the CRD manifests under ``crds/``. Nothing in this package imports kopf or FastAPI (a ruff
 banned-api rule enforces it), so it stays a plain, dependency-light description of the API.
 

@@ -9,9 +9,9 @@ from typing import Literal
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings
 
-from dockyard_api.downloadtokens import load_key
-from dockyard_api.modelstore import ModelStore, default_root
-from dockyard_api.s3store import S3Config, open_store
+from dockyard_core.downloadtokens import load_key
+from dockyard_core.modelstore import ModelStore, default_root
+from dockyard_core.s3store import S3Config, open_store
 
 
 class ModelStoreSettings(BaseSettings):

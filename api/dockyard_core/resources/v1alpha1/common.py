@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import Field
 
-from dockyard_api.devices import DEVICE_TYPES
-from dockyard_api.resources import GROUP
-from dockyard_api.resources.base import DockyardModel, KubeObject, ListMap
+from dockyard_core.devices import DEVICE_TYPES
+from dockyard_core.resources import GROUP
+from dockyard_core.resources.base import DockyardModel, KubeObject, ListMap
 
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -63,6 +63,13 @@ ObjectName = Annotated[str, Field(min_length=1, max_length=253, pattern=DNS_SUBD
 """The name of another object in the same namespace (a DNS-1123 subdomain)."""
 SemVer = Annotated[str, Field(min_length=5, max_length=32, pattern=SEMVER_PATTERN)]
 """A version number MAJOR.MINOR.PATCH, e.g. 1.4.0 (no leading zeros, no pre-release suffix)."""
+
+
+def semver_key(version: str) -> tuple[int, ...]:
+    """Sort key of a :data:`SemVer`: 1.10.0 after 1.9.0."""
+    return tuple(int(p) for p in version.split("."))
+
+
 HttpUrl = Annotated[str, Field(min_length=8, max_length=2048, pattern=HTTP_URL_PATTERN)]
 """An absolute http:// or https:// URL."""
 DisplayName = Annotated[str, Field(min_length=1, max_length=253)]

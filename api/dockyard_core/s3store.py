@@ -1,6 +1,6 @@
 """The model store on S3-compatible object storage (AWS S3, MinIO, Ceph RGW), through the MinIO Python SDK.
 
-Same interface and same answers as the file-system :class:`~dockyard_api.modelstore.ModelStore`, which it
+Same interface and same answers as the file-system :class:`~dockyard_core.modelstore.ModelStore`, which it
 extends; the objects are laid out like the directories (``<prefix>`` is optional)::
 
     <prefix>sessions/<sessionId>/session.json
@@ -38,8 +38,8 @@ import urllib3
 from minio import Minio
 from minio.error import S3Error
 
-from dockyard_api.errortypes import DockyardError
-from dockyard_api.modelstore import (
+from dockyard_core.errors import DockyardError
+from dockyard_core.modelstore import (
     CHUNK_NAME_RE,
     COPY_BUFFER,
     MANIFEST,
@@ -209,9 +209,6 @@ class S3ModelStore(ModelStore):
         self._delete_prefix(self.key("sessions", session_id) + "/")
         shutil.rmtree(self.spool / session_id, ignore_errors=True)
         return chunks
-
-    def bytes_on_disk(self, session_id: str) -> int:
-        return self.received_bytes(session_id)
 
     def session_age(self, session_id: str) -> float:
         objects = self._list(self.key("sessions", check_session_id(session_id)) + "/")

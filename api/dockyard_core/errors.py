@@ -1,4 +1,4 @@
-"""The facade's error types: each carries the HTTP status and error code it is answered with.
+"""Dockyard's domain errors: each carries the HTTP status and error code it is answered with.
 
 No FastAPI here: the model store (shared with the operator) raises these too, so every error of the
 facade maps to the one JSON error shape through one handler (``dockyard_api.errors``).
@@ -7,7 +7,10 @@ facade maps to the one JSON error shape through one handler (``dockyard_api.erro
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dockyard_core.kubeclient import KubeError
 
 
 class DockyardError(Exception):
@@ -116,3 +119,29 @@ class KubeUnavailableError(UpstreamError):
     status_code = 503
     code = "upstream_unavailable"
     retry_after = 5.0
+
+
+_KUBE_STATUS: dict[int, type[DockyardError]] = {
+    400: InvalidError,
+    403: ForbiddenError,
+    404: NotFoundError,
+    409: ConflictError,
+    410: GoneError,
+    422: InvalidError,
+}
+
+
+def from_kube(exc: KubeError) -> DockyardError:
+    """The facade's error for a Kubernetes API answer: RBAC refusals stay 403, admission and schema
+    rejections keep the API server's message (which names the field); an API server that cannot be
+    reached, answers too late, throttles (429) or fails (5xx) is a 503 with ``Retry-After``."""
+    kind = _KUBE_STATUS.get(exc.status)
+    if kind is None:
+        return KubeUnavailableError(f"the Kubernetes API server is unavailable: {exc.message}; retry later")
+    details = None
+    if isinstance(exc.details, dict) and exc.details.get("causes"):
+        details = [
+            {"field": c.get("field", ""), "message": c.get("message", ""), "reason": c.get("reason", "")}
+            for c in exc.details["causes"]
+        ]
+    return kind(exc.message, details)

@@ -3,7 +3,7 @@
 The facade's management endpoints act as the calling user (Kubernetes impersonation) so that RBAC
 decides and admission webhooks see the real user. Impersonation needs one ``Impersonate-Group``
 header per group, which the generated ``kubernetes`` client cannot send; aiohttp can. Credentials come
-from the same kubeconfig / in-cluster configuration as :func:`dockyard_api.kube.api_client`.
+from the same kubeconfig / in-cluster configuration as :func:`dockyard_core.kubeconfig.api_client`.
 """
 
 from __future__ import annotations
@@ -18,9 +18,25 @@ import aiohttp
 import orjson
 from kubernetes import client
 
-from dockyard_api.kube import load_configuration
-from dockyard_api.resources import GROUP
-from dockyard_api.resources.v1alpha1 import VERSION
+from dockyard_core.kubeconfig import load_configuration
+from dockyard_core.resources import GROUP
+from dockyard_core.resources.v1alpha1 import VERSION
+
+FIELD_MANAGER = "dockyard-operator"
+"""The field manager of everything the operator applies (server-side apply)."""
+APPLY = "application/apply-patch+yaml"
+"""Content type of a server-side apply patch."""
+MERGE = "application/merge-patch+json"
+"""Content type of a JSON merge patch."""
+
+
+def guarded(patch: dict[str, Any], resource_version: str | None) -> dict[str, Any]:
+    """A merge patch that applies only while the object is still at ``resource_version`` (the API server
+    answers 409 Conflict otherwise); unguarded when it is None. Every guarded status patch of Dockyard
+    (the operator's reconciles, the facade's import steps) is built here."""
+    if resource_version is None:
+        return patch
+    return {**patch, "metadata": {**patch.get("metadata", {}), "resourceVersion": resource_version}}
 
 
 @dataclass(frozen=True)

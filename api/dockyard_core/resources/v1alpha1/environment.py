@@ -7,17 +7,10 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field
 
-from dockyard_api.resources.base import DockyardModel, field_rules
-from dockyard_api.resources.cel import immutable
-from dockyard_api.resources.crdinfo import AGE, CrdInfo, PrinterColumn
-from dockyard_api.resources.v1alpha1.common import (
-    Description,
-    DisplayName,
-    ObjectName,
-    Resource,
-    SemVer,
-    StatusBase,
-)
+from dockyard_core.resources.base import DockyardModel, field_rules
+from dockyard_core.resources.cel import immutable
+from dockyard_core.resources.crdinfo import AGE, CrdInfo, PrinterColumn
+from dockyard_core.resources.v1alpha1.common import Description, DisplayName, ObjectName, Resource, SemVer, StatusBase
 
 EnvironmentPhase = Literal["Pending", "Deploying", "Active", "Failed"]
 HistoryStatus = Literal["Active", "Previous"]

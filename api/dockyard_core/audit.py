@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from dockyard_api.resources.v1alpha1 import APP_LABEL, AUDIT_LABEL, ENVIRONMENT_LABEL
+from dockyard_core.resources.v1alpha1 import APP_LABEL, AUDIT_LABEL, ENVIRONMENT_LABEL
 
 DELETION_MANAGER = "dockyard-deletion"
 """Field manager of the deletion stamp (apart from the operator's, so neither overwrites the other)."""

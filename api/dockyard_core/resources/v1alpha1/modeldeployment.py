@@ -6,10 +6,10 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, StrictBool, StrictFloat, StrictInt
 
-from dockyard_api.resources.base import DockyardModel, field_rules
-from dockyard_api.resources.cel import Rule, immutable
-from dockyard_api.resources.crdinfo import AGE, CrdInfo, PrinterColumn, ScaleSubresource
-from dockyard_api.resources.v1alpha1.common import DeviceType, ModelType, ObjectName, Resource, WorkloadStatus
+from dockyard_core.resources.base import DockyardModel, field_rules
+from dockyard_core.resources.cel import Rule, immutable
+from dockyard_core.resources.crdinfo import AGE, CrdInfo, PrinterColumn, ScaleSubresource
+from dockyard_core.resources.v1alpha1.common import DeviceType, ModelType, ObjectName, Resource, WorkloadStatus
 
 
 class HyperParameters(DockyardModel):
