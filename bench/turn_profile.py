@@ -149,9 +149,7 @@ async def measure(url: str, model_url: str, args: argparse.Namespace, kubeconfig
         await runtime.models.complete(model_url, body, what="bench")
 
     async def turn() -> None:
-        prepared = await runtime.prepare(
-            store, caller, "bot", message=MESSAGE, session_id=None, user_id="bench"
-        )
+        prepared = await runtime.prepare(store, caller, "bot", message=MESSAGE, session_id=None, user_id="bench")
         await runtime.complete(store, prepared)
 
     async def drive(send: Callable[[], Awaitable[None]], calls: int, concurrency: int) -> list[float]:
@@ -180,17 +178,19 @@ async def measure(url: str, model_url: str, args: argparse.Namespace, kubeconfig
                 profile = cProfile.Profile() if args.cprofile and concurrency == 32 else None
                 if profile:
                     profile.enable()
-                started = time.perf_counter()
+                started, cpu = time.perf_counter(), time.process_time()
                 rounds["turn"] += await drive(turn, calls, concurrency)
-                elapsed = time.perf_counter() - started
+                elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
                 if profile:
                     profile.disable()
                     profile.dump_stats(args.cprofile)
             d50, t50 = percentile(rounds["direct"], 50), percentile(rounds["turn"], 50)
-            print(f"concurrency {concurrency}: direct p50 {d50:6.2f} ms   turn p50 {t50:6.2f} ms   added {t50 - d50:5.2f} ms"
-                  f"   (turn p99 {percentile(rounds['turn'], 99):6.1f} ms, {calls / elapsed:6.1f} turns/s last round)")  # fmt: skip
+            t99 = percentile(rounds["turn"], 99)
+            print(f"concurrency {concurrency}: direct p50 {d50:6.2f} ms   turn p50 {t50:6.2f} ms   "
+                  f"added {t50 - d50:5.2f} ms   (turn p99 {t99:6.1f} ms, {calls / elapsed:6.1f} turns/s)")  # fmt: skip
             print(f"  per turn (last round): {meter.tx / calls:.2f} transactions, {meter.statements / calls:.2f} "
-                  f"statements, {meter.in_tx * 1000 / calls:.2f} ms inside transactions")  # fmt: skip
+                  f"statements, {meter.in_tx * 1000 / calls:.2f} ms inside transactions, "
+                  f"{cpu * 1000 / calls:.2f} ms CPU")  # fmt: skip
             for name, values in sorted(meter.calls.items()):
                 print(f"    {name:26} x{len(values) / calls:4.2f}/turn   p50 {statistics.median(values) * 1000:6.2f} ms"
                       f"   mean {statistics.fmean(values) * 1000:6.2f} ms")  # fmt: skip
@@ -226,7 +226,8 @@ def main() -> None:
         kubeconfig = Path(tmp) / "kubeconfig"
         kubeconfig.write_text(
             "apiVersion: v1\nkind: Config\ncurrent-context: x\nclusters: [{name: x, cluster: {server: "
-            "'http://127.0.0.1:9'}}]\ncontexts: [{name: x, context: {cluster: x, user: x}}]\nusers: [{name: x, user: {}}]\n"
+            "'http://127.0.0.1:9'}}]\ncontexts: [{name: x, context: {cluster: x, user: x}}]\n"
+            "users: [{name: x, user: {}}]\n"
         )
         asyncio.run(measure(url, model, args, str(kubeconfig)))
     print(f"loadavg after {os.getloadavg()}")
