@@ -9,6 +9,9 @@ database (SQLAlchemy 2 async; SQLite by default, PostgreSQL for several facade r
   ``dockyard_instances``): a killed facade never leaves a session stuck.
 - A turn is stored whole or not at all: ``finish_turn`` writes the user message and the reply in one
   transaction, ``abort_turn`` writes nothing.
+- A turn of the execute endpoint is TWO transactions: ``start_turn(limits=...)`` counts the rate limits
+  and takes the session; ``finish_turn(usage=True)`` (or ``abort_turn(usage=...)``) stores the turn (or
+  releases the session) and counts the usage. Locks: the session row first, then the counters.
 - Usage statistics per environment, API key and UTC day are upserted counters; they are never deleted
   with the environment (SPEC: "usage statistics are preserved").
 - Rate limits (Environment ``spec.rateLimits``) are counted in the database, so they hold across
