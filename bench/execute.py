@@ -11,15 +11,16 @@ Paths, alternated in rounds so that a load change on the shared machine hits bot
 - ``direct``: ``POST <model>/v1/chat/completions`` with the body the facade sends for this app (system
   instructions, the user message, the deployment's hyperParameters);
 - ``facade``: ``POST /e/<ns>/<env>/v1/apps/bot/execute`` with a real API key, each call a NEW session
-  (so the run creates ``rounds x calls`` sessions in the conversation database, SQLite by default):
-  auth, the environment and app from the informers, the store's start_turn / finish_turn /
-  record_usage, one model call.
+  (so the run creates ``rounds x calls`` sessions in the conversation database: a SQLite file by
+  default, ``--database postgresql`` a PostgreSQL server started on loopback for the run): auth, the
+  environment and app from the informers, the store's two transactions (start_turn with the rate
+  limits, finish_turn with the usage), one model call.
 
 Printed: requests/s of both and their ratio (target >= 0.9), p50/p99 and the p50 the facade adds
 (target <= 5 ms) at ``--concurrency`` and at concurrency 1, the facade's CPU per call, and its resident
 memory after the warm-up, after each round and at the end (flat over the sessions created).
 
-    .venv/bin/python -m bench.execute [--calls 2000 --rounds 5 --concurrency 32 --delay-ms 100]
+    .venv/bin/python -m bench.execute [--calls 2000 --rounds 5 --concurrency 32 --delay-ms 100 --database sqlite]
 """
 
 from __future__ import annotations
@@ -97,19 +98,32 @@ def model_process(delay_ms: float) -> Iterator[str]:
 
 
 @contextmanager
-def facade_process(cluster: LocalCluster) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+def database_url(kind: str, cluster: LocalCluster) -> Iterator[str]:
+    """The conversation store of the run: a new SQLite file (the embedded default) or a new database on a
+    PostgreSQL server from the distribution's package, started on loopback for the run."""
+    if kind == "sqlite":
+        state = cluster.settings.state_dir
+        for stale in state.glob("bench-execute.db*"):
+            stale.unlink()
+        yield f"sqlite+aiosqlite:///{state / 'bench-execute.db'}"
+        return
+    from tests.support.postgres import postgres_server
+
+    with postgres_server() as pg:
+        yield pg.url(asyncio.run(pg.create_database("bench")))
+
+
+@contextmanager
+def facade_process(cluster: LocalCluster, database: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     port = free_port()
     state = cluster.settings.state_dir
-    database = state / "bench-execute.db"
-    for stale in state.glob("bench-execute.db*"):
-        stale.unlink()
     env = dict(
         os.environ,
         KUBECONFIG=str(cluster.settings.kubeconfig),
         DOCKYARD_API_HOST="127.0.0.1",
         DOCKYARD_API_PORT=str(port),
         DOCKYARD_API_ENDPOINT_MODE="local",
-        DOCKYARD_API_DATABASE_URL=f"sqlite+aiosqlite:///{database}",
+        DOCKYARD_API_DATABASE_URL=database,
         DOCKYARD_API_MODEL_STORE=str(state / "model-store"),
     )
     log = (state / "facade.log").open("ab")
@@ -239,17 +253,28 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=200)
     parser.add_argument("--sequential", type=int, default=200, help="calls per path at concurrency 1")
     parser.add_argument("--keep", action="store_true", help="leave the benchmark's control plane running")
+    parser.add_argument(
+        "--database",
+        choices=("sqlite", "postgresql"),
+        default="sqlite",
+        help="the conversation store: a SQLite file (default) or PostgreSQL (a local server started for the run)",
+    )
     args = parser.parse_args()
     print(
         f"inputs: calls={args.calls} per path and round, rounds={args.rounds}, concurrency={args.concurrency}, "
         f"model delay={args.delay_ms:g} ms, warmup={args.warmup}, sequential={args.sequential}, "
-        f"cpus={os.cpu_count()}, loadavg={load()}"
+        f"database={args.database}, cpus={os.cpu_count()}, loadavg={load()}"
     )
     cluster = bench_cluster("bench-execute", nodes_per_type=1)
     api = api_for(cluster)
     ns = namespace(api, "bench-execute")
     results: list[Result] = []
-    with model_process(args.delay_ms) as model_url, operator_process(cluster), facade_process(cluster) as (url, proc):
+    with (
+        model_process(args.delay_ms) as model_url,
+        database_url(args.database, cluster) as database,
+        operator_process(cluster),
+        facade_process(cluster, database) as (url, proc),
+    ):
         key = setup(api, ns, model_url)
         target = {"model": model_url, "execute": f"{url}/e/{ns}/bot-draft/v1/apps/bot/execute", "key": key}
         wait_until(lambda: run_path("facade", 1, 1, target).errors == 0, 30, "the facade answering execute calls")

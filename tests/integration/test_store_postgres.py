@@ -283,3 +283,38 @@ def test_a_turn_cut_by_the_outage_frees_its_session_once_postgres_is_back(pg: Po
         await close(store)
 
     run(main())
+
+
+def test_whole_turns_with_limits_and_usage_hold_across_two_replicas(pg: Postgres) -> None:
+    """The execute path's two transactions (limits + session; messages + usage), on both replicas at once:
+    the per-minute limit lets exactly 10 turns through, including turns waiting on one busy session; every
+    admitted turn is stored and counted; nothing deadlocks (session row first, then counters, everywhere)."""
+
+    async def main() -> None:
+        a, b = await replicas(pg, 2, busy_wait_seconds=30)
+        wait_for_a_fresh_minute()
+        limits = {"requestsPerMinute": 10, "tokensPerDay": 10**9}
+
+        async def call(i: int) -> str:
+            store = a if i % 2 else b
+            session_id = "shared" if i % 3 == 0 else None  # a third of them queue on one session
+            try:
+                t = await store.start_turn(**WHERE, app="bot", session_id=session_id, user_id="u", version="1",
+                                           key_id="key1", limits=limits)  # fmt: skip
+            except RateLimitedError:
+                return "429"
+            await asyncio.sleep(0.01)
+            await store.finish_turn(t, user_message=f"q{i}", reply="a", agent="helper", tools_used=[], tokens_in=2,
+                                    tokens_out=1, usage=True)  # fmt: skip
+            return "ok"
+
+        answers = await asyncio.gather(*(call(i) for i in range(30)))
+        assert sorted(answers) == ["429"] * 20 + ["ok"] * 10
+        today = datetime.now(UTC).date()
+        totals = (await a.usage(**WHERE, since=today, until=today)).totals
+        assert (totals.requests, totals.rate_limited, totals.tokens_in, totals.tokens_out) == (10, 20, 20, 10)
+        count = await a.run(lambda c: c.execute(select(func.count()).select_from(messages)).scalar_one())
+        assert count == 20
+        await close(a, b)
+
+    run(main())

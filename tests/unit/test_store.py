@@ -17,7 +17,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import select
 
 from dockyard_api.store import ConversationStore, RateLimits, Turn, default_url, migrate
-from dockyard_api.store.schema import metadata, sessions
+from dockyard_api.store.schema import metadata, rate_windows, sessions
 from dockyard_core.errors import ConflictError, DatabaseUnavailableError, InvalidError, NotFoundError, RateLimitedError
 
 T = TypeVar("T")
@@ -430,5 +430,97 @@ def test_finished_turns_leave_no_lock_behind(tmp_path: Path) -> None:
         await store.abort_turn(await turn(store), error="b")
         row = await store.run(lambda c: c.execute(select(sessions.c.turn_token, sessions.c.message_count)).one())
         assert (row.turn_token, row.message_count) == (None, 2)
+
+    with_store(tmp_path, body)
+
+
+# --- a turn in two transactions: limits with the session, usage with the messages ------------------------
+
+
+def count_transactions(store: ConversationStore) -> list[int]:
+    """A list whose length is the number of transactions committed on the store from now on."""
+    from sqlalchemy import event
+
+    committed: list[int] = []
+    assert store.sync_engine is not None
+    event.listen(store.sync_engine, "commit", lambda _conn: committed.append(1))
+    return committed
+
+
+def test_a_turn_with_limits_and_usage_takes_two_transactions(tmp_path: Path) -> None:
+    async def body(store: ConversationStore) -> None:
+        limits = {"requestsPerMinute": 100, "tokensPerDay": 10_000}
+        committed = count_transactions(store)
+        for session_id in (None, "session-1", "session-1"):  # a new server-made id, a new client id, an old one
+            t = await store.start_turn(**WHERE, app="bot", session_id=session_id, user_id="u", version="1",
+                                       key_id="key1", limits=limits)  # fmt: skip
+            await store.finish_turn(t, user_message="q", reply="a", agent="helper", tools_used=[], tokens_in=7,
+                                    tokens_out=3, usage=True)  # fmt: skip
+        failed = await store.start_turn(**WHERE, app="bot", session_id="session-1", user_id="u", version="1",
+                                        key_id="key1", limits=limits)  # fmt: skip
+        await store.abort_turn(failed, error="model down", usage=(4, 0))
+        assert len(committed) == 8
+        today = datetime.now(UTC).date()
+        key = (await store.usage(**WHERE, since=today, until=today)).keys["key1"]
+        assert (key.requests, key.errors, key.tokens_in, key.tokens_out, key.rate_limited) == (4, 1, 25, 9, 0)
+        assert len(await store.stored_messages(**WHERE, session_id="session-1")) == 4
+        hits = await store.run(lambda c: c.execute(select(rate_windows.c.hits)).scalars().all())
+        assert sum(hits) == 4  # every start counted once
+
+    with_store(tmp_path, body)
+
+
+def test_over_a_limit_the_session_is_not_taken_and_429_comes_before_404_and_409(tmp_path: Path) -> None:
+    async def body(store: ConversationStore) -> None:
+        limits = {"requestsPerMinute": 2}
+        start = dict(WHERE, app="bot", version="1", key_id="key1", limits=limits)
+        held = await store.start_turn(**start, session_id="mine", user_id="u")  # hit 1
+        with pytest.raises(NotFoundError, match="another user"):  # hit 2, counted although answered 404
+            await store.start_turn(**start, session_id="mine", user_id="someone else")
+        with pytest.raises(RateLimitedError, match="requestsPerMinute") as caught:  # over: 429, not 409
+            await store.start_turn(**start, session_id="mine", user_id="u")
+        assert caught.value.retry_after >= 1
+        with pytest.raises(RateLimitedError):  # over: 429 before 404, and no session is created
+            await store.start_turn(**start, session_id="other", user_id="u")
+        assert [m.id for m in await store.stored_messages(**WHERE, session_id="other")] == []
+        ids = await store.run(lambda c: c.execute(select(sessions.c.session_id)).scalars().all())
+        assert ids == ["mine"]
+        await store.finish_turn(
+            held, user_message="q", reply="a", agent="a", tools_used=[], tokens_in=1, tokens_out=1, usage=True
+        )  # fmt: skip  (the held turn still finishes)
+        today = datetime.now(UTC).date()
+        key = (await store.usage(**WHERE, since=today, until=today)).keys["key1"]
+        assert (key.requests, key.rate_limited) == (1, 2)
+
+    with_store(tmp_path, body)
+
+
+def test_a_turn_that_waits_for_its_session_is_counted_once(tmp_path: Path) -> None:
+    async def body(store: ConversationStore) -> None:
+        limits = {"requestsPerMinute": 1000}
+        start = dict(WHERE, app="bot", version="1", key_id="key1", limits=limits, session_id="s", user_id="u")
+        held = await store.start_turn(**start)
+        waiting = asyncio.create_task(store.start_turn(**start))
+        await asyncio.sleep(0.3)  # polls the busy session several times
+        assert not waiting.done()
+        await store.finish_turn(held, user_message="q", reply="a", agent="a", tools_used=[], tokens_in=1,
+                                tokens_out=1, usage=True)  # fmt: skip
+        second = await waiting
+        await store.abort_turn(second, error="-")
+        hits = await store.run(lambda c: c.execute(select(rate_windows.c.hits)).scalars().all())
+        assert sum(hits) == 2
+
+    with_store(tmp_path, body, busy_wait_seconds=5)
+
+
+def test_a_turn_that_lost_its_session_counts_nothing_when_finishing(tmp_path: Path) -> None:
+    async def body(store: ConversationStore) -> None:
+        lost = await turn(store)
+        await store.run(lambda c: c.execute(sessions.update().values(turn_token="someone-else")))
+        with pytest.raises(ConflictError):
+            await store.finish_turn(lost, user_message="q", reply="a", agent="a", tools_used=[], tokens_in=5,
+                                    tokens_out=5, usage=True)  # fmt: skip
+        today = datetime.now(UTC).date()
+        assert (await store.usage(**WHERE, since=today, until=today)).totals.requests == 0
 
     with_store(tmp_path, body)

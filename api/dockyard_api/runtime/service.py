@@ -1,10 +1,11 @@
 """The runtime of the facade: one object (``app.state.runtime``) that runs turns of deployed apps.
 
-A turn, in order: the environment (404 when gone) and its app (404 for another app id); the rate
-limits (429); the conversation store takes the session for the turn (creating it pinned to the active
-version; 404 for another user's session, 409 while another turn runs on it); the app content of the
-session's version; the agent loop under the whole-turn deadline; then the store keeps the user message
-and the reply in one transaction (or nothing of a failed turn) and counts the usage.
+A turn, in order: the environment (404 when gone) and its app (404 for another app id); then ONE store
+transaction counts the request against the rate limits (429) and takes the session for the turn
+(creating it pinned to the active version; 404 for another user's session, 409 while another turn runs
+on it); the app content of the session's version; the agent loop under the whole-turn deadline; then
+ONE store transaction keeps the user message and the reply and counts the usage (or, for a failed turn,
+releases the session and counts the error, keeping nothing of the turn). Two transactions per turn.
 """
 
 from __future__ import annotations
@@ -39,8 +40,6 @@ KINDS = ("environments", "apps", "appversions", "modeldeployments", "tools", "to
 class Store(Protocol):
     """The part of Contract 3's ConversationStore that a turn uses."""
 
-    async def check_rate_limit(self, *, namespace: str, environment: str, key_id: str, limits: Any) -> None: ...
-
     async def start_turn(
         self,
         *,
@@ -51,6 +50,7 @@ class Store(Protocol):
         user_id: str | None,
         version: str,
         key_id: str,
+        limits: Any = None,
     ) -> Any: ...
 
     async def finish_turn(
@@ -63,13 +63,10 @@ class Store(Protocol):
         tools_used: list[str],
         tokens_in: int,
         tokens_out: int,
+        usage: bool = False,
     ) -> str: ...
 
-    async def abort_turn(self, turn: Any, *, error: str) -> None: ...
-
-    async def record_usage(
-        self, *, namespace: str, environment: str, key_id: str, ok: bool, tokens_in: int, tokens_out: int
-    ) -> None: ...
+    async def abort_turn(self, turn: Any, *, error: str, usage: tuple[int, int] | None = None) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -150,24 +147,22 @@ class Runtime:
                 f"app {app_id!r} is not deployed in environment {env.name!r} (its app is {env.app!r})",
                 {"appId": app_id},
             )
+        owner = caller.end_user if caller.end_user is not None else user_id
         try:
-            await store.check_rate_limit(
-                namespace=env.namespace, environment=env.name, key_id=caller.key_id, limits=env.rate_limits
+            turn = await store.start_turn(
+                namespace=env.namespace,
+                environment=env.name,
+                app=env.app,
+                session_id=session_id,
+                user_id=owner,
+                version=env.active_version,
+                key_id=caller.key_id,
+                limits=env.rate_limits,  # counted in the same transaction; 429 before 404 and 409
             )
         except RateLimitedError as exc:
             limit = exc.details.get("limit") if isinstance(exc.details, dict) else None
             metrics.rate_limited(env.namespace, env.name, str(limit or "unknown"))
             raise
-        owner = caller.end_user if caller.end_user is not None else user_id
-        turn = await store.start_turn(
-            namespace=env.namespace,
-            environment=env.name,
-            app=env.app,
-            session_id=session_id,
-            user_id=owner,
-            version=env.active_version,
-            key_id=caller.key_id,
-        )
         return Prepared(caller, env, turn, message)
 
     async def complete(
@@ -189,31 +184,18 @@ class Runtime:
                 tools_used=result.tools_used,
                 tokens_in=usage.tokens_in,
                 tokens_out=usage.tokens_out,
+                usage=True,  # the request and its tokens are counted in the transaction that stores the turn
             )
         except BaseException as exc:
             outcome = exc.code if isinstance(exc, DockyardError) else "error"
             metrics.execute_outcome(env.namespace, env.name, outcome, time.monotonic() - started)
             metrics.tokens(env.namespace, env.name, usage.tokens_in, usage.tokens_out)
-            with contextlib.suppress(Exception):
-                await asyncio.shield(store.abort_turn(turn, error=_why(exc)))
-            with contextlib.suppress(Exception):
-                await asyncio.shield(self._usage(store, prepared, usage, ok=False))
+            with contextlib.suppress(Exception):  # releases the session and counts the error in one transaction
+                await asyncio.shield(store.abort_turn(turn, error=_why(exc), usage=(usage.tokens_in, usage.tokens_out)))
             raise
         metrics.execute_outcome(env.namespace, env.name, "ok", time.monotonic() - started)
         metrics.tokens(env.namespace, env.name, usage.tokens_in, usage.tokens_out)
-        with contextlib.suppress(DockyardError):  # the answer is stored; a lost usage count must not lose it
-            await self._usage(store, prepared, usage, ok=True)
         return answer_body(result, turn.session_id, message_id)
-
-    async def _usage(self, store: Store, prepared: Prepared, usage: Usage, *, ok: bool) -> None:
-        await store.record_usage(
-            namespace=prepared.env.namespace,
-            environment=prepared.env.name,
-            key_id=prepared.caller.key_id,
-            ok=ok,
-            tokens_in=usage.tokens_in,
-            tokens_out=usage.tokens_out,
-        )
 
     async def _run(
         self, prepared: Prepared, content: AppContent, usage: Usage, emit: Emit | None, stream: bool

@@ -9,6 +9,9 @@ database (SQLAlchemy 2 async; SQLite by default, PostgreSQL for several facade r
   ``dockyard_instances``): a killed facade never leaves a session stuck.
 - A turn is stored whole or not at all: ``finish_turn`` writes the user message and the reply in one
   transaction, ``abort_turn`` writes nothing.
+- A turn of the execute endpoint is TWO transactions: ``start_turn(limits=...)`` counts the rate limits
+  and takes the session; ``finish_turn(usage=True)`` (or ``abort_turn(usage=...)``) stores the turn (or
+  releases the session) and counts the usage. Locks: the session row first, then the counters.
 - Usage statistics per environment, API key and UTC day are upserted counters; they are never deleted
   with the environment (SPEC: "usage statistics are preserved").
 - Rate limits (Environment ``spec.rateLimits``) are counted in the database, so they hold across
@@ -205,6 +208,8 @@ class ConversationStore:
             raise ValueError(f"unsupported database {self.dialect!r}: use sqlite or postgresql+asyncpg")
         self.engine: AsyncEngine | None = None
         self.sync_engine: Engine | None = None
+        self._sqlite_conn: Connection | None = None
+        """The SQLite writer thread's connection (used in that thread only)."""
         self._executor: ThreadPoolExecutor | None = None
         if self.dialect == "sqlite":
             # SQLite: a plain (sync) engine in ONE thread; a whole transaction is one hop to that thread, and
@@ -365,16 +370,39 @@ class ConversationStore:
             raise DatabaseUnavailableError(f"the conversation database is unavailable: {self._last_error}") from exc
 
     def _sqlite_tx(self, fn: Callable[[Connection], T]) -> T:
+        """In the writer thread: ``fn`` in one transaction on the thread's own connection, kept open between
+        transactions (a pool checkout and its reset cost more than a short transaction); a connection that
+        failed for any reason other than the transaction's own (a DockyardError, a constraint) is dropped and
+        the next transaction opens a new one."""
         assert self.sync_engine is not None
-        with self.sync_engine.begin() as conn:
-            return fn(conn)
+        conn = self._sqlite_conn
+        if conn is None or conn.closed or conn.invalidated:
+            conn = self._sqlite_conn = self.sync_engine.connect()
+        try:
+            with conn.begin():
+                return fn(conn)
+        except (DockyardError, sa_exc.IntegrityError):
+            raise
+        except BaseException:
+            self._sqlite_conn = None
+            with contextlib.suppress(Exception):
+                conn.close()
+            raise
+
+    def _sqlite_dispose(self) -> None:
+        assert self.sync_engine is not None
+        if self._sqlite_conn is not None:
+            with contextlib.suppress(Exception):
+                self._sqlite_conn.close()
+            self._sqlite_conn = None
+        self.sync_engine.dispose()
 
     async def dispose(self) -> None:
         """Close the connections (tests: what a killed process leaves behind)."""
         if self.engine is not None:
             await self.engine.dispose()
         if self.sync_engine is not None and self._executor is not None:
-            await asyncio.get_running_loop().run_in_executor(self._executor, self.sync_engine.dispose)
+            await asyncio.get_running_loop().run_in_executor(self._executor, self._sqlite_dispose)
 
     def _check_ready(self) -> None:
         if not self._ready:
@@ -392,21 +420,33 @@ class ConversationStore:
         user_id: str | None,
         version: str,
         key_id: str,
+        limits: Any = None,
     ) -> Turn:
-        """Take the session for one turn (creating it, pinned to ``version``, when new)."""
+        """Take the session for one turn (creating it, pinned to ``version``, when new).
+
+        With ``limits`` (Environment ``spec.rateLimits``) the request is also counted against the rate limits
+        in the same transaction, exactly as :meth:`check_rate_limit` would before it: over a limit raises
+        RateLimitedError (429) without taking the session; a request counted and then answered 404 or 409
+        stays counted; a turn that waits for its session is counted once."""
         self._check_ready()
+        given = RateLimits.of(limits)
+        rl = given if given.requests_per_minute or given.tokens_per_day else None
         if session_id is not None and not SESSION_ID_PATTERN.match(session_id):
             raise InvalidError(
                 "session_id must be 1 to 128 letters, digits or . _ : @ - (starting with a letter or digit)",
                 [{"field": "body.session_id", "message": "invalid session id"}],
             )
         sid = session_id or f"ses_{uuid.uuid4().hex}"
+        new = session_id is None  # an id made here just now: no row can hold it, nothing to read first
         deadline = time.monotonic() + self.busy_wait_seconds
         delay = 0.02
         while True:
-            turn = await self._try_start(namespace, environment, app, sid, user_id, version, key_id)
+            turn = await self._try_start(namespace, environment, app, sid, user_id, version, key_id, rl, new)
+            rl, new = None, False  # counted once, whatever comes next
             if isinstance(turn, Turn):
                 return turn
+            if isinstance(turn, DockyardError):  # 429 or another user's session (404), after the commit
+                raise turn
             if turn is _RACE:
                 continue  # another replica created the session at the same moment: read it again
             left = deadline - time.monotonic()
@@ -428,14 +468,44 @@ class ConversationStore:
         user_id: str | None,
         version: str,
         key_id: str,
-    ) -> Turn | object | None:
-        """The turn; None when the session is busy; _RACE when it was created concurrently."""
+        limits: RateLimits | None,
+        new: bool,
+    ) -> Turn | DockyardError | object | None:
+        """The turn; None when the session is busy; _RACE when it was created concurrently; the error to
+        raise (429 over a rate limit, 404 another user's session) once the transaction has committed (the
+        request stays counted against the rate limits, as when it was counted in a transaction of its own).
+
+        One transaction: the session row (locked on PostgreSQL; not read for an id made just now), then the
+        rate-limit counters (the refusal takes precedence over 404 and 409), then the session is taken.
+        Locks are taken in that order everywhere (session row, then counters), so turns never deadlock."""
         now = _now()
         token = str(uuid.uuid4())
         held_until = now + self.turn_lease
 
-        def tx(conn: Connection) -> Turn | object | None:
-            row = conn.execute(self._sql.session, {"b_ns": namespace, "b_env": environment, "b_sid": sid}).first()
+        def tx(conn: Connection) -> Turn | DockyardError | object | None:
+            row = (
+                None
+                if new
+                else conn.execute(self._sql.session, {"b_ns": namespace, "b_env": environment, "b_sid": sid}).first()
+            )
+            answer: DockyardError | None = None
+            busy = False
+            if row is not None:
+                if row.user_id != user_id:
+                    answer = NotFoundError(
+                        f"session {sid!r} belongs to another user: start a new session (or send none)",
+                        {"sessionId": sid},
+                    )
+                elif row.turn_token is not None and self._held(conn, row, now):
+                    busy = True
+            if limits is not None:
+                refused = self._limit(conn, namespace, environment, key_id, limits, now)
+                if refused is not None:
+                    return refused
+            if answer is not None:
+                return answer
+            if busy:
+                return None
             if row is None:
                 created = conn.execute(
                     self._sql.create_session,
@@ -459,13 +529,6 @@ class ConversationStore:
                 if pk is None:
                     return _RACE
                 return Turn(sid, version, [], True, namespace, environment, app, user_id, key_id, token, int(pk))
-            if row.user_id != user_id:
-                raise NotFoundError(
-                    f"session {sid!r} belongs to another user: start a new session (or send none)",
-                    {"sessionId": sid},
-                )
-            if row.turn_token is not None and self._held(conn, row, now):
-                return None
             conn.execute(
                 self._sql.take, {"b_pk": row.pk, "b_token": token, "b_holder": self.instance_id, "b_until": held_until}
             )
@@ -509,8 +572,11 @@ class ConversationStore:
         tools_used: Sequence[str],
         tokens_in: int,
         tokens_out: int,
+        usage: bool = False,
     ) -> str:
-        """Store the user message and the reply together and release the session; the reply's id."""
+        """Store the user message and the reply together and release the session; the reply's id. With
+        ``usage`` the request and its tokens are counted (as :meth:`record_usage`) in the same transaction:
+        a stored turn is always counted, a counted one always stored."""
         self._check_ready()
         now = _now()
         reply_id = f"msg_{uuid.uuid4().hex}"
@@ -552,17 +618,29 @@ class ConversationStore:
                     },
                 ],
             )
+            if usage:
+                self._count(
+                    conn, turn.namespace, turn.environment, turn.key_id, now,
+                    requests=1, tokens_in=max(0, tokens_in), tokens_out=max(0, tokens_out),
+                )  # fmt: skip
 
         await self.run(tx)
         return reply_id
 
-    async def abort_turn(self, turn: Turn, *, error: str) -> None:
+    async def abort_turn(self, turn: Turn, *, error: str, usage: tuple[int, int] | None = None) -> None:
         """Release the session; nothing of the turn is stored (a session created by it stays, empty). When
-        the database is away, the release is retried in the background once it is back."""
+        the database is away, the release is retried in the background once it is back. With ``usage``
+        (tokens in, tokens out) the failed request is counted (an error, its tokens) in the same transaction."""
         self._check_ready()
+        now = _now()
 
         def tx(conn: Connection) -> None:
             conn.execute(self._sql.release, {"b_pk": turn.session_pk, "b_token": turn.token})
+            if usage is not None:
+                self._count(
+                    conn, turn.namespace, turn.environment, turn.key_id, now,
+                    requests=1, errors=1, tokens_in=max(0, usage[0]), tokens_out=max(0, usage[1]),
+                )  # fmt: skip
 
         try:
             await self.run(tx)
@@ -598,41 +676,44 @@ class ConversationStore:
             return
         self._check_ready()
         now = _now()
-
-        def tx(conn: Connection) -> RateLimitedError | None:
-            refused: RateLimitedError | None = None
-            if rl.tokens_per_day:
-                used = conn.execute(
-                    self._sql.tokens_today, {"b_ns": namespace, "b_env": environment, "b_day": now.date()}
-                ).scalar_one()
-                if int(used) >= rl.tokens_per_day:
-                    midnight = datetime.combine(now.date() + timedelta(days=1), datetime.min.time(), UTC)
-                    refused = RateLimitedError(
-                        f"environment {environment!r} has used {int(used)} tokens today, its limit is "
-                        f"{rl.tokens_per_day} (spec.rateLimits.tokensPerDay); it resets at 00:00 UTC",
-                        {"limit": "tokensPerDay", "value": rl.tokens_per_day, "used": int(used)},
-                        retry_after=int((midnight - now).total_seconds()) + 1,
-                    )
-            if refused is None and rl.requests_per_minute:
-                epoch = now.timestamp()
-                row = {"namespace": namespace, "environment": environment, "key_id": key_id}
-                counted = conn.execute(
-                    self._sql.hit, {**row, "minute": int(epoch // 60), "hits": 1, "b_limit": rl.requests_per_minute}
-                ).scalar()
-                if counted is None:
-                    refused = RateLimitedError(
-                        f"API key {key_id!r} has made {rl.requests_per_minute} requests this minute, the limit of "
-                        f"environment {environment!r} (spec.rateLimits.requestsPerMinute)",
-                        {"limit": "requestsPerMinute", "value": rl.requests_per_minute, "keyId": key_id},
-                        retry_after=60 - int(epoch % 60),
-                    )
-            if refused is not None:
-                self._count(conn, namespace, environment, key_id, now, rate_limited=1)
-            return refused
-
-        refused = await self.run(tx)
+        refused = await self.run(lambda conn: self._limit(conn, namespace, environment, key_id, rl, now))
         if refused is not None:
             raise refused
+
+    def _limit(
+        self, conn: Connection, namespace: str, environment: str, key_id: str, rl: RateLimits, now: datetime
+    ) -> RateLimitedError | None:
+        """Count one request against ``rl`` in the caller's transaction; the refusal when over a limit (then
+        counted as rate limited)."""
+        refused: RateLimitedError | None = None
+        if rl.tokens_per_day:
+            used = conn.execute(
+                self._sql.tokens_today, {"b_ns": namespace, "b_env": environment, "b_day": now.date()}
+            ).scalar_one()
+            if int(used) >= rl.tokens_per_day:
+                midnight = datetime.combine(now.date() + timedelta(days=1), datetime.min.time(), UTC)
+                refused = RateLimitedError(
+                    f"environment {environment!r} has used {int(used)} tokens today, its limit is "
+                    f"{rl.tokens_per_day} (spec.rateLimits.tokensPerDay); it resets at 00:00 UTC",
+                    {"limit": "tokensPerDay", "value": rl.tokens_per_day, "used": int(used)},
+                    retry_after=int((midnight - now).total_seconds()) + 1,
+                )
+        if refused is None and rl.requests_per_minute:
+            epoch = now.timestamp()
+            row = {"namespace": namespace, "environment": environment, "key_id": key_id}
+            counted = conn.execute(
+                self._sql.hit, {**row, "minute": int(epoch // 60), "hits": 1, "b_limit": rl.requests_per_minute}
+            ).scalar()
+            if counted is None:
+                refused = RateLimitedError(
+                    f"API key {key_id!r} has made {rl.requests_per_minute} requests this minute, the limit of "
+                    f"environment {environment!r} (spec.rateLimits.requestsPerMinute)",
+                    {"limit": "requestsPerMinute", "value": rl.requests_per_minute, "keyId": key_id},
+                    retry_after=60 - int(epoch % 60),
+                )
+        if refused is not None:
+            self._count(conn, namespace, environment, key_id, now, rate_limited=1)
+        return refused
 
     async def record_usage(
         self, *, namespace: str, environment: str, key_id: str, ok: bool, tokens_in: int, tokens_out: int
