@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,24 +63,37 @@ def spawn(name: str, args: list[str], env: dict[str, str], log: Path) -> Child:
     return Child(name, proc, log)
 
 
-def supervise(children: list[Child], poll: float = 0.5) -> int:
+def supervise(children: list[Child], poll: float = 0.5, on_watch: Callable[[], None] | None = None) -> int:
     """Wait until Ctrl-C / SIGTERM (exit 0, one "stopped" line) or a child exits by itself (non-zero, the
-    message names the process and its log); then stop the others."""
-    signal.signal(signal.SIGTERM, _interrupt)
+    message names the process and its log); then stop the others.
+
+    The signals set a flag that the loop reads between polls instead of raising KeyboardInterrupt at an
+    arbitrary point: an exception raised inside ``Popen.poll`` could leave its wait lock taken, and the
+    later ``wait`` in :func:`stop` would then block for ever. ``on_watch`` is called once the handlers
+    are in place (a caller that announces readiness does it there)."""
+    requested: list[int] = []
+
+    def request_stop(signum: int, frame: object) -> None:
+        requested.append(signum)
+
+    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        while True:
+        if on_watch is not None:
+            on_watch()
+        while not requested:
             for child in children:
                 code = child.proc.poll()
                 if code is not None:
                     log(f"the {child.name} exited unexpectedly (exit code {code}); see its log: {child.log}. Stopping.")
                     return code or 1
             time.sleep(poll)
-    except KeyboardInterrupt:
         stop(children)
         print("Dockyard stopped (the local cluster keeps running; `make cluster-down` removes it).", flush=True)
         return 0
     finally:
         stop(children)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def stop(children: list[Child], timeout: float = 15) -> None:
@@ -95,6 +109,7 @@ def stop(children: list[Child], timeout: float = 15) -> None:
 
 
 def run(cluster: LocalCluster) -> int:
+    signal.signal(signal.SIGTERM, _interrupt)  # until supervise(): SIGTERM stops the start-up like Ctrl-C
     cluster.up()
     crds = repo_root() / "crds"
     if any(crds.glob("*.yaml")):

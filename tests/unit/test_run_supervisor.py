@@ -22,8 +22,7 @@ children = [
     spawn("facade", ["-c", "import time; time.sleep(120)"], env, logs / "facade.log"),
 ]
 (logs / "pids").write_text(" ".join(str(c.proc.pid) for c in children))
-print("running", flush=True)
-sys.exit(supervise(children, poll=0.1))
+sys.exit(supervise(children, poll=0.1, on_watch=lambda: print("running", flush=True)))
 """
 SLEEP = "import time; time.sleep(120)"
 
