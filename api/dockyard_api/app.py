@@ -39,7 +39,6 @@ from dockyard_api.store.summary import summarise_forever
 from dockyard_api.web import routes as web
 from dockyard_api.web.service import WebService
 from dockyard_core.kubeclient import AsyncKube
-from dockyard_core.kubeconfig import api_client
 
 ENVIRONMENT_PREFIX = "/e/{namespace}/{environment}"
 """Prefix of the public API: an environment's base URL ends with it."""
@@ -51,7 +50,7 @@ async def _sweep_forever(service: ImportService, interval: float) -> None:
     """Delete expired import sessions now and then (every replica may: the sweep is idempotent)."""
     while True:
         try:
-            counts = await anyio.to_thread.run_sync(service.sweep)
+            counts = await service.sweep()
             if any(counts.values()):
                 log.info("import sweep: %s", counts)
         except Exception:  # a failed sweep (API server away) is retried at the next tick
@@ -76,12 +75,11 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.settings = settings
-        app.state.api_client = api_client(settings.kubeconfig)
         app.state.kube = AsyncKube(settings.kubeconfig, timeout=settings.kube_timeout_seconds)
         app.state.authenticator = Authenticator(app.state.kube, settings)
         app.state.web = WebService(app.state.kube, settings)
-        app.state.imports = ImportService(settings, app.state.api_client)
-        app.state.imports.store.ensure()
+        app.state.imports = ImportService(settings, app.state.kube)
+        await anyio.to_thread.run_sync(app.state.imports.store.ensure)
         app.state.download_token_key = settings.token_key()
         app.state.console_sealer = console.sealer_for(app.state.download_token_key)
         sweeper = None
@@ -124,7 +122,6 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
                 with contextlib.suppress(asyncio.CancelledError):
                     await sweeper
             await app.state.kube.aclose()
-            app.state.api_client.close()
 
     app = FastAPI(
         title="Dockyard",

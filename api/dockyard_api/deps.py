@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import Depends, Path, Request
-from kubernetes import client
 
 from dockyard_api.imports import ImportService
 from dockyard_api.runtime.service import Runtime
@@ -40,11 +39,6 @@ async def get_settings(request: Request) -> ApiSettings:
     return settings
 
 
-async def get_api_client(request: Request) -> client.ApiClient:
-    api: client.ApiClient = request.app.state.api_client
-    return api
-
-
 async def get_imports(request: Request) -> ImportService:
     imports: ImportService = request.app.state.imports
     return imports
@@ -58,7 +52,5 @@ async def get_runtime(request: Request) -> Runtime:
 Kube = Annotated[AsyncKube, Depends(get_kube)]
 """The one async Kubernetes client (the facade's own identity; act as the caller with ``as_user``)."""
 Settings = Annotated[ApiSettings, Depends(get_settings)]
-ApiClient = Annotated[client.ApiClient, Depends(get_api_client)]
-"""The synchronous kubernetes client (readiness probe; the import service)."""
 Imports = Annotated[ImportService, Depends(get_imports)]
 RuntimeDep = Annotated[Runtime, Depends(get_runtime)]

@@ -4,7 +4,8 @@ The facade keeps no state of its own: a session is a directory of the model stor
 replica) and a Model object; the job that completion starts is recorded on the Model (status.job and
 the dock-status-id label), and the operator does the rest (assembly, verification, extraction).
 
-Every method here is blocking (file system and Kubernetes client); the router runs them in threads.
+The service is async: its Kubernetes calls go through the one async client
+(:class:`dockyard_core.kubeclient.AsyncKube`) and only the model store's file work runs in threads.
 """
 
 from __future__ import annotations
@@ -16,12 +17,10 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any, NoReturn
+from functools import partial
+from typing import Any, NoReturn, TypeVar
 
 import anyio
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
-from urllib3.exceptions import HTTPError as Urllib3Error
 
 from dockyard_api.chunkupload import ChunkUpload
 from dockyard_api.settings import ApiSettings
@@ -29,7 +28,7 @@ from dockyard_core import clock, importstatus, jobs, requestid
 from dockyard_core.clock import iso
 from dockyard_core.errors import DockyardError, KubeUnavailableError, UpstreamError
 from dockyard_core.importstatus import IMPORT_ENVIRONMENT_ANNOTATION, IMPORT_SESSION_LABEL
-from dockyard_core.kubeclient import MERGE
+from dockyard_core.kubeclient import MERGE, AsyncKube, KubeError
 from dockyard_core.kubeclient import guarded as guard
 from dockyard_core.modelstore import (
     SESSION_ID_RE,
@@ -47,10 +46,8 @@ from dockyard_core.modelstore import (
     normalize_extension,
     parse_chunk_number,
 )
-from dockyard_core.resources import GROUP
 from dockyard_core.resources.v1alpha1 import (
     DOCK_STATUS_ID_LABEL,
-    VERSION,
     Model,
     ModelSource,
     ModelSpec,
@@ -62,6 +59,12 @@ log = logging.getLogger("dockyard.imports")
 PLURAL = "models"
 MISSING_LISTED = 1000
 """At most this many missing chunk numbers are listed in a 409 (the count is always given)."""
+T = TypeVar("T")
+
+
+async def _files(fn: Callable[..., T], *args: Any) -> T:
+    """Run one piece of the model store's file work in a thread (the only blocking work here)."""
+    return await anyio.to_thread.run_sync(partial(fn, *args))
 
 
 @dataclass(frozen=True)
@@ -87,130 +90,83 @@ def model_id_for(file_name: str) -> str:
     return f"{slug or 'model'}-{secrets.token_hex(4)}"
 
 
-def _kube(fn: Callable[[], Any], what: str) -> Any:
-    """Run one Kubernetes call; an unavailable API server (unreachable, no answer in time, throttling,
-    failing) is a 503 with Retry-After, a refusing one a 502, never a 500."""
-    try:
-        return fn()
-    except ApiException as exc:
-        if exc.status in (404, 409):
-            raise
-        unavailable = not exc.status or exc.status == 429 or exc.status >= 500
-        error = KubeUnavailableError if unavailable else UpstreamError
-        raise error(f"the Kubernetes API refused to {what}", {"status": exc.status, "reason": exc.reason}) from exc
-    except (Urllib3Error, OSError) as exc:
-        raise KubeUnavailableError(f"the Kubernetes API is not reachable ({what})", str(exc)) from exc
-
-
 class Models:
-    """The few Model calls of the import, as plain JSON (no client-side deserialisation)."""
+    """The few Model calls of the import, as plain JSON, through the one async client.
 
-    def __init__(self, api: client.ApiClient, timeout: float = 10.0) -> None:
-        self.objects = client.CustomObjectsApi(api)
-        self.timeout = timeout
-        """Seconds one call may take (connect and read): an API server that is restarting, or whose etcd
-        is, makes the request a 503 with Retry-After instead of a hanging one."""
+    An unavailable API server (unreachable, no answer in time, throttling, failing) is a 503 with
+    Retry-After, a refusing one a 502, never a 500; 404 and 409 stay :class:`KubeError` for the caller
+    to decide."""
 
-    def create(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
-        created: dict[str, Any] = _kube(
-            lambda: self.objects.create_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, body, _request_timeout=self.timeout
-            ),
-            "create the Model",
-        )
-        return created
+    def __init__(self, kube: AsyncKube) -> None:
+        self.kube = kube
 
-    def delete(self, namespace: str, name: str) -> None:
+    async def _call(self, what: str, method: str, path: str, **kw: Any) -> dict[str, Any]:
+        try:
+            return await self.kube.request(method, path, **kw)
+        except KubeError as exc:
+            if exc.status in (404, 409):
+                raise
+            if exc.reason == "Unreachable":  # no answer at all (AsyncKube's own 503)
+                raise KubeUnavailableError(f"the Kubernetes API is not reachable ({what})", exc.message) from exc
+            unavailable = exc.status == 429 or exc.status >= 500
+            error = KubeUnavailableError if unavailable else UpstreamError
+            raise error(f"the Kubernetes API refused to {what}", {"status": exc.status, "reason": exc.reason}) from exc
+
+    async def create(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        return await self._call("create the Model", "POST", AsyncKube.custom_path(namespace, PLURAL), json=body)
+
+    async def delete(self, namespace: str, name: str) -> None:
         """Best effort (used to undo a half-done start)."""
         try:
-            self.objects.delete_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, name, _request_timeout=self.timeout
-            )
+            await self.kube.request("DELETE", AsyncKube.custom_path(namespace, PLURAL, name))
         except Exception:  # the start fails anyway; the sweeper and kubectl remain
             log.warning("could not delete Model %s/%s after a failed start", namespace, name, exc_info=True)
 
-    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+    async def get(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            found: dict[str, Any] = _kube(
-                lambda: self.objects.get_namespaced_custom_object(
-                    GROUP, VERSION, namespace, PLURAL, name, _request_timeout=self.timeout
-                ),
-                "read the Model",
-            )
-        except ApiException as exc:
+            return await self._call("read the Model", "GET", AsyncKube.custom_path(namespace, PLURAL, name))
+        except KubeError as exc:
             if exc.status == 404:
                 return None
             raise
-        return found
 
-    def by_session(self, namespace: str, session_id: str) -> dict[str, Any] | None:
-        found = _kube(
-            lambda: self.objects.list_namespaced_custom_object(
-                GROUP,
-                VERSION,
-                namespace,
-                PLURAL,
-                label_selector=f"{IMPORT_SESSION_LABEL}={session_id}",
-                _request_timeout=self.timeout,
-            ),
+    async def by_session(self, namespace: str, session_id: str) -> dict[str, Any] | None:
+        found = await self._call(
             "list Models",
+            "GET",
+            AsyncKube.custom_path(namespace, PLURAL),
+            params={"labelSelector": f"{IMPORT_SESSION_LABEL}={session_id}"},
         )
         items: list[dict[str, Any]] = found.get("items") or []
         return items[0] if items else None
 
-    def importing(self) -> list[dict[str, Any]]:
+    async def importing(self) -> list[dict[str, Any]]:
         """Every uploaded Model (all namespaces)."""
-        found = _kube(
-            lambda: self.objects.list_cluster_custom_object(
-                GROUP, VERSION, PLURAL, label_selector=IMPORT_SESSION_LABEL, _request_timeout=self.timeout
-            ),
-            "list Models",
+        found = await self._call(
+            "list Models", "GET", AsyncKube.all_namespaces_path(PLURAL), params={"labelSelector": IMPORT_SESSION_LABEL}
         )
         items: list[dict[str, Any]] = found.get("items") or []
         return items
 
-    def patch_status(self, model: dict[str, Any], status: dict[str, Any], *, guarded: bool = True) -> dict[str, Any]:
+    async def patch_status(
+        self, model: dict[str, Any], status: dict[str, Any], *, guarded: bool = True
+    ) -> dict[str, Any]:
         """Merge-patch the status; ``guarded``: only if the Model is still at the version read (else
-        ApiException 409)."""
+        KubeError 409)."""
         meta = model["metadata"]
         body = guard({"status": status}, meta["resourceVersion"] if guarded else None)
-        patched: dict[str, Any] = _kube(
-            lambda: self.objects.patch_namespaced_custom_object_status(
-                GROUP,
-                VERSION,
-                meta["namespace"],
-                PLURAL,
-                meta["name"],
-                body,
-                _content_type=MERGE,
-                _request_timeout=self.timeout,
-            ),
-            "update the Model's status",
-        )
-        return patched
+        path = AsyncKube.custom_path(meta["namespace"], PLURAL, meta["name"], "status")
+        return await self._call("update the Model's status", "PATCH", path, json=body, content_type=MERGE)
 
-    def annotate(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
-        _kube(
-            lambda: self.objects.patch_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, name, {"metadata": {"annotations": annotations}}, _content_type=MERGE
-            ),
-            "annotate the Model",
-        )
+    async def annotate(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
+        path = AsyncKube.custom_path(namespace, PLURAL, name)
+        body = {"metadata": {"annotations": annotations}}
+        await self._call("annotate the Model", "PATCH", path, json=body, content_type=MERGE)
 
-    def label(self, namespace: str, name: str, labels: dict[str, str]) -> None:
-        _kube(
-            lambda: self.objects.patch_namespaced_custom_object(
-                GROUP,
-                VERSION,
-                namespace,
-                PLURAL,
-                name,
-                {"metadata": {"labels": labels}},
-                _content_type=MERGE,
-                _request_timeout=self.timeout,
-            ),
-            "label the Model",
-        )
+    async def label(self, namespace: str, name: str, labels: dict[str, str]) -> None:
+        path = AsyncKube.custom_path(namespace, PLURAL, name)
+        body = {"metadata": {"labels": labels}}
+        await self._call("label the Model", "PATCH", path, json=body, content_type=MERGE)
 
 
 def _expected_sha256(model: dict[str, Any]) -> str | None:
@@ -247,19 +203,19 @@ def _session_of(model: dict[str, Any]) -> str | None:
 class ImportService:
     """The import endpoints' logic over the model store and the Kubernetes API."""
 
-    def __init__(self, settings: ApiSettings, api: client.ApiClient) -> None:
+    def __init__(self, settings: ApiSettings, kube: AsyncKube) -> None:
         self.settings = settings
         self.store: ModelStore = settings.open_model_store()
-        self.models = Models(api, settings.kube_timeout_seconds)
+        self.models = Models(kube)
 
     # -- start --
 
-    def start(self, namespace: str, environment: str, req: StartRequest) -> dict[str, Any]:
+    async def start(self, namespace: str, environment: str, req: StartRequest) -> dict[str, Any]:
         check_text(req.file_context, "fileContext", 64)
         check_file_name(req.file_name)
         extension = normalize_extension(req.file_extension)
         check_sizes(req.file_size, req.total_chunks, self.settings.max_chunk_bytes, self.settings.max_file_bytes)
-        self.store.ensure()
+        await _files(self.store.ensure)
         at = clock.now()
         expires = at + timedelta(seconds=self.settings.session_lifetime_seconds)
         session_id = uuid.uuid4().hex
@@ -278,27 +234,31 @@ class ImportService:
             created_at=at,
             expires_at=expires,
         )
-        model, meta = self._create_model(meta)
+        model, meta = await self._create_model(meta)
         try:
             # unguarded: the Model is new and only this call sets its first status (the operator may have
             # added its annotations meanwhile)
-            self.models.patch_status(model, importstatus.started(session_id, expires, at), guarded=False)
+            await self.models.patch_status(model, importstatus.started(session_id, expires, at), guarded=False)
         except BaseException:
-            self.store.remove(session_id)
-            self.models.delete(namespace, meta.model_id)
+            with anyio.CancelScope(shield=True):
+                await _files(self.store.remove, session_id)
+                await self.models.delete(namespace, meta.model_id)
             raise
         return {"sessionId": session_id, "modelId": meta.model_id, "expirationDate": iso(expires)}
 
-    def _create_model(self, meta: SessionMeta) -> tuple[dict[str, Any], SessionMeta]:
+    def _new_session_files(self, meta: SessionMeta) -> None:
+        if self.store.load(meta.session_id) is None:
+            self.store.create(meta)
+        else:
+            self.store.save(meta)
+
+    async def _create_model(self, meta: SessionMeta) -> tuple[dict[str, Any], SessionMeta]:
         """Session directory first, then the Model: a Model never names a session that does not exist,
         and a directory whose Model was never created is deleted by the sweeper once expired."""
         for _ in range(5):
             model_id = model_id_for(meta.file_name)
             meta = replace(meta, model_id=model_id)
-            if self.store.load(meta.session_id) is None:
-                self.store.create(meta)
-            else:
-                self.store.save(meta)
+            await _files(self._new_session_files, meta)
             body = Model(
                 metadata=ObjectMeta(
                     name=model_id,
@@ -321,26 +281,27 @@ class ImportService:
                 ),
             ).to_manifest()
             try:
-                return self.models.create(meta.namespace, body), meta
-            except ApiException as exc:
+                return await self.models.create(meta.namespace, body), meta
+            except KubeError as exc:
                 if exc.status == 409:  # that name is taken: draw another
                     continue
-                self.store.remove(meta.session_id)
+                await _files(self.store.remove, meta.session_id)
                 raise DockyardError(f"the Model could not be created: {exc.reason}", {"status": exc.status}) from exc
             except BaseException:
-                self.store.remove(meta.session_id)
+                with anyio.CancelScope(shield=True):
+                    await _files(self.store.remove, meta.session_id)
                 raise
-        self.store.remove(meta.session_id)
+        await _files(self.store.remove, meta.session_id)
         raise UpstreamError("no free Model name was found")
 
     # -- sessions --
 
-    def _not_completed(self, namespace: str, environment: str, session_id: str, why: str) -> SessionMeta:
+    async def _not_completed(self, namespace: str, environment: str, session_id: str, why: str) -> SessionMeta:
         """The session's files, unless it is gone (see :meth:`_gone`) or completed (409, saying ``why``
         the request cannot act on it)."""
-        meta = self._meta(namespace, environment, session_id)
+        meta = await self._meta(namespace, environment, session_id)
         if meta is None:
-            self._gone(namespace, environment, session_id)
+            await self._gone(namespace, environment, session_id)
         if meta.dock_status_id:
             raise SessionCompleted(
                 f"import session {session_id} is completed; {why}",
@@ -348,9 +309,9 @@ class ImportService:
             )
         return meta
 
-    def open_session(self, namespace: str, environment: str, session_id: str) -> SessionMeta:
+    async def open_session(self, namespace: str, environment: str, session_id: str) -> SessionMeta:
         """The session, if it may still receive chunks; else the error that says why not."""
-        meta = self._not_completed(namespace, environment, session_id, "it takes no more chunks")
+        meta = await self._not_completed(namespace, environment, session_id, "it takes no more chunks")
         if meta.expired():
             raise SessionGone(
                 f"import session {session_id} expired at {iso(meta.expires_at)}",
@@ -364,7 +325,7 @@ class ImportService:
         """Stream one multipart chunk into the session's store (without holding it in memory) and publish
         it: (chunk number, its size, whether it was new; a retry of a stored chunk is not). Only the file
         work runs in threads."""
-        meta = await anyio.to_thread.run_sync(self.open_session, namespace, environment, session_id)
+        meta = await self.open_session(namespace, environment, session_id)
         limit, fsync = self.settings.max_chunk_bytes, self.settings.fsync_chunks
 
         def open_writer() -> ChunkWriter:
@@ -375,17 +336,17 @@ class ImportService:
 
         number, chunk = await ChunkUpload(open_writer, check_number).read(content_type, stream)
         size = chunk.size
-        new = await anyio.to_thread.run_sync(self.store.publish, meta, number, chunk)
+        new = await _files(self.store.publish, meta, number, chunk)
         return number, size, new
 
-    def _meta(self, namespace: str, environment: str, session_id: str) -> SessionMeta | None:
-        meta = self.store.load(session_id)  # validates the id's format first (404)
+    async def _meta(self, namespace: str, environment: str, session_id: str) -> SessionMeta | None:
+        meta = await _files(self.store.load, session_id)  # validates the id's format first (404)
         if meta is not None and (meta.namespace, meta.environment) != (namespace, environment):
             raise SessionNotFound(f"no import session {session_id!r}", {"sessionId": session_id})
         return meta
 
-    def _model_of(self, namespace: str, environment: str, session_id: str) -> dict[str, Any] | None:
-        model = self.models.by_session(namespace, session_id)
+    async def _model_of(self, namespace: str, environment: str, session_id: str) -> dict[str, Any] | None:
+        model = await self.models.by_session(namespace, session_id)
         if model is None:
             return None
         annotations = model["metadata"].get("annotations") or {}
@@ -393,19 +354,23 @@ class ImportService:
             return None
         return model
 
-    def _completed(self, namespace: str, environment: str, session_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    async def _completed(
+        self, namespace: str, environment: str, session_id: str
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
         """The Model and import job of a session whose files are gone because it was completed; any
         other gone session raises its answer (see :meth:`_gone`)."""
-        model = self._model_of(namespace, environment, session_id)
+        model = await self._model_of(namespace, environment, session_id)
         job = _job(model) if model else None
         if model is None or job is None:
-            self._gone(namespace, environment, session_id, model)
+            await self._gone(namespace, environment, session_id, model)
         return model, job
 
-    def _gone(self, namespace: str, environment: str, session_id: str, model: dict[str, Any] | None = None) -> NoReturn:
+    async def _gone(
+        self, namespace: str, environment: str, session_id: str, model: dict[str, Any] | None = None
+    ) -> NoReturn:
         """Raise the answer for a session whose files are gone: 409 if completed, 410 if it expired or
         was aborted, 404 if it never existed here."""
-        model = model or self._model_of(namespace, environment, session_id)
+        model = model or await self._model_of(namespace, environment, session_id)
         if model is None:
             raise SessionNotFound(f"no import session {session_id!r}", {"sessionId": session_id})
         job = _job(model)
@@ -423,11 +388,11 @@ class ImportService:
             raise SessionGone(f"import session {session_id} expired", details)
         raise SessionGone(f"the files of import session {session_id} are gone", details, code="session_lost")
 
-    def describe(self, namespace: str, environment: str, session_id: str) -> dict[str, Any]:
+    async def describe(self, namespace: str, environment: str, session_id: str) -> dict[str, Any]:
         """What a client needs to resume: the chunks received (number and size) and those missing."""
-        meta = self._meta(namespace, environment, session_id)
+        meta = await self._meta(namespace, environment, session_id)
         if meta is None:
-            model, job = self._completed(namespace, environment, session_id)
+            model, job = await self._completed(namespace, environment, session_id)
             upload = model["spec"]["source"]["upload"]
             return {
                 "sessionId": session_id,
@@ -442,8 +407,8 @@ class ImportService:
                 "missingChunks": [],
             }
         if not meta.dock_status_id and meta.expired():
-            self.open_session(namespace, environment, session_id)  # raises 410
-        chunks = self.store.chunks(session_id)
+            await self.open_session(namespace, environment, session_id)  # raises 410
+        chunks = await _files(self.store.chunks, session_id)
         have = {c.number for c in chunks}
         return {
             "sessionId": session_id,
@@ -462,12 +427,12 @@ class ImportService:
 
     # -- abort --
 
-    def abort(self, namespace: str, environment: str, session_id: str) -> dict[str, Any]:
+    async def abort(self, namespace: str, environment: str, session_id: str) -> dict[str, Any]:
         """Delete the session's chunks; its Model becomes Failed (reason ImportAborted) and stays, so
         that ``kubectl get models`` tells what happened (delete it like any object)."""
-        meta = self._not_completed(namespace, environment, session_id, "its import job owns the files")
+        meta = await self._not_completed(namespace, environment, session_id, "its import job owns the files")
         for _ in range(5):
-            model = self.models.get(namespace, meta.model_id)
+            model = await self.models.get(namespace, meta.model_id)
             if model is None or _session_of(model) != session_id:
                 break
             if _job(model) is not None:
@@ -483,43 +448,53 @@ class ImportService:
                 clock.now(),
             )
             try:
-                self.models.patch_status(model, patch)
+                await self.models.patch_status(model, patch)
                 break
-            except ApiException as exc:
+            except KubeError as exc:
                 if exc.status != 409:
                     raise
-        freed = self.store.remove(session_id)
+        freed = await _files(self.store.remove, session_id)
         log.info("import session %s aborted, %d bytes freed", session_id, freed)
         return {"sessionId": session_id, "modelId": meta.model_id, "freedBytes": freed}
 
     # -- complete --
 
-    def complete(self, namespace: str, environment: str, session_id: str, sha256: str | None = None) -> dict[str, Any]:
+    def _check_received(self, meta: SessionMeta) -> None:
+        """409 unless every chunk is there and they hold fileSize bytes (file work: run in a thread)."""
+        missing = self.store.missing(meta)
+        if missing:
+            raise MissingChunks(
+                f"{len(missing)} of {meta.total_chunks} chunks are missing",
+                {"missingChunks": missing[:MISSING_LISTED], "missingCount": len(missing)},
+            )
+        received = self.store.received_bytes(meta.session_id)
+        if received != meta.file_size:
+            raise SizeMismatch(
+                f"the chunks hold {received} bytes, fileSize is {meta.file_size}; abort the session "
+                "(DELETE) and upload the file again",
+                {"fileSize": meta.file_size, "receivedBytes": received},
+            )
+
+    def _mark_completed(self, meta: SessionMeta, dock_status_id: str) -> None:
+        if self.store.load(meta.session_id) is not None:
+            self.store.mark_completed(meta, dock_status_id)
+
+    async def complete(
+        self, namespace: str, environment: str, session_id: str, sha256: str | None = None
+    ) -> dict[str, Any]:
         """Start the import job (once). ``sha256``: the file's SHA-256, when the client computed it while
         uploading (a Dockyard extension; it must agree with one sent at start)."""
-        meta = self._meta(namespace, environment, session_id)
+        meta = await self._meta(namespace, environment, session_id)
         if meta is None:
-            completed, completed_job = self._completed(namespace, environment, session_id)
+            completed, completed_job = await self._completed(namespace, environment, session_id)
             _check_checksum(completed, None, sha256)
             return jobs.import_record(completed_job, completed["metadata"]["name"])
         if not meta.dock_status_id:
             if meta.expired():
-                self.open_session(namespace, environment, session_id)  # raises 410
-            missing = self.store.missing(meta)
-            if missing:
-                raise MissingChunks(
-                    f"{len(missing)} of {meta.total_chunks} chunks are missing",
-                    {"missingChunks": missing[:MISSING_LISTED], "missingCount": len(missing)},
-                )
-            received = self.store.received_bytes(session_id)
-            if received != meta.file_size:
-                raise SizeMismatch(
-                    f"the chunks hold {received} bytes, fileSize is {meta.file_size}; abort the session "
-                    "(DELETE) and upload the file again",
-                    {"fileSize": meta.file_size, "receivedBytes": received},
-                )
+                await self.open_session(namespace, environment, session_id)  # raises 410
+            await _files(self._check_received, meta)
         for _ in range(5):
-            model = self.models.get(namespace, meta.model_id)
+            model = await self.models.get(namespace, meta.model_id)
             if model is None or _session_of(model) != session_id:
                 raise SessionGone(
                     f"the Model {meta.model_id} of import session {session_id} was deleted",
@@ -530,17 +505,19 @@ class ImportService:
             job = _job(model)
             if job is None and sha256 and _expected_sha256(model) != sha256:
                 # before the job exists: the operator reads the checksum when the job appears
-                self.models.annotate(namespace, meta.model_id, {importstatus.UPLOAD_SHA256_ANNOTATION: sha256})
+                await self.models.annotate(namespace, meta.model_id, {importstatus.UPLOAD_SHA256_ANNOTATION: sha256})
                 continue
             if job is None:
                 status = model.get("status") or {}
                 if status.get("phase") == "Failed":
-                    self._gone(namespace, environment, session_id, model)
+                    await self._gone(namespace, environment, session_id, model)
                 at = clock.now()
                 new = importstatus.new_job(str(uuid.uuid4()), at)
                 try:
-                    model = self.models.patch_status(model, importstatus.completed(new, status.get("conditions"), at))
-                except ApiException as exc:
+                    model = await self.models.patch_status(
+                        model, importstatus.completed(new, status.get("conditions"), at)
+                    )
+                except KubeError as exc:
                     if exc.status == 409:  # changed meanwhile (another replica completing?): read again
                         continue
                     raise
@@ -549,15 +526,15 @@ class ImportService:
                 log.info("import session %s completed: job %s", session_id, job["dockStatusId"])
             labels = model["metadata"].get("labels") or {}
             if labels.get(DOCK_STATUS_ID_LABEL) != job["dockStatusId"]:
-                self.models.label(namespace, meta.model_id, {DOCK_STATUS_ID_LABEL: job["dockStatusId"]})
-            if meta.dock_status_id != job["dockStatusId"] and self.store.load(session_id) is not None:
-                self.store.mark_completed(meta, job["dockStatusId"])
+                await self.models.label(namespace, meta.model_id, {DOCK_STATUS_ID_LABEL: job["dockStatusId"]})
+            if meta.dock_status_id != job["dockStatusId"]:
+                await _files(self._mark_completed, meta, job["dockStatusId"])
             return jobs.import_record(job, meta.model_id)
         raise UpstreamError("the Model kept changing; try again")
 
     # -- sweeper --
 
-    def sweep(self, now: datetime | None = None) -> dict[str, int]:
+    async def sweep(self, now: datetime | None = None) -> dict[str, int]:
         """Delete what expired sessions leave behind; their Models become Failed (ImportExpired).
 
         Level-based and idempotent (every replica may run it): a session directory goes when it expired
@@ -565,8 +542,38 @@ class ImportService:
         removes it itself; this catches a crash in between). A Model still Importing without a job whose
         session expired becomes Failed even when its directory is gone already."""
         now = now or clock.now()
+        models = {(m["metadata"]["namespace"], _session_of(m)): m for m in await self.models.importing()}
+        counts = await _files(self._sweep_sessions, models, now)
+        for model in models.values():
+            status = model.get("status") or {}
+            session = status.get("importSession") or {}
+            if status.get("phase") != "Importing" or _job(model) is not None or not session.get("expirationDate"):
+                continue
+            expires = datetime.fromisoformat(session["expirationDate"].replace("Z", "+00:00"))
+            if expires > now:
+                continue
+            patch = importstatus.failed(
+                None,
+                importstatus.IMPORT_EXPIRED,
+                f"import session {session.get('sessionId')} expired at {session['expirationDate']} before it was "
+                "completed",
+                status.get("conditions"),
+                now,
+            )
+            try:
+                await self.models.patch_status(model, patch)
+                counts["models_expired"] += 1
+            except KubeError as exc:
+                if exc.status not in (404, 409):  # gone, or changed: the next sweep looks again
+                    raise
+            session_id = session.get("sessionId") or _session_of(model) or ""
+            if SESSION_ID_RE.match(session_id):
+                await _files(self.store.remove, session_id)
+        return counts
+
+    def _sweep_sessions(self, models: dict[tuple[str, str | None], dict[str, Any]], now: datetime) -> dict[str, int]:
+        """The file part of :meth:`sweep` (run in a thread): remove the session directories that are done."""
         counts = {"sessions_removed": 0, "bytes_freed": 0, "models_expired": 0}
-        models = {(m["metadata"]["namespace"], _session_of(m)): m for m in self.models.importing()}
         for session_id in self.store.session_ids():
             try:
                 meta = self.store.load(session_id)
@@ -589,29 +596,4 @@ class ImportService:
             if remove:
                 counts["bytes_freed"] += self.store.remove(session_id)
                 counts["sessions_removed"] += 1
-        for model in models.values():
-            status = model.get("status") or {}
-            session = status.get("importSession") or {}
-            if status.get("phase") != "Importing" or _job(model) is not None or not session.get("expirationDate"):
-                continue
-            expires = datetime.fromisoformat(session["expirationDate"].replace("Z", "+00:00"))
-            if expires > now:
-                continue
-            patch = importstatus.failed(
-                None,
-                importstatus.IMPORT_EXPIRED,
-                f"import session {session.get('sessionId')} expired at {session['expirationDate']} before it was "
-                "completed",
-                status.get("conditions"),
-                now,
-            )
-            try:
-                self.models.patch_status(model, patch)
-                counts["models_expired"] += 1
-            except ApiException as exc:
-                if exc.status not in (404, 409):  # gone, or changed: the next sweep looks again
-                    raise
-            session_id = session.get("sessionId") or _session_of(model) or ""
-            if SESSION_ID_RE.match(session_id):
-                self.store.remove(session_id)
         return counts

@@ -10,14 +10,15 @@ import asyncio
 from dataclasses import dataclass, field
 
 from aiohttp import web
-from kubernetes import client
 
+from dockyard_core.kubeclient import AsyncKube
 from dockyard_operator import monitoring
 
 
 @dataclass
 class HealthState:
-    api: client.ApiClient
+    api: AsyncKube
+    """The operator's one async Kubernetes client."""
     started: asyncio.Event = field(default_factory=asyncio.Event)
     runner: web.AppRunner | None = None
     timeout_seconds: float = 2.0
@@ -31,12 +32,10 @@ def build_app(state: HealthState) -> web.Application:
         if not state.started.is_set():
             return web.json_response({"status": "starting"}, status=503)
         try:
-            info = await asyncio.to_thread(
-                client.VersionApi(state.api).get_code, _request_timeout=state.timeout_seconds
-            )
+            info = await asyncio.wait_for(state.api.request("GET", "/version"), state.timeout_seconds)
         except Exception as exc:  # any failure to reach the API server means "not ready"
             return web.json_response({"status": "api-unreachable", "error": str(exc)}, status=503)
-        return web.json_response({"status": "ok", "kubernetes": info.git_version})
+        return web.json_response({"status": "ok", "kubernetes": info.get("gitVersion")})
 
     async def metrics(_: web.Request) -> web.Response:
         body, content_type = monitoring.exposition()

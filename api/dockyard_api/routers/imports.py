@@ -5,11 +5,8 @@ Mounted under ``/e/{namespace}/{environment}``: SPEC's {base_url} is the environ
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import partial
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
-import anyio
 from fastapi import APIRouter, Body, Path, Request
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
 
@@ -19,7 +16,6 @@ from dockyard_api.imports import ImportService, StartRequest
 from dockyard_api.schemas.public import error_responses, ok_responses
 
 router = APIRouter(prefix="/api/public/files/session", tags=["model import"])
-T = TypeVar("T")
 
 SessionId = Annotated[str, Path(description="sessionId returned by the start call", max_length=128)]
 
@@ -102,10 +98,6 @@ def service(request: Request) -> ImportService:
     return svc
 
 
-async def blocking(fn: Callable[..., T], *args: Any) -> T:
-    return await anyio.to_thread.run_sync(partial(fn, *args))
-
-
 SESSION_EXAMPLE = {
     "sessionId": "7c9e6679-7425-40de-944b-e07fc1f90ae7",
     "modelId": "llama-lora-3f9a1c2e",
@@ -146,7 +138,7 @@ async def start(body: StartBody, caller: PublicCaller, request: Request) -> Any:
         is_adapter=body.isAdapter,
         sha256=body.sha256,
     )
-    session = await blocking(service(request).start, caller.namespace, caller.environment, req)
+    session = await service(request).start(caller.namespace, caller.environment, req)
     metrics.import_outcome("started")
     return session
 
@@ -192,7 +184,7 @@ async def upload_chunk(sessionId: SessionId, caller: PublicCaller, request: Requ
     responses={**ok_responses(SESSION_STATE_EXAMPLE, "The session"), **error_responses(401, 403, 404, 410, 422)},
 )
 async def describe(sessionId: SessionId, caller: PublicCaller, request: Request) -> dict[str, Any]:
-    return await blocking(service(request).describe, caller.namespace, caller.environment, sessionId)
+    return await service(request).describe(caller.namespace, caller.environment, sessionId)
 
 
 @router.delete(
@@ -204,7 +196,7 @@ async def describe(sessionId: SessionId, caller: PublicCaller, request: Request)
     },
 )
 async def abort(sessionId: SessionId, caller: PublicCaller, request: Request) -> dict[str, Any]:
-    aborted = await blocking(service(request).abort, caller.namespace, caller.environment, sessionId)
+    aborted = await service(request).abort(caller.namespace, caller.environment, sessionId)
     metrics.import_outcome("aborted")
     return aborted
 
@@ -223,6 +215,6 @@ async def complete(
     sessionId: SessionId, caller: PublicCaller, request: Request, body: Annotated[CompleteBody | None, Body()] = None
 ) -> Any:
     sha256 = body.sha256 if body is not None else None
-    job = await blocking(service(request).complete, caller.namespace, caller.environment, sessionId, sha256)
+    job = await service(request).complete(caller.namespace, caller.environment, sessionId, sha256)
     metrics.import_outcome("completed")
     return job

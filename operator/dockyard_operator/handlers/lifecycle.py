@@ -15,11 +15,8 @@ from typing import Any, cast
 
 import httpx
 import kopf
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
-from dockyard_core.kubeclient import AsyncKube
-from dockyard_core.kubeconfig import api_client
+from dockyard_core.kubeclient import AsyncKube, KubeError
 from dockyard_core.resources import GROUP
 from dockyard_core.resources.v1alpha1 import VERSION
 from dockyard_operator import health
@@ -79,7 +76,6 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         prefix="dockyard.dev", key="last-handled-configuration"
     )
     settings.watching.server_timeout = 300
-    memo.api = api_client(config.kubeconfig)
     # Requests queue for a connection without a deadline (as they queued for a thread before); the
     # connection and every read are bounded. A total deadline failed thousands of reconciles that
     # waited for a connection while 1,500 ModelDeployments started at once (bench.scale).
@@ -97,7 +93,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     memo.importer = Importer(config, memo.ctx.kube)
     memo.importer.start_garbage_collection(config.model_gc_interval_seconds, config.model_gc_grace_seconds)
     _webhook_server(settings, memo, config)
-    memo.health = health.HealthState(api=memo.api)
+    memo.health = health.HealthState(api=http)
     await health.start(memo.health, config.health_host, config.health_port)
     memo.health.started.set()
 
@@ -146,22 +142,17 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
             await memo[queue].close()
     if "health" in memo:
         await health.stop(memo.health)
+    if SETTINGS.webhook_managed and "ctx" in memo:
+        # a stopped local operator leaves no webhook behind that would slow or block other clients
+        for plural in ("validatingwebhookconfigurations", "mutatingwebhookconfigurations"):
+            with contextlib.suppress(KubeError):
+                path = f"/apis/admissionregistration.k8s.io/v1/{plural}/{WEBHOOK_CONFIGURATION}"
+                await memo.ctx.kube.http.request("DELETE", path)
     if "ctx" in memo:
         await memo.ctx.kube.http.aclose()
     if "http" in memo:
         await memo.http.aclose()
     if "importer" in memo:
         await memo.importer.close()
-    if SETTINGS.webhook_managed and "api" in memo:
-        # a stopped local operator leaves no webhook behind that would slow or block other clients
-        admission = client.AdmissionregistrationV1Api(memo.api)
-        for delete in (
-            admission.delete_validating_webhook_configuration,
-            admission.delete_mutating_webhook_configuration,
-        ):
-            with contextlib.suppress(ApiException):
-                delete(WEBHOOK_CONFIGURATION)
     if "webhook_dir" in memo:
         shutil.rmtree(memo.webhook_dir, ignore_errors=True)
-    if "api" in memo:
-        memo.api.close()
