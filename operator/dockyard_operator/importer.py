@@ -20,9 +20,7 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
-from typing import Any, cast
-
-import kopf
+from typing import Any
 
 from dockyard_core import clock, importstatus
 from dockyard_core.importstatus import IMPORT_SESSION_LABEL
@@ -35,6 +33,7 @@ from dockyard_operator.kube import Conflict, Kube
 from dockyard_operator.locks import KeyedLocks
 from dockyard_operator.modelimport import Imported, ImportFailed, Limits, Upload, import_into, staging_dirs
 from dockyard_operator.settings import OperatorSettings
+from dockyard_operator.workqueue import Event, PostEvent, log_event
 
 log = logging.getLogger("dockyard.import")
 
@@ -50,7 +49,10 @@ def is_upload(spec: Mapping[str, Any], **_: Any) -> bool:
 
 
 class Importer:
-    def __init__(self, settings: OperatorSettings, kube: Kube) -> None:
+    def __init__(self, settings: OperatorSettings, kube: Kube, post: PostEvent = log_event) -> None:
+        """``post``: how the job's Events about a Model are posted (the handlers give theirs; the
+        default only logs them)."""
+        self.post = post
         self.store: ModelStore = settings.open_model_store()
         self.limits = Limits(settings.max_extracted_bytes, settings.max_archive_members)
         self.kube = kube
@@ -82,7 +84,6 @@ class Importer:
             session_id = (model["status"].get("importSession") or {}).get("sessionId") or (
                 model["metadata"].get("labels") or {}
             ).get(importstatus.IMPORT_SESSION_LABEL, "")
-            target = cast(kopf.Body, model)
             if not SESSION_ID_RE.match(session_id or ""):
                 outcome: Imported | ImportFailed = ImportFailed("UploadMissing", "the Model names no import session")
             else:
@@ -96,7 +97,7 @@ class Importer:
                     or (model["metadata"].get("annotations") or {}).get(importstatus.UPLOAD_SHA256_ANNOTATION),
                     is_adapter=bool(spec.get("isAdapter")),
                 )
-                kopf.info(target, reason="ImportRunning", message=f"import job {job.dock_status_id}: processing")
+                self.post(model, Event("Normal", "ImportRunning", f"import job {job.dock_status_id}: processing"))
                 monitoring.job_started(model, job.dock_status_id, job.job_type, job.action)
                 try:
                     outcome = await self._files(
@@ -138,7 +139,6 @@ class Importer:
                 )
             except Conflict:
                 continue
-            target = cast(kopf.Body, model)
             ended = patch["job"]
             monitoring.job_finished(
                 model,
@@ -153,11 +153,11 @@ class Importer:
             )
             if isinstance(outcome, ImportFailed):
                 message = f"import job {job.dock_status_id} FAILED: {outcome.message}"
-                kopf.warn(target, reason=outcome.reason, message=message)
+                self.post(model, Event("Warning", outcome.reason, message))
                 log.warning("import of %s/%s failed: %s", namespace, name, outcome)
             else:
                 message = f"import job {job.dock_status_id}: {patch['job']['message']}"
-                kopf.info(target, reason="Imported", message=message)
+                self.post(model, Event("Normal", "Imported", message))
             if SESSION_ID_RE.match(session_id):
                 await self._files(self.store.remove, session_id)
             return

@@ -13,10 +13,9 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import Any
 
 import httpx
-import kopf
 
 from dockyard_core.resources.v1alpha1 import ModelDeployment
 from dockyard_operator import monitoring
@@ -25,7 +24,7 @@ from dockyard_operator.autoscaler import AutoscalerState, Observation, decide
 from dockyard_operator.metrics import LoadSample, parse_load
 from dockyard_operator.reconcile import Context, Key, Views
 from dockyard_operator.runtimes import select_runtime
-from dockyard_operator.workqueue import ObjectKey, WorkQueue
+from dockyard_operator.workqueue import Event, ObjectKey, PostEvent, WorkQueue
 
 METRICS_URL_ANNOTATION = "dockyard.dev/metrics-url"
 logger = logging.getLogger(__name__)
@@ -61,7 +60,8 @@ def scrape_targets(mdep: ModelDeployment, views: Views, ctx: Context) -> list[st
     ]
 
 
-async def autoscale(ctx: Context, http: httpx.AsyncClient, body: Mapping[str, Any], views: Views) -> None:
+async def autoscale(ctx: Context, http: httpx.AsyncClient, body: Mapping[str, Any], views: Views) -> tuple[Event, ...]:
+    """One tick; the Events it returns (a new replica count) are for the caller's poster."""
     mdep = ModelDeployment.model_validate(
         {
             "apiVersion": body["apiVersion"],
@@ -81,19 +81,24 @@ async def autoscale(ctx: Context, http: httpx.AsyncClient, body: Mapping[str, An
     decision = decide(params, current, Observation.from_samples(samples, int(time.time() * 1000)), state)
     monitoring.autoscaler_decision(decision.reason)
     name, namespace = body["metadata"]["name"], body["metadata"]["namespace"]
+    events: tuple[Event, ...] = ()
     if decision.replicas != current:
         patch = {"spec": {"replicas": decision.replicas}}
         await ctx.kube.patch_object_async("modeldeployments", namespace, name, patch)
-        kopf.info(cast(kopf.Body, body), reason=decision.reason, message=decision.message)
+        events = (Event("Normal", decision.reason, decision.message),)
     new_state = decision.new_state.to_dict()
     if new_state != (status.get("autoscaler") or {}):
         await ctx.kube.patch_status_async("modeldeployments", namespace, name, {"autoscaler": new_state})
+    return events
 
 
-async def autoscaler_loop(queue: WorkQueue, key: ObjectKey, ctx: Context, http: httpx.AsyncClient) -> None:
+async def autoscaler_loop(
+    queue: WorkQueue, key: ObjectKey, ctx: Context, http: httpx.AsyncClient, post: PostEvent
+) -> None:
     """One ModelDeployment's autoscaler: a tick every ``AUTOSCALE_INTERVAL_SECONDS`` while the object
     exists and its scaling parameters allow more than one replica count. It takes the object's
-    reconcile lock, so a tick and a reconcile of the same object never interleave."""
+    reconcile lock, so a tick and a reconcile of the same object never interleave; ``post`` (the
+    handlers' poster) posts the Events of each tick."""
     interval = ctx.settings.autoscale_interval_seconds
     while True:
         await asyncio.sleep(interval)
@@ -102,6 +107,8 @@ async def autoscaler_loop(queue: WorkQueue, key: ObjectKey, ctx: Context, http: 
             return
         try:
             async with queue.lock(key):
-                await autoscale(ctx, http, body, ctx.views)
+                events = await autoscale(ctx, http, body, ctx.views)
+            for event in events:
+                post(body, event)
         except Exception:
             logger.exception("autoscaling ModelDeployment %s/%s failed; next tick in %ss", *key, interval)

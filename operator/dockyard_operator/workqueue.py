@@ -49,6 +49,18 @@ class Event:
     message: str
 
 
+PostEvent = Callable[[Mapping[str, Any], Event], None]
+"""How a kopf-free part of the operator hands an Event about an object (its body) to the handlers'
+poster (:func:`dockyard_operator.handlers.events.post_event`)."""
+
+
+def log_event(body: Mapping[str, Any], event: Event) -> None:
+    """A poster without kopf (unit tests, tools): the Event is only logged."""
+    meta = body.get("metadata") or {}
+    level = logging.INFO if event.type == "Normal" else logging.WARNING
+    logger.log(level, "%s/%s: %s: %s", meta.get("namespace"), meta.get("name"), event.reason, event.message)
+
+
 @dataclass(frozen=True)
 class Outcome:
     """What a reconcile reports back to the queue (and the Events its handler posts)."""

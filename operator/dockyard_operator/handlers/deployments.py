@@ -11,10 +11,9 @@ object, so kopf needs no finalizer on them and writes no bookkeeping to them.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, cast
+from typing import Any
 
 import kopf
-from kubernetes.client.exceptions import ApiException
 
 from dockyard_core.devices import GPU_RESOURCE, INSTANCE_TYPE_LABEL
 from dockyard_core.kubeclient import KubeError
@@ -22,6 +21,7 @@ from dockyard_core.resources import GROUP
 from dockyard_core.resources.v1alpha1 import VERSION
 from dockyard_operator.assess import parse_quantity
 from dockyard_operator.builders import COMPONENT_LABEL, MANAGED_BY
+from dockyard_operator.handlers.events import post_event, post_events
 from dockyard_operator.kube import Conflict
 from dockyard_operator.reconcile import (
     Context,
@@ -104,13 +104,10 @@ async def reconcile_queued(ctx: Context, reconcile: Any, body: Body) -> Outcome:
     assert ctx.views is not None  # set by the handler that queued the object
     try:
         outcome: Outcome = await reconcile(ctx, body, ctx.views)
-        target = cast(kopf.Body, body)  # kopf.event reads apiVersion, kind and metadata of any mapping
-        for event in outcome.events:
-            post = kopf.info if event.type == "Normal" else kopf.warn
-            post(target, reason=event.reason, message=event.message)
+        post_events(body, outcome.events)
     except Conflict:  # the object changed meanwhile: its watch event brings the new version, and a reconcile
         return Outcome(result="conflict")
-    except (ApiException, KubeError) as exc:
+    except KubeError as exc:
         if exc.status == 404:  # deleted meanwhile (or its namespace): its DELETED event forgets it
             return Outcome(result="gone")
         raise
@@ -139,7 +136,7 @@ async def model_deployment_event(event: kopf.RawEvent, memo: kopf.Memo, body: ko
         if (task := autoscalers.pop(key, None)) is not None:
             task.cancel()
     elif autoscaling_enabled(body.get("spec") or {}) and (key not in autoscalers or autoscalers[key].done()):
-        autoscalers[key] = asyncio.create_task(autoscaler_loop(memo.mdeps, key, memo.ctx, memo.http))
+        autoscalers[key] = asyncio.create_task(autoscaler_loop(memo.mdeps, key, memo.ctx, memo.http, post_event))
 
 
 @kopf.on.event(GROUP, VERSION, "tooldeployments")

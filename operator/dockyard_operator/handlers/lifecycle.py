@@ -21,6 +21,7 @@ from dockyard_core.resources import GROUP
 from dockyard_core.resources.v1alpha1 import VERSION
 from dockyard_operator import health
 from dockyard_operator.handlers.deployments import reconcile_queued
+from dockyard_operator.handlers.events import post_event
 from dockyard_operator.importer import Importer
 from dockyard_operator.kube import Kube
 from dockyard_operator.reconcile import (
@@ -90,7 +91,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     )
     memo.autoscalers = {}
     memo.http = httpx.AsyncClient(timeout=config.metrics_timeout_seconds)
-    memo.importer = Importer(config, memo.ctx.kube)
+    memo.importer = Importer(config, memo.ctx.kube, post_event)
     memo.importer.start_garbage_collection(config.model_gc_interval_seconds, config.model_gc_grace_seconds)
     _webhook_server(settings, memo, config)
     memo.health = health.HealthState(api=http)
