@@ -62,7 +62,7 @@ class DeviceCatalogError(ValueError):
 
 
 def load_catalog(path: str | None) -> dict[str, Device]:
-    """The built-in catalog, with the hardware figures of a catalog file (``DOCKYARD_DEVICE_CATALOG``,
+    """The built-in catalog, with the hardware figures of a catalog file (:data:`CATALOG_ENV`,
     the Helm chart's ``deviceCatalog``) laid over it. The file may correct figures of SPEC's eight
     types (e.g. a different memory reserve); it cannot add types, because the API's deviceType enum
     is SPEC's list."""
@@ -90,7 +90,15 @@ def load_catalog(path: str | None) -> dict[str, Device]:
     return catalog
 
 
-DEVICES: dict[str, Device] = load_catalog(os.environ.get("DOCKYARD_DEVICE_CATALOG"))
-"""The catalog in use (read once, when the process starts)."""
+CATALOG_ENV = "DOCKYARD_DEVICE_CATALOG"
+"""The environment variable naming the catalog file (the chart sets it in both components). The
+operator reads it once, with its settings (``OperatorSettings.device_catalog``), and keeps the catalog
+in its Context; nothing reads it at import."""
+
+
+def from_environment() -> dict[str, Device]:
+    """The catalog named by :data:`CATALOG_ENV` now (for the local cluster tool, which has no settings)."""
+    return load_catalog(os.environ.get(CATALOG_ENV))
+
 
 DEVICE_TYPES: tuple[str, ...] = tuple(BUILT_IN)

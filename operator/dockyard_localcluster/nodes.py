@@ -13,12 +13,12 @@ from typing import Any
 
 from dockyard_core.devices import (
     DEVICE_TYPES,
-    DEVICES,
     GPU_RESOURCE,
     GPU_TAINT_EFFECT,
     GPU_TAINT_KEY,
     GPU_TAINT_VALUE,
     INSTANCE_TYPE_LABEL,
+    from_environment,
 )
 
 POOL_LABEL = "dockyard.dev/node-pool"
@@ -58,8 +58,9 @@ def _fake_node(
 
 
 def gpu_node(device_type: str, index: int) -> dict[str, Any]:
-    """One fake GPU node of ``device_type`` (a key of the device catalog)."""
-    device = DEVICES[device_type]
+    """One fake GPU node of ``device_type`` (a key of the device catalog, as DOCKYARD_DEVICE_CATALOG names
+    it when the node is made)."""
+    device = from_environment()[device_type]
     resources = {
         "cpu": str(device.vcpu),
         "memory": f"{device.memory_gib}Gi",
@@ -98,7 +99,7 @@ def parse_pools(text: str, default_size: int) -> dict[str, int]:
     for raw in filter(None, (part.strip() for part in text.split(","))):
         device_type, sep, size_text = raw.partition("=")
         device_type = device_type.strip()
-        if not sep or device_type not in DEVICES:
+        if not sep or device_type not in DEVICE_TYPES:
             raise ValueError(
                 f"bad pool entry {raw!r}: expected <deviceType>=<count> with deviceType one of "
                 f"{', '.join(DEVICE_TYPES)}"

@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from dockyard_core.conditions import transition
-from dockyard_core.devices import DEVICES
+from dockyard_core.devices import DEVICE_TYPES
 from dockyard_core.resources.v1alpha1 import FAILED, PROGRESSING, READY, Condition, DockJob
 
 IMAGE_PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
@@ -204,7 +204,7 @@ def not_capacity(message: str, fit: NodeFit, *, node_autoscaling: bool) -> tuple
     if candidates <= 0:
         if node_autoscaling:
             return None
-        if fit.device_type in DEVICES and fit.nodes == 0:
+        if fit.device_type in DEVICE_TYPES and fit.nodes == 0:
             return (
                 "NoMatchingNode",
                 f"no node matches the pod's node selector (node.kubernetes.io/instance-type={fit.device_type}): "

@@ -13,11 +13,11 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dockyard_core.devices import DEVICES, GPU_RESOURCE, GPU_TAINT_EFFECT, GPU_TAINT_KEY, INSTANCE_TYPE_LABEL, Device
+from dockyard_core.devices import BUILT_IN, GPU_RESOURCE, GPU_TAINT_EFFECT, GPU_TAINT_KEY, INSTANCE_TYPE_LABEL, Device
 from dockyard_core.resources.v1alpha1 import DOCK_STATUS_ID_LABEL, Model, ModelDeployment, Tool, ToolDeployment
 from dockyard_operator.runtimes import Runtime, engine_args
 
@@ -333,13 +333,15 @@ def model_workload(
     progress_deadline_seconds: int,
     delivery: Delivery | None = None,
     local_engine: bool = False,
+    devices: Mapping[str, Device] = BUILT_IN,
 ) -> ModelWorkload:
     """``local_engine``: the local control plane's engine runner serves the pods (label and readiness
-    gate ``dockyard.dev/local-engine``: a pod is Ready only once its engine answers on the host)."""
+    gate ``dockyard.dev/local-engine``: a pod is Ready only once its engine answers on the host).
+    ``devices``: the device catalog (the operator's, from its settings; unit tests use the built-in one)."""
     name = mdep.metadata.name or ""
     namespace = mdep.metadata.namespace
     spec = mdep.spec
-    device = DEVICES[spec.device_type]
+    device = devices[spec.device_type]
     resource_name = child_name("model", name)
     labels = {**_common_labels(name, "model-server"), **selector_labels(name)}
     pod_labels = {**user_labels(mdep.metadata.labels), **labels, "dockyard.dev/runtime": runtime_name}

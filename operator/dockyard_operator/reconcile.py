@@ -26,7 +26,7 @@ import httpx
 
 from dockyard_core import downloadtokens
 from dockyard_core.clock import now
-from dockyard_core.devices import DEVICES
+from dockyard_core.devices import Device
 from dockyard_core.kubeclient import KubeError
 from dockyard_core.resources.v1alpha1 import (
     DOCK_STATUS_ID_LABEL,
@@ -92,6 +92,8 @@ class Context:
     settings: OperatorSettings
     kube: kube.Kube
     catalog: RuntimeCatalog
+    devices: Mapping[str, Device]
+    """The device catalog, read once from the settings (``device_catalog``)."""
     views: Views | None = None
     builds: dict[str, ModelBuild] = field(default_factory=dict)
     """Per ModelDeployment uid, its last :class:`ModelBuild`."""
@@ -406,6 +408,7 @@ async def _model_build(ctx: Context, body: Body, views: Views) -> ModelBuild:
             progress_deadline_seconds=ctx.settings.progress_deadline_seconds,
             delivery=delivery,
             local_engine=ctx.settings.local_engines,
+            devices=ctx.devices,
         )
     except ModelNotDeployable as exc:
         problem = Verdict("FAILED", exc.reason, exc.message)
@@ -487,7 +490,7 @@ async def reconcile_model_deployment(ctx: Context, body: Body, views: Views) -> 
                 current,
                 pods,
                 min_ready=min_ready,
-                requests=pod_resources(DEVICES[spec.device_type])["requests"],
+                requests=pod_resources(ctx.devices[spec.device_type])["requests"],
                 fit=views.node_fit(spec.device_type),
                 now=now(),
                 unschedulable_deadline_seconds=ctx.settings.unschedulable_deadline_seconds,

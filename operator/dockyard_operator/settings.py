@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import functools
 
-from pydantic import Field
+from pydantic import AliasChoices, Field
 from pydantic_settings import SettingsConfigDict
 
+from dockyard_core.devices import CATALOG_ENV
 from dockyard_core.storesettings import ModelStoreSettings
 
 
@@ -17,6 +18,12 @@ class OperatorSettings(ModelStoreSettings):
     health_port: int = Field(default=8081, ge=0, le=65535, description="port of /healthz and /readyz")
     kubeconfig: str | None = Field(default=None, description="unset: KUBECONFIG, then in-cluster")
     runtime_catalog: str | None = Field(default=None, description="YAML file of the runtime catalog")
+    device_catalog: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices(CATALOG_ENV, "device_catalog"),
+        description="YAML file of the device catalog (DOCKYARD_DEVICE_CATALOG, shared with the facade); "
+        "unset: the built-in one",
+    )
     progress_deadline_seconds: int = Field(default=900, ge=10, description="Deployment progressDeadlineSeconds")
     unschedulable_deadline_seconds: float = Field(
         default=300, gt=0, description="how long a replica may stay unschedulable before the job FAILS"

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from dockyard_core.devices import DEVICE_TYPES, DEVICES, GPU_RESOURCE, INSTANCE_TYPE_LABEL
+from dockyard_core.devices import BUILT_IN as DEVICES
+from dockyard_core.devices import DEVICE_TYPES, GPU_RESOURCE, INSTANCE_TYPE_LABEL
 from dockyard_localcluster.nodes import POOL_LABEL
 from dockyard_localcluster.stages import SIMULATE_LABEL
 from tests.support.cluster import E2ECluster

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from dockyard_core.devices import DEVICES, GPU_RESOURCE, INSTANCE_TYPE_LABEL
+from dockyard_core.devices import BUILT_IN as DEVICES
+from dockyard_core.devices import GPU_RESOURCE, INSTANCE_TYPE_LABEL
 from dockyard_operator.assess import parse_quantity
 from dockyard_operator.builders import MODEL_DEPLOYMENT_LABEL
 from tests.support.cluster import E2ECluster

@@ -10,7 +10,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from dockyard_core.devices import DEVICES, GPU_RESOURCE
+from dockyard_core.devices import BUILT_IN as DEVICES
+from dockyard_core.devices import GPU_RESOURCE
 from dockyard_core.resources.v1alpha1 import ModelDeployment, ModelDeploymentSpec, ObjectMeta
 from dockyard_operator.assess import NodeFit
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from dockyard_core.devices import DEVICES
+from dockyard_core.devices import BUILT_IN as DEVICES
 from dockyard_core.resources.v1alpha1 import FAILED, PROGRESSING, READY, Condition, DockJob
 from dockyard_operator.assess import (
     NodeFit,

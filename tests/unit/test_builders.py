@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from dockyard_core.devices import DEVICE_TYPES, DEVICES, GPU_RESOURCE, INSTANCE_TYPE_LABEL
+from dockyard_core.devices import BUILT_IN as DEVICES
+from dockyard_core.devices import DEVICE_TYPES, GPU_RESOURCE, INSTANCE_TYPE_LABEL
 from dockyard_core.resources.v1alpha1 import (
     DOCK_STATUS_ID_LABEL,
     HyperParameters,

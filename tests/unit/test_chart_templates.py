@@ -25,7 +25,8 @@ import yaml
 import dockyard_operator.__main__ as operator_main
 from dockyard_api.settings import ApiSettings
 from dockyard_core import crdgen, devices
-from dockyard_core.devices import DEVICES, Device
+from dockyard_core.devices import BUILT_IN as DEVICES
+from dockyard_core.devices import Device
 from dockyard_core.resources.v1alpha1 import KINDS
 from dockyard_operator.runtimes import DEFAULT_CATALOG, RuntimeCatalog
 from dockyard_operator.settings import OperatorSettings

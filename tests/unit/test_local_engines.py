@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import dockyard_ct2.config as ct2_config
-from dockyard_core.devices import DEVICES
+from dockyard_core.devices import BUILT_IN as DEVICES
 from dockyard_localcluster import engines
 from dockyard_localcluster.engines import NoLocalEngine, ctranslate2_command, llama_cpp_command
 from dockyard_operator.runtimes import DEFAULT_CATALOG, engine_args

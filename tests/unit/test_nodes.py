@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from dockyard_core.devices import DEVICE_TYPES, DEVICES, GPU_RESOURCE, INSTANCE_TYPE_LABEL
+from dockyard_core.devices import BUILT_IN as DEVICES
+from dockyard_core.devices import DEVICE_TYPES, GPU_RESOURCE, INSTANCE_TYPE_LABEL
 from dockyard_localcluster.nodes import gpu_node, node_name, parse_pools, pool_nodes
 
 

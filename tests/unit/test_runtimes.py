@@ -11,7 +11,8 @@ import pytest
 from pydantic import ValidationError
 
 import dockyard_ct2.config as ct2_config
-from dockyard_core.devices import DEVICE_TYPES, DEVICES
+from dockyard_core.devices import BUILT_IN as DEVICES
+from dockyard_core.devices import DEVICE_TYPES
 from dockyard_core.resources.v1alpha1 import HyperParameters
 from dockyard_operator.runtimes import (
     DEFAULT_CATALOG,

@@ -16,6 +16,7 @@ from typing import Any, cast
 import httpx
 import kopf
 
+from dockyard_core import devices
 from dockyard_core.kubeclient import AsyncKube, KubeError
 from dockyard_core.resources import GROUP
 from dockyard_core.resources.v1alpha1 import VERSION
@@ -81,7 +82,12 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     # connection and every read are bounded. A total deadline failed thousands of reconciles that
     # waited for a connection while 1,500 ModelDeployments started at once (bench.scale).
     http = AsyncKube(config.kubeconfig, max_connections=API_CONCURRENCY, timeout=30.0, wait_for_connection=True)
-    ctx = Context(settings=config, kube=Kube(http), catalog=load_catalog(config.runtime_catalog))
+    ctx = Context(
+        settings=config,
+        kube=Kube(http),
+        catalog=load_catalog(config.runtime_catalog),
+        devices=devices.load_catalog(config.device_catalog),
+    )
     memo.ctx = ctx
     memo.mdeps = WorkQueue(
         "ModelDeployment", partial(reconcile_queued, ctx, reconcile_model_deployment), max_concurrent=API_CONCURRENCY
