@@ -16,6 +16,7 @@ from kopf.testing import KopfRunner
 
 from dockyard_api.app import create_app
 from dockyard_api.settings import ApiSettings
+from dockyard_operator.settings import operator_settings
 
 
 def free_port() -> int:
@@ -59,6 +60,7 @@ def run_operator(namespaces: Sequence[str] = (), env: Mapping[str, str] | None =
     args = ["run", "--standalone", "--verbose"]
     args += [f"--namespace={ns}" for ns in namespaces] or ["--all-namespaces"]
     args += ["-m", "dockyard_operator.handlers"]
+    operator_settings.cache_clear()  # the settings are read once per process: this run reads its own
     try:
         with KopfRunner(args, timeout=60) as runner:
             wait_http_ok(f"http://127.0.0.1:{port}/readyz")

@@ -36,8 +36,6 @@ from dockyard_operator.settings import OperatorSettings, operator_settings
 from dockyard_operator.webhook_tls import self_signed
 from dockyard_operator.workqueue import WorkQueue
 
-SETTINGS = operator_settings()  # intervals are fixed when the handlers are registered
-
 WATCH_ONLY = frozenset(
     {
         ("v1", "Pod"),
@@ -68,7 +66,7 @@ class DiffBaseOfChangeHandled(kopf.AnnotationsDiffBaseStorage):
 
 @kopf.on.startup()
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-    config = SETTINGS
+    config = operator_settings()  # the one read of this process (a test that runs the operator again clears it)
     settings.posting.level = logging.INFO  # INFO and above also become Kubernetes Events
     # kopf adds it where a timer runs (Models while an import is in flight, Environments) and removes it
     # where none does: from ModelDeployments and ToolDeployments that earlier versions gave one.
@@ -133,7 +131,7 @@ def _webhook_server(settings: kopf.OperatorSettings, memo: kopf.Memo, config: Op
 def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
     """In-cluster service account, else the kubeconfig of ``DOCKYARD_OPERATOR_KUBECONFIG`` / ``KUBECONFIG``
     (read now, not when the kubernetes library was imported)."""
-    config = SETTINGS
+    config = operator_settings()
     if config.kubeconfig:
         os.environ["KUBECONFIG"] = config.kubeconfig
     info: kopf.ConnectionInfo | None = kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
@@ -149,7 +147,7 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
             await memo[queue].close()
     if "health" in memo:
         await health.stop(memo.health)
-    if SETTINGS.webhook_managed and "ctx" in memo:
+    if "ctx" in memo and memo.ctx.settings.webhook_managed:
         # a stopped local operator leaves no webhook behind that would slow or block other clients
         for plural in ("validatingwebhookconfigurations", "mutatingwebhookconfigurations"):
             with contextlib.suppress(KubeError):
