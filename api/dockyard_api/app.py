@@ -17,7 +17,7 @@ from dockyard_api.bodylimit import BodyLimit
 from dockyard_api.cache import Informer
 from dockyard_api.console import routes as console
 from dockyard_api.errors import install_error_handlers
-from dockyard_api.imports import ImportService
+from dockyard_api.import_service import ImportService
 from dockyard_api.metrics import RequestMiddleware
 from dockyard_api.routers import (
     apps,
@@ -28,7 +28,7 @@ from dockyard_api.routers import (
     environments,
     execute,
     health,
-    imports,
+    import_sessions,
     usage,
 )
 from dockyard_api.routers import metrics as metrics_router
@@ -139,7 +139,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     # request is matched against the routes in order, and the public calls are the frequent ones.
     app.include_router(deploy.router, prefix=ENVIRONMENT_PREFIX)
     app.include_router(dock_status.router, prefix=ENVIRONMENT_PREFIX)
-    app.include_router(imports.router, prefix=ENVIRONMENT_PREFIX)
+    app.include_router(import_sessions.router, prefix=ENVIRONMENT_PREFIX)
     app.include_router(execute.router, prefix=ENVIRONMENT_PREFIX)
     web.install(app, ENVIRONMENT_PREFIX)  # web client page, widget loader.js and tokens, CORS
     app.include_router(apps.router)

@@ -12,7 +12,7 @@ from typing import Annotated
 
 from fastapi import Depends, Path, Request
 
-from dockyard_api.imports import ImportService
+from dockyard_api.import_service import ImportService
 from dockyard_api.runtime.service import Runtime
 from dockyard_api.settings import ApiSettings
 from dockyard_core.kubeclient import AsyncKube

@@ -21,7 +21,7 @@ import pytest
 from kubernetes import client
 
 from dockyard_api.settings import ApiSettings
-from dockyard_core.importstatus import failed_reason
+from dockyard_core.import_status import failed_reason
 from dockyard_core.resources.v1alpha1 import DOCK_STATUS_ID_LABEL
 from tests.support.cluster import E2ECluster
 from tests.support.dockyard import get

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from dockyard_core.modelstore import ModelManifest, ModelStore, SessionMeta
-from dockyard_operator.modelimport import Limits, Upload, import_into
+from dockyard_operator.import_files import Limits, Upload, import_into
 
 LIMITS = Limits(max_extracted_bytes=1 << 30, max_members=1000)
 

@@ -7,7 +7,7 @@ registers them all with kopf (``kopf run -m dockyard_operator.handlers``, ``pyth
   those of their Deployments, Pods, Models and Tools; the indexes the reconciles read).
 - :mod:`.apps`: Apps, AppVersions, Environments and the admission webhooks.
 
-The handlers stay thin: the reconciles (``reconcile.py``, ``importer.py``, ``environments.py``) and the
+The handlers stay thin: the reconciles (``reconcile.py``, ``import_job.py``, ``environments.py``) and the
 builders (``builders.py``, ``runtimes.py``, ``assess.py``) hold the logic and import no handler.
 """
 

@@ -23,7 +23,7 @@ from dockyard_core.resources.v1alpha1 import VERSION
 from dockyard_operator import health
 from dockyard_operator.handlers.deployments import reconcile_queued
 from dockyard_operator.handlers.events import post_event
-from dockyard_operator.importer import Importer
+from dockyard_operator.import_job import Importer
 from dockyard_operator.kube import Kube
 from dockyard_operator.reconcile import (
     API_CONCURRENCY,

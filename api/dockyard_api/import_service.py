@@ -24,10 +24,10 @@ import anyio
 
 from dockyard_api.chunkupload import ChunkUpload
 from dockyard_api.settings import ApiSettings
-from dockyard_core import clock, importstatus, jobs, requestid
+from dockyard_core import clock, import_status, jobs, requestid
 from dockyard_core.clock import iso
 from dockyard_core.errors import DockyardError, KubeUnavailableError, UpstreamError
-from dockyard_core.importstatus import IMPORT_ENVIRONMENT_ANNOTATION, IMPORT_SESSION_LABEL
+from dockyard_core.import_status import IMPORT_ENVIRONMENT_ANNOTATION, IMPORT_SESSION_LABEL
 from dockyard_core.kubeclient import MERGE, AsyncKube, KubeError
 from dockyard_core.kubeclient import guarded as guard
 from dockyard_core.modelstore import (
@@ -172,7 +172,7 @@ class Models:
 def _expected_sha256(model: dict[str, Any]) -> str | None:
     source = ((model.get("spec") or {}).get("source") or {}).get("upload") or {}
     notes = model["metadata"].get("annotations") or {}
-    found = source.get("sha256") or notes.get(importstatus.UPLOAD_SHA256_ANNOTATION)
+    found = source.get("sha256") or notes.get(import_status.UPLOAD_SHA256_ANNOTATION)
     return str(found) if found else None
 
 
@@ -238,7 +238,7 @@ class ImportService:
         try:
             # unguarded: the Model is new and only this call sets its first status (the operator may have
             # added its annotations meanwhile)
-            await self.models.patch_status(model, importstatus.started(session_id, expires, at), guarded=False)
+            await self.models.patch_status(model, import_status.started(session_id, expires, at), guarded=False)
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await _files(self.store.remove, session_id)
@@ -380,11 +380,11 @@ class ImportService:
                 {"sessionId": session_id, "dockStatusId": job["dockStatusId"]},
             )
         status = model.get("status") or {}
-        reason = importstatus.failed_reason(status)
+        reason = import_status.failed_reason(status)
         details = {"sessionId": session_id, "modelId": model["metadata"]["name"], "reason": reason}
-        if reason == importstatus.IMPORT_ABORTED:
+        if reason == import_status.IMPORT_ABORTED:
             raise SessionGone(f"import session {session_id} was aborted", details, code="session_aborted")
-        if reason == importstatus.IMPORT_EXPIRED:
+        if reason == import_status.IMPORT_EXPIRED:
             raise SessionGone(f"import session {session_id} expired", details)
         raise SessionGone(f"the files of import session {session_id} are gone", details, code="session_lost")
 
@@ -440,9 +440,9 @@ class ImportService:
             status = model.get("status") or {}
             if status.get("phase") == "Failed":
                 break
-            patch = importstatus.failed(
+            patch = import_status.failed(
                 None,
-                importstatus.IMPORT_ABORTED,
+                import_status.IMPORT_ABORTED,
                 f"import session {session_id} was aborted by the client",
                 status.get("conditions"),
                 clock.now(),
@@ -505,17 +505,17 @@ class ImportService:
             job = _job(model)
             if job is None and sha256 and _expected_sha256(model) != sha256:
                 # before the job exists: the operator reads the checksum when the job appears
-                await self.models.annotate(namespace, meta.model_id, {importstatus.UPLOAD_SHA256_ANNOTATION: sha256})
+                await self.models.annotate(namespace, meta.model_id, {import_status.UPLOAD_SHA256_ANNOTATION: sha256})
                 continue
             if job is None:
                 status = model.get("status") or {}
                 if status.get("phase") == "Failed":
                     await self._gone(namespace, environment, session_id, model)
                 at = clock.now()
-                new = importstatus.new_job(str(uuid.uuid4()), at)
+                new = import_status.new_job(str(uuid.uuid4()), at)
                 try:
                     model = await self.models.patch_status(
-                        model, importstatus.completed(new, status.get("conditions"), at)
+                        model, import_status.completed(new, status.get("conditions"), at)
                     )
                 except KubeError as exc:
                     if exc.status == 409:  # changed meanwhile (another replica completing?): read again
@@ -552,9 +552,9 @@ class ImportService:
             expires = datetime.fromisoformat(session["expirationDate"].replace("Z", "+00:00"))
             if expires > now:
                 continue
-            patch = importstatus.failed(
+            patch = import_status.failed(
                 None,
-                importstatus.IMPORT_EXPIRED,
+                import_status.IMPORT_EXPIRED,
                 f"import session {session.get('sessionId')} expired at {session['expirationDate']} before it was "
                 "completed",
                 status.get("conditions"),

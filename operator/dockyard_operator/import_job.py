@@ -1,7 +1,7 @@
 """The import job of uploaded Models: level-based, restart-safe, one Model at a time per lock.
 
 A Model whose ``spec.source.upload`` is set and whose job (action EXPORT) is IN_PROGRESS is imported
-by :func:`modelimport.run_import` in a worker thread (at most ``import_concurrency`` at once), and its
+by :func:`import_files.run_import` in a worker thread (at most ``import_concurrency`` at once), and its
 status becomes ReadyToDeploy/SUCCESS or Failed/FAILED with the reason. The session's chunks are deleted
 once the outcome is recorded. A restart re-runs unfinished jobs (the watch lists every Model again);
 run_import is idempotent. Deleting an uploaded Model deletes its stored files (at once when the
@@ -22,16 +22,16 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from dockyard_core import clock, importstatus
-from dockyard_core.importstatus import IMPORT_SESSION_LABEL
+from dockyard_core import clock, import_status
+from dockyard_core.import_status import IMPORT_SESSION_LABEL
 from dockyard_core.kubeclient import AsyncKube
 from dockyard_core.modelstore import SESSION_ID_RE, ModelStore
 from dockyard_core.resources.v1alpha1 import DOCK_STATUS_ID_LABEL, DockJob, ModelStorage
 from dockyard_core.s3store import S3ModelStore
 from dockyard_operator import monitoring
+from dockyard_operator.import_files import Imported, ImportFailed, Limits, Upload, import_into, staging_dirs
 from dockyard_operator.kube import Conflict, Kube
 from dockyard_operator.locks import KeyedLocks
-from dockyard_operator.modelimport import Imported, ImportFailed, Limits, Upload, import_into, staging_dirs
 from dockyard_operator.settings import OperatorSettings
 from dockyard_operator.workqueue import Event, PostEvent, log_event
 
@@ -83,7 +83,7 @@ class Importer:
             source = spec["source"]["upload"]
             session_id = (model["status"].get("importSession") or {}).get("sessionId") or (
                 model["metadata"].get("labels") or {}
-            ).get(importstatus.IMPORT_SESSION_LABEL, "")
+            ).get(import_status.IMPORT_SESSION_LABEL, "")
             if not SESSION_ID_RE.match(session_id or ""):
                 outcome: Imported | ImportFailed = ImportFailed("UploadMissing", "the Model names no import session")
             else:
@@ -94,7 +94,7 @@ class Importer:
                     file_size=source["fileSize"],
                     total_chunks=source["totalChunks"],
                     sha256=source.get("sha256")
-                    or (model["metadata"].get("annotations") or {}).get(importstatus.UPLOAD_SHA256_ANNOTATION),
+                    or (model["metadata"].get("annotations") or {}).get(import_status.UPLOAD_SHA256_ANNOTATION),
                     is_adapter=bool(spec.get("isAdapter")),
                 )
                 self.post(model, Event("Normal", "ImportRunning", f"import job {job.dock_status_id}: processing"))
@@ -122,7 +122,7 @@ class Importer:
             previous = model["status"].get("conditions")
             at = clock.now()
             if isinstance(outcome, ImportFailed):
-                patch = importstatus.failed(job, outcome.reason, outcome.message, previous, at)
+                patch = import_status.failed(job, outcome.reason, outcome.message, previous, at)
             else:
                 storage = ModelStorage(
                     path=outcome.path,
@@ -132,7 +132,7 @@ class Importer:
                     file=outcome.file,
                     files_bytes=outcome.files_bytes,
                 )
-                patch = importstatus.imported(job, storage, previous, at)
+                patch = import_status.imported(job, storage, previous, at)
             try:
                 await self.kube.patch_status_async(
                     "models", namespace, name, patch, model["metadata"]["resourceVersion"]
@@ -172,7 +172,7 @@ class Importer:
 
     async def deleted(self, namespace: str, name: str, labels: Mapping[str, str]) -> None:
         async with self.locks.hold(f"{namespace}/{name}/delete"):
-            await self._files(self.forget, namespace, name, labels.get(importstatus.IMPORT_SESSION_LABEL))
+            await self._files(self.forget, namespace, name, labels.get(import_status.IMPORT_SESSION_LABEL))
 
     # -- garbage: the files of Models deleted while no operator watched --
 

@@ -17,8 +17,7 @@ from pathlib import Path
 import pytest
 
 from dockyard_core.modelstore import ModelStore, SessionMeta
-from dockyard_operator.importer import Importer
-from dockyard_operator.modelimport import (
+from dockyard_operator.import_files import (
     MANIFEST,
     ChunkReader,
     ImportFailed,
@@ -27,6 +26,7 @@ from dockyard_operator.modelimport import (
     run_import,
     safe_member_path,
 )
+from dockyard_operator.import_job import Importer
 from dockyard_operator.settings import OperatorSettings
 
 LIMITS = Limits(max_extracted_bytes=10 * 1024 * 1024, max_members=100)

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_
 
 from dockyard_api import metrics
 from dockyard_api.auth import PublicCaller
-from dockyard_api.imports import ImportService, StartRequest
+from dockyard_api.import_service import ImportService, StartRequest
 from dockyard_api.schemas.public import error_responses, ok_responses
 
 router = APIRouter(prefix="/api/public/files/session", tags=["model import"])
