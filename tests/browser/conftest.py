@@ -24,12 +24,11 @@ from kubernetes import client
 from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright
 
 from dockyard_api.runtime.endpoints import LOCAL_ENDPOINT_ANNOTATION, MODEL_DEPLOYMENT_LABEL
-from dockyard_api.settings import ApiSettings
 from dockyard_core import apikeys
 from tests.e2e.conftest import api, cluster, crds, namespace  # noqa: F401 - the same fixtures as e2e
 from tests.support.cluster import E2ECluster
 from tests.support.dockyard import create, get, hub_model, model_deployment, patch
-from tests.support.runners import free_port, run_facade, run_operator
+from tests.support.runners import run_local_runtime
 from tests.support.scripted_model import ScriptedModel, scripted_model
 from tests.support.waiting import wait_for
 
@@ -90,23 +89,7 @@ def model(model_server: ScriptedModel) -> ScriptedModel:
 def facade(cluster: E2ECluster, crds: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Facade]:  # noqa: F811
     """The operator (its generated URLs name this facade) and the facade in local endpoint mode; widget
     settings are read fresh on every request (no cache) so a test's spec change applies at once."""
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    env = {"DOCKYARD_OPERATOR_ENVIRONMENT_INTERVAL_SECONDS": "1", "DOCKYARD_OPERATOR_PUBLIC_URL": url}
-    state = tmp_path_factory.mktemp("facade")
-    settings = ApiSettings(
-        host="127.0.0.1",
-        port=port,
-        api_key_cache_seconds=0,
-        last_used_interval_seconds=0,
-        sweep_interval_seconds=0,
-        usage_summary_seconds=0,
-        model_store=state / "model-store",
-        database_url=f"sqlite+aiosqlite:///{state}/conversations.db",
-        endpoint_mode="local",
-        widget_config_cache_seconds=0,
-    )
-    with run_operator(env=env), run_facade(settings, port) as running:
+    with run_local_runtime(tmp_path_factory.mktemp("facade"), widget_config_cache_seconds=0) as (url, running):
         yield Facade(url, running.client)
 
 

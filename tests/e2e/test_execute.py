@@ -19,11 +19,10 @@ import pytest
 from kubernetes import client
 
 from dockyard_api.runtime.endpoints import LOCAL_ENDPOINT_ANNOTATION, MODEL_DEPLOYMENT_LABEL
-from dockyard_api.settings import ApiSettings
 from dockyard_core import apikeys
 from tests.support.cluster import E2ECluster
 from tests.support.dockyard import create, get, hub_model, model_deployment, patch
-from tests.support.runners import free_port, run_facade, run_operator
+from tests.support.runners import run_local_runtime
 from tests.support.scripted_model import Call, Reply, ScriptedModel, scripted_model
 from tests.support.waiting import wait_for
 
@@ -47,23 +46,10 @@ def model_server() -> Iterator[ScriptedModel]:
 @pytest.fixture(scope="module")
 def facade(cluster: E2ECluster, crds: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Facade]:
     """The operator (its generated URLs name this facade) and the facade in local endpoint mode."""
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    env = {"DOCKYARD_OPERATOR_ENVIRONMENT_INTERVAL_SECONDS": "1", "DOCKYARD_OPERATOR_PUBLIC_URL": url}
-    state = tmp_path_factory.mktemp("facade")
-    settings = ApiSettings(
-        host="127.0.0.1",
-        port=port,
-        api_key_cache_seconds=0,
-        last_used_interval_seconds=0,
-        sweep_interval_seconds=0,
-        usage_summary_seconds=0,
-        model_store=state / "model-store",
-        database_url=f"sqlite+aiosqlite:///{state}/conversations.db",
-        endpoint_mode="local",
-        execute_turn_timeout_seconds=TURN_DEADLINE,
-    )
-    with run_operator(env=env), run_facade(settings, port) as running:
+    with run_local_runtime(tmp_path_factory.mktemp("facade"), execute_turn_timeout_seconds=TURN_DEADLINE) as (
+        url,
+        running,
+    ):
         yield Facade(url, running.client)
 
 

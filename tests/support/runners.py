@@ -9,6 +9,8 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import httpx
 import uvicorn
@@ -98,3 +100,28 @@ def run_facade(settings: ApiSettings | None = None, port: int | None = None) -> 
     finally:
         server.should_exit = True
         thread.join(timeout=15)
+
+
+@contextmanager
+def run_local_runtime(state: Path, **overrides: Any) -> Iterator[tuple[str, RunningFacade]]:
+    """The operator (its generated URLs name this facade, environments re-checked every second) and a
+    facade in local endpoint mode with no caches and a SQLite conversation store under ``state``, as the
+    app-runtime and browser tests use them; ``overrides`` are further ApiSettings fields. Yields the
+    facade's URL and the running facade."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = {"DOCKYARD_OPERATOR_ENVIRONMENT_INTERVAL_SECONDS": "1", "DOCKYARD_OPERATOR_PUBLIC_URL": url}
+    settings = ApiSettings(
+        host="127.0.0.1",
+        port=port,
+        api_key_cache_seconds=0,
+        last_used_interval_seconds=0,
+        sweep_interval_seconds=0,
+        usage_summary_seconds=0,
+        model_store=state / "model-store",
+        database_url=f"sqlite+aiosqlite:///{state}/conversations.db",
+        endpoint_mode="local",
+        **overrides,
+    )
+    with run_operator(env=env), run_facade(settings, port) as running:
+        yield url, running
