@@ -524,3 +524,58 @@ def test_a_turn_that_lost_its_session_counts_nothing_when_finishing(tmp_path: Pa
         assert (await store.usage(**WHERE, since=today, until=today)).totals.requests == 0
 
     with_store(tmp_path, body)
+
+
+def test_sqlite_a_lock_held_by_another_process_answers_503_without_stalling_the_event_loop(tmp_path: Path) -> None:
+    """SQLite transactions run inline in the event loop: a write lock held elsewhere (an administrator's
+    sqlite3 shell) is waited for at most SQLITE_LOCK_WAIT_MS, then the turn answers 503 (not a 10 s stall)."""
+    import sqlite3
+    import time
+
+    from dockyard_api.store.store import SQLITE_LOCK_WAIT_MS
+
+    async def body(store: ConversationStore) -> None:
+        other = sqlite3.connect(tmp_path / "db" / "dockyard.db", isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # holds the write lock
+        try:
+            started = time.monotonic()
+            with pytest.raises(DatabaseUnavailableError, match="locked"):
+                await turn(store)
+            waited = time.monotonic() - started
+            assert SQLITE_LOCK_WAIT_MS / 1000 * 0.8 <= waited < SQLITE_LOCK_WAIT_MS / 1000 + 2
+        finally:
+            other.execute("ROLLBACK")
+            other.close()
+        await finish(store, await turn(store), "after the lock")  # the same store goes on
+
+    with_store(tmp_path, body)
+
+
+def test_sqlite_turns_do_not_checkpoint_the_wal_the_store_does_in_its_thread(tmp_path: Path) -> None:
+    """Automatic checkpoints are off on the transactions' connection (no commit waits for an fsync); the
+    store's own checkpoint copies the WAL into the database file, and close leaves the file whole."""
+    import sqlite3
+
+    db = tmp_path / "db" / "dockyard.db"
+
+    def stored_sessions_in_file() -> int:
+        # a reader that ignores the WAL: what the database file itself holds
+        with sqlite3.connect(f"file:{db}?immutable=1", uri=True) as conn:
+            return int(conn.execute("SELECT count(*) FROM dockyard_sessions").fetchone()[0])
+
+    async def checkpoint(store: ConversationStore) -> None:
+        await asyncio.get_running_loop().run_in_executor(store._executor, store._sqlite_checkpoint)
+
+    async def body(store: ConversationStore) -> None:
+        assert await store.run(lambda c: c.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar()) == 0
+        await checkpoint(store)  # the migrations, into the file
+        before = stored_sessions_in_file()
+        for i in range(20):
+            await finish(store, await turn(store, session_id=f"s{i}"), "hello")
+        wal = db.with_name(db.name + "-wal")
+        assert wal.stat().st_size > 0
+        assert stored_sessions_in_file() == before  # all in the WAL: no commit checkpointed
+        await checkpoint(store)
+        assert stored_sessions_in_file() == before + 20
+
+    with_store(tmp_path, body)
