@@ -114,7 +114,9 @@ def database_url(kind: str, cluster: LocalCluster) -> Iterator[str]:
 
 
 @contextmanager
-def facade_process(cluster: LocalCluster, database: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+def facade_process(
+    cluster: LocalCluster, database: str, profile: str | None = None
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     port = free_port()
     state = cluster.settings.state_dir
     env = dict(
@@ -127,7 +129,8 @@ def facade_process(cluster: LocalCluster, database: str) -> Iterator[tuple[str, 
         DOCKYARD_API_MODEL_STORE=str(state / "model-store"),
     )
     log = (state / "facade.log").open("ab")
-    proc = subprocess.Popen([sys.executable, "-m", "dockyard_api"], env=env, stdout=log, stderr=subprocess.STDOUT)
+    command = [sys.executable, "-m", *(["bench.profiled_facade", profile] if profile else ["dockyard_api"])]
+    proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         wait_http_ok(f"http://127.0.0.1:{port}/readyz", timeout=60)
         yield f"http://127.0.0.1:{port}", proc
@@ -254,6 +257,12 @@ def main() -> None:
     parser.add_argument("--sequential", type=int, default=200, help="calls per path at concurrency 1")
     parser.add_argument("--keep", action="store_true", help="leave the benchmark's control plane running")
     parser.add_argument(
+        "--profile",
+        metavar="FILE",
+        help="run the facade under cProfile and write its profile to FILE (python -m pstats FILE); "
+        "the latencies measured then include the profiler's cost",
+    )
+    parser.add_argument(
         "--database",
         choices=("sqlite", "postgresql"),
         default="sqlite",
@@ -273,7 +282,7 @@ def main() -> None:
         model_process(args.delay_ms) as model_url,
         database_url(args.database, cluster) as database,
         operator_process(cluster),
-        facade_process(cluster, database) as (url, proc),
+        facade_process(cluster, database, args.profile) as (url, proc),
     ):
         key = setup(api, ns, model_url)
         target = {"model": model_url, "execute": f"{url}/e/{ns}/bot-draft/v1/apps/bot/execute", "key": key}
