@@ -5,9 +5,8 @@ in its own process, in this process.
 For each concurrency (32 and 1): ``direct`` (the runtime's own model client posts the chat completion),
 then ``turn`` (``Runtime.prepare`` + ``Runtime.complete``: environment, rate limits, session, one model
 call, storing the turn and its usage). Printed: p50 of both and what the turn adds, and per turn the
-database transactions and statements, the time spent inside transactions and waiting for them (SQLite
-runs them inline in the event loop, PostgreSQL waits for its pool), and the time spent in each store
-call. ``--cprofile FILE`` also
+database transactions and statements, the time spent inside transactions and waiting for them (SQLite's
+one writer thread, PostgreSQL's pool), and the time spent in each store call. ``--cprofile FILE`` also
 writes a cProfile of the concurrency-32 turns (``python -m pstats FILE``).
 
     .venv/bin/python -m bench.turn_profile [--turns 2000 --delay-ms 20 --database sqlite|postgresql]
@@ -68,7 +67,7 @@ class Meter:
                 try:
                     return inner(fn)
                 finally:
-                    self.calls["SQLite transaction (inline)"].append(time.perf_counter() - started)
+                    self.calls["SQLite thread: whole hop"].append(time.perf_counter() - started)
 
             store._sqlite_tx = timed_tx  # type: ignore[method-assign]
         for name in ("check_rate_limit", "start_turn", "finish_turn", "abort_turn", "record_usage"):

@@ -62,9 +62,6 @@ T = TypeVar("T")
 
 _RACE = object()
 
-SQLITE_LOCK_WAIT_MS = 1000
-"""How long a SQLite transaction (inline in the event loop) waits for a lock held by another process."""
-
 SESSION_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
 """Session ids a client may choose: 1 to 128 letters, digits and ``. _ : @ -``."""
 
@@ -212,18 +209,11 @@ class ConversationStore:
         self.engine: AsyncEngine | None = None
         self.sync_engine: Engine | None = None
         self._sqlite_conn: Connection | None = None
-        """The SQLite connection of the event loop's thread: every transaction runs on it, inline."""
-        self._checkpoint_conn: Any = None
-        """The SQLite checkpointer's own (DB-API) connection, used in the executor's thread only."""
+        """The SQLite writer thread's connection (used in that thread only)."""
         self._executor: ThreadPoolExecutor | None = None
         if self.dialect == "sqlite":
-            # SQLite: a plain (sync) engine; every transaction runs inline in the event loop's thread on one
-            # connection. This process alone writes the file (see _own_sqlite_file), WAL readers never
-            # block the writer, and synchronous=NORMAL makes a commit an append to the WAL without fsync,
-            # so a turn's transaction is a few hundred microseconds of CPU with nothing to wait for: a hop
-            # to a thread would cost as much again (futures, wake-ups, the GIL handed over twice) and queue
-            # turns behind one another. What can wait on the disk, the checkpoint that copies the WAL into
-            # the database file and fsyncs it, runs in the executor's one thread on its own connection.
+            # SQLite: a plain (sync) engine in ONE thread; a whole transaction is one hop to that thread, and
+            # the one thread also serialises this process's writers (SQLite has one writer anyway)
             database = self.url.database
             if database and database != ":memory:":
                 Path(database).parent.mkdir(parents=True, exist_ok=True)
@@ -232,7 +222,7 @@ class ConversationStore:
                 connect_args={"timeout": statement_timeout_seconds, "check_same_thread": False},
             )
             _sqlite_setup(self.sync_engine)
-            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dockyard-sqlite-checkpoint")
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dockyard-sqlite")
         else:
             self.engine = create_async_engine(
                 self.url,
@@ -320,8 +310,6 @@ class ConversationStore:
                     await self._prepare()
                     continue
                 await self.run(self._heartbeat)
-                if self._executor is not None:
-                    await asyncio.get_running_loop().run_in_executor(self._executor, self._sqlite_checkpoint)
                 if self._unreleased:
                     pending = dict(self._unreleased)
                     await self.run(functools.partial(self._release_all, pending=pending))
@@ -358,9 +346,6 @@ class ConversationStore:
 
             with contextlib.suppress(DockyardError, OSError, TimeoutError):
                 await self.run(stopped)
-            if self._executor is not None:  # leave the database file whole, the WAL empty
-                with contextlib.suppress(Exception):
-                    await asyncio.get_running_loop().run_in_executor(self._executor, self._sqlite_checkpoint)
         await self.dispose()
         if self._executor is not None:
             self._executor.shutdown(wait=True)
@@ -371,8 +356,8 @@ class ConversationStore:
     async def run(self, fn: Callable[[Connection], T]) -> T:
         """``fn(connection)`` in one transaction; database failures become DatabaseUnavailableError (503)."""
         try:
-            if self.sync_engine is not None:
-                return self._sqlite_tx(fn)  # inline: see __init__
+            if self._executor is not None:
+                return await asyncio.get_running_loop().run_in_executor(self._executor, self._sqlite_tx, fn)
             assert self.engine is not None
             async with self.engine.begin() as conn:
                 return await conn.run_sync(fn)
@@ -385,7 +370,7 @@ class ConversationStore:
             raise DatabaseUnavailableError(f"the conversation database is unavailable: {self._last_error}") from exc
 
     def _sqlite_tx(self, fn: Callable[[Connection], T]) -> T:
-        """In the event loop's thread: ``fn`` in one transaction on the store's one connection, kept open between
+        """In the writer thread: ``fn`` in one transaction on the thread's own connection, kept open between
         transactions (a pool checkout and its reset cost more than a short transaction); a connection that
         failed for any reason other than the transaction's own (a DockyardError, a constraint) is dropped and
         the next transaction opens a new one."""
@@ -404,41 +389,20 @@ class ConversationStore:
                 conn.close()
             raise
 
-    def _sqlite_checkpoint(self) -> None:
-        """In the executor's thread: copy what the WAL holds into the database file (PASSIVE: never blocks
-        the writer; the transactions' connection has its automatic checkpoints turned off, so no turn
-        waits for this fsync)."""
+    def _sqlite_dispose(self) -> None:
         assert self.sync_engine is not None
-        if self._checkpoint_conn is None:
-            self._checkpoint_conn = self.sync_engine.raw_connection()
-        try:
-            cursor = self._checkpoint_conn.cursor()
-            cursor.execute("PRAGMA wal_checkpoint(PASSIVE)")
-            cursor.close()
-        except Exception:
+        if self._sqlite_conn is not None:
             with contextlib.suppress(Exception):
-                self._checkpoint_conn.close()
-            self._checkpoint_conn = None
-            raise
-
-    def _sqlite_close_checkpointer(self) -> None:
-        if self._checkpoint_conn is not None:
-            with contextlib.suppress(Exception):
-                self._checkpoint_conn.close()
-            self._checkpoint_conn = None
+                self._sqlite_conn.close()
+            self._sqlite_conn = None
+        self.sync_engine.dispose()
 
     async def dispose(self) -> None:
         """Close the connections (tests: what a killed process leaves behind)."""
         if self.engine is not None:
             await self.engine.dispose()
-        if self.sync_engine is not None:
-            if self._executor is not None:
-                await asyncio.get_running_loop().run_in_executor(self._executor, self._sqlite_close_checkpointer)
-            if self._sqlite_conn is not None:
-                with contextlib.suppress(Exception):
-                    self._sqlite_conn.close()
-                self._sqlite_conn = None
-            self.sync_engine.dispose()
+        if self.sync_engine is not None and self._executor is not None:
+            await asyncio.get_running_loop().run_in_executor(self._executor, self._sqlite_dispose)
 
     def _check_ready(self) -> None:
         if not self._ready:
@@ -907,11 +871,7 @@ def _sqlite_setup(engine: Engine) -> None:
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute("PRAGMA foreign_keys=ON")
-        # a lock held by another process (only an administrator's tool: the facade owns the file) would stall
-        # the event loop, which runs the transactions: wait for it at most SQLITE_LOCK_WAIT_MS, then 503
-        cursor.execute(f"PRAGMA busy_timeout={SQLITE_LOCK_WAIT_MS}")
-        # the store checkpoints in its own thread (ConversationStore._sqlite_checkpoint), never in a commit
-        cursor.execute("PRAGMA wal_autocheckpoint=0")
+        cursor.execute("PRAGMA busy_timeout=10000")
         cursor.close()
 
     @event.listens_for(engine, "begin")
