@@ -16,11 +16,19 @@ Paths, alternated in rounds so that a load change on the shared machine hits bot
   environment and app from the informers, the store's two transactions (start_turn with the rate
   limits, finish_turn with the usage), one model call.
 
+Arrivals (``--arrivals``, both by default, each measured in every round): ``staggered`` spreads the
+clients' first calls evenly over one model delay, so calls arrive as independent clients' do;
+``lockstep`` starts all clients at once, and since the scripted server answers every call after the
+same delay, they stay in step: every call then arrives in a burst of ``--concurrency`` calls within a
+millisecond, and what the facade adds includes waiting behind the calls of its burst (half a burst's
+CPU on average), which the direct path, one cheap hop, hardly shows.
+
 Printed: requests/s of both and their ratio (target >= 0.9), p50/p99 and the p50 the facade adds
 (target <= 5 ms) at ``--concurrency`` and at concurrency 1, the facade's CPU per call, and its resident
 memory after the warm-up, after each round and at the end (flat over the sessions created).
 
     .venv/bin/python -m bench.execute [--calls 2000 --rounds 5 --concurrency 32 --delay-ms 100 --database sqlite]
+        [--arrivals staggered,lockstep] [--profile FILE]
 """
 
 from __future__ import annotations
@@ -63,6 +71,7 @@ class Result:
     seconds: float
     latencies_ms: list[float]
     errors: int
+    arrivals: str = "lockstep"
 
     @property
     def rps(self) -> float:
@@ -189,13 +198,19 @@ def setup(api: client.ApiClient, ns: str, model_url: str) -> str:
     return key.value
 
 
-async def run_async(calls: int, concurrency: int, send: Callable[[], Awaitable[tuple[int, str]]]) -> Result:
+async def run_async(
+    calls: int, concurrency: int, send: Callable[[], Awaitable[tuple[int, str]]], spread_s: float = 0.0
+) -> Result:
+    """``calls`` calls by ``concurrency`` clients, each sending its next call when its last one is answered.
+    With ``spread_s`` the clients' first calls are spread evenly over that many seconds (staggered);
+    with 0 they all start at once (lockstep)."""
     latencies: list[float] = []
     errors = 0
     left = calls
 
-    async def worker() -> None:
+    async def worker(index: int) -> None:
         nonlocal errors, left
+        await asyncio.sleep(spread_s * index / concurrency)
         while left > 0:
             left -= 1
             started = time.perf_counter()
@@ -207,11 +222,11 @@ async def run_async(calls: int, concurrency: int, send: Callable[[], Awaitable[t
                     print(f"    error {status}: {text[:300]}")
 
     start = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    await asyncio.gather(*(worker(i) for i in range(concurrency)))
     return Result("", calls, time.perf_counter() - start, latencies, errors)
 
 
-def run_path(path: str, calls: int, concurrency: int, target: dict[str, str]) -> Result:
+def run_path(path: str, calls: int, concurrency: int, target: dict[str, str], spread_s: float = 0.0) -> Result:
     async def main() -> Result:
         connector = aiohttp.TCPConnector(limit=concurrency)
         async with aiohttp.ClientSession(connector=connector) as http:
@@ -240,7 +255,7 @@ def run_path(path: str, calls: int, concurrency: int, target: dict[str, str]) ->
                 async with http.post(url, data=body, headers=headers) as response:
                     return response.status, await response.text()
 
-            result = await run_async(calls, concurrency, send)
+            result = await run_async(calls, concurrency, send, spread_s)
             result.path = path
             return result
 
@@ -263,16 +278,30 @@ def main() -> None:
         "the latencies measured then include the profiler's cost",
     )
     parser.add_argument(
+        "--arrivals",
+        default="staggered,lockstep",
+        help="how the concurrent clients start, one mode or several (comma-separated), each measured in every "
+        "round: 'staggered' spreads the clients' first calls evenly over one model delay, so that their calls "
+        "arrive as independent clients' do; 'lockstep' starts them all at once, and with a model server that "
+        "answers every call after the same delay they stay in step: every call arrives in a burst of "
+        "--concurrency calls within a millisecond, and the latency a call adds then includes waiting for "
+        "the burst's calls ahead of it",
+    )
+    parser.add_argument(
         "--database",
         choices=("sqlite", "postgresql"),
         default="sqlite",
         help="the conversation store: a SQLite file (default) or PostgreSQL (a local server started for the run)",
     )
     args = parser.parse_args()
+    modes = [m.strip() for m in args.arrivals.split(",") if m.strip()]
+    if not modes or set(modes) - {"staggered", "lockstep"}:
+        parser.error("--arrivals: staggered, lockstep or both (comma-separated)")
+    spreads = {"staggered": args.delay_ms / 1000, "lockstep": 0.0}
     print(
         f"inputs: calls={args.calls} per path and round, rounds={args.rounds}, concurrency={args.concurrency}, "
         f"model delay={args.delay_ms:g} ms, warmup={args.warmup}, sequential={args.sequential}, "
-        f"database={args.database}, cpus={os.cpu_count()}, loadavg={load()}"
+        f"arrivals={','.join(modes)}, database={args.database}, cpus={os.cpu_count()}, loadavg={load()}"
     )
     cluster = bench_cluster("bench-execute", nodes_per_type=1)
     api = api_for(cluster)
@@ -292,42 +321,48 @@ def main() -> None:
         memory = [("after warm-up", rss_mib(proc.pid))]
         cpu_ms: list[float] = []
         for round_ in range(1, args.rounds + 1):
-            for path in ("direct", "facade"):
-                before = cpu_seconds(proc.pid)
-                result = run_path(path, args.calls, args.concurrency, target)
-                if path == "facade":
-                    cpu_ms.append((cpu_seconds(proc.pid) - before) * 1000 / args.calls)
-                results.append(result)
-                p50, p99 = percentile(result.latencies_ms, 50), percentile(result.latencies_ms, 99)
-                print(
-                    f"  round {round_} {path:7} {result.rps:7.1f} req/s  p50 {p50:6.1f} ms  p99 {p99:6.1f} ms"
-                    f"  errors {result.errors}"
-                )
-            memory.append((f"after round {round_} ({round_ * args.calls + args.warmup} sessions)", rss_mib(proc.pid)))
+            for mode in modes:
+                for path in ("direct", "facade"):
+                    before = cpu_seconds(proc.pid)
+                    result = run_path(path, args.calls, args.concurrency, target, spreads[mode])
+                    result.arrivals = mode
+                    if path == "facade":
+                        cpu_ms.append((cpu_seconds(proc.pid) - before) * 1000 / args.calls)
+                    results.append(result)
+                    p50, p99 = percentile(result.latencies_ms, 50), percentile(result.latencies_ms, 99)
+                    print(
+                        f"  round {round_} {mode:9} {path:7} {result.rps:7.1f} req/s  p50 {p50:6.1f} ms  "
+                        f"p99 {p99:6.1f} ms  errors {result.errors}"
+                    )
+            sessions = round_ * args.calls * len(modes) + args.warmup
+            memory.append((f"after round {round_} ({sessions} sessions)", rss_mib(proc.pid)))
         sequential = {path: run_path(path, args.sequential, 1, target) for path in ("direct", "facade")}
         memory.append(("at the end", rss_mib(proc.pid)))
 
     print(f"\nloadavg after: {load()}")
     print(f"facade CPU per execute call (its own process, by round): {', '.join(f'{v:.2f} ms' for v in cpu_ms)}")
-    print(f"\nconcurrency {args.concurrency}:")
-    summary: dict[str, tuple[float, float, float]] = {}
-    for path in ("direct", "facade"):
-        mine = [r for r in results if r.path == path]
-        latencies = [v for r in mine for v in r.latencies_ms]
-        rps = statistics.median(r.rps for r in mine)
-        summary[path] = (rps, percentile(latencies, 50), percentile(latencies, 99))
-        print(f"  {path:7} {rps:8.1f} req/s (median of rounds)  p50 {summary[path][1]:6.1f} ms  "
-              f"p99 {summary[path][2]:6.1f} ms  errors {sum(r.errors for r in mine)}")  # fmt: skip
+    summary: dict[tuple[str, str], tuple[float, float, float]] = {}
+    for mode in modes:
+        print(f"\nconcurrency {args.concurrency}, {mode} arrivals:")
+        for path in ("direct", "facade"):
+            mine = [r for r in results if r.path == path and r.arrivals == mode]
+            latencies = [v for r in mine for v in r.latencies_ms]
+            rps = statistics.median(r.rps for r in mine)
+            summary[mode, path] = (rps, percentile(latencies, 50), percentile(latencies, 99))
+            print(f"  {path:7} {rps:8.1f} req/s (median of rounds)  p50 {summary[mode, path][1]:6.1f} ms  "
+                  f"p99 {summary[mode, path][2]:6.1f} ms  errors {sum(r.errors for r in mine)}")  # fmt: skip
     print(f"\nconcurrency 1 ({args.sequential} calls each):")
     for path, result in sequential.items():
         print(f"  {path:7} p50 {percentile(result.latencies_ms, 50):6.1f} ms  "
               f"p99 {percentile(result.latencies_ms, 99):6.1f} ms")  # fmt: skip
-    ratio = summary["facade"][0] / summary["direct"][0]
-    added = summary["facade"][1] - summary["direct"][1]
     added_1 = percentile(sequential["facade"].latencies_ms, 50) - percentile(sequential["direct"].latencies_ms, 50)
-    print(f"\nthroughput facade / direct: {ratio:.2f} (target >= 0.9)")
-    print(f"added p50: {added:.1f} ms at concurrency {args.concurrency}, {added_1:.1f} ms at concurrency 1 "
-          "(target <= 5 ms)")  # fmt: skip
+    print()
+    for mode in modes:
+        ratio = summary[mode, "facade"][0] / summary[mode, "direct"][0]
+        added = summary[mode, "facade"][1] - summary[mode, "direct"][1]
+        print(f"{mode:9} arrivals: throughput facade / direct {ratio:.2f} (target >= 0.9), added p50 {added:.1f} ms "
+              f"at concurrency {args.concurrency} (target <= 5 ms)")  # fmt: skip
+    print(f"added p50 at concurrency 1: {added_1:.1f} ms")
     print("facade resident memory:")
     for label, mib in memory:
         print(f"  {label:40} {mib:7.1f} MiB")
