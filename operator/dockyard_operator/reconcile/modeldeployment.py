@@ -28,18 +28,7 @@ from dockyard_operator.builders import (
 )
 from dockyard_operator.context import Body, Context, Key, Views, snapshot
 from dockyard_operator.kube import owner_reference
-from dockyard_operator.reconcile.workload import (
-    apply_if_changed,
-    counts,
-    dump,
-    finish,
-    is_template,
-    job_for,
-    mount_events,
-    outcome_of,
-    owned,
-    write_status,
-)
+from dockyard_operator.reconcile import workload as shared
 from dockyard_operator.runtimes import InvalidRuntimeChoice, select_runtime
 from dockyard_operator.workqueue import Outcome
 
@@ -124,7 +113,7 @@ async def _model_build(ctx: Context, body: Body, views: Views) -> ModelBuild:
     template_hash = (
         workload.template_hash if workload else hash_of([problem.reason, problem.message] if problem else "")
     )
-    children = owned(workload.objects(), "ModelDeployment", meta) if workload is not None else []
+    children = shared.owned(workload.objects(), "ModelDeployment", meta) if workload is not None else []
     build = ModelBuild(inputs, mdep, runtime_name, workload, children, problem, template_hash)
     ctx.builds[meta["uid"]] = build
     return build
@@ -156,7 +145,7 @@ async def reconcile_model_deployment(ctx: Context, body: Body, views: Views) -> 
     )
     requested = (meta.get("labels") or {}).get(DOCK_STATUS_ID_LABEL)
     before = mdep_status.job
-    job, new_job = job_for(before, requested, template_hash, meta.get("generation", 0), "MODELS")
+    job, new_job = shared.job_for(before, requested, template_hash, meta.get("generation", 0), "MODELS")
 
     key: Key = (namespace, "model-server", name)
     deployment = views.one(views.deployments, key)
@@ -164,10 +153,10 @@ async def reconcile_model_deployment(ctx: Context, body: Body, views: Views) -> 
     pods: list[dict[str, Any]] = []
     if workload is not None:
         await _ensure_download_tokens(ctx, build, meta)
-        if await apply_if_changed(ctx, build.children, deployment):
+        if await shared.apply_if_changed(ctx, build.children, deployment):
             deployment = None  # what the index holds is older than what was just applied
-        current = deployment if is_template(deployment, job) else None
-        pods = [p for p in views.many(views.pods, key) if is_template(p, job)]
+        current = deployment if shared.is_template(deployment, job) else None
+        pods = [p for p in views.many(views.pods, key) if shared.is_template(p, job)]
         if job.status != "IN_PROGRESS":
             verdict = Verdict(job.status, job.reason, job.message)  # a finished job keeps its verdict
         else:
@@ -181,25 +170,25 @@ async def reconcile_model_deployment(ctx: Context, body: Body, views: Views) -> 
                 now=now(),
                 unschedulable_deadline_seconds=ctx.settings.unschedulable_deadline_seconds,
                 node_autoscaling=ctx.settings.node_autoscaling,
-                events=await mount_events(ctx, namespace, pods),
+                events=await shared.mount_events(ctx, namespace, pods),
             )
     else:
         assert problem is not None
         verdict = problem if job.status == "IN_PROGRESS" else Verdict(job.status, job.reason, job.message)
-    job = finish(job, verdict)
+    job = shared.finish(job, verdict)
 
-    replicas, ready = counts(deployment)
+    replicas, ready = shared.counts(deployment)
     is_ready = rolled_out(deployment, min_ready)
     resource_name = child_name("model", name)
     status: dict[str, Any] = {
         "observedGeneration": meta.get("generation"),
-        "job": dump(job),
+        "job": shared.dump(job),
         "replicas": replicas,
         "readyReplicas": ready,
         "selector": ",".join(f"{k}={v}" for k, v in selector_labels(name).items()),
         "runtime": runtime_name,
         "conditions": [
-            dump(c)
+            shared.dump(c)
             for c in conditions_for(
                 verdict,
                 is_ready,
@@ -213,8 +202,8 @@ async def reconcile_model_deployment(ctx: Context, body: Body, views: Views) -> 
     if workload is not None:
         status["serviceName"] = resource_name
         status["endpoint"] = endpoint_of(workload.service)
-    written = await write_status(ctx, body, "modeldeployments", status, job, before, new_job, requested)
-    return outcome_of(ctx, job, pods, written)
+    written = await shared.write_status(ctx, body, "modeldeployments", status, job, before, new_job, requested)
+    return shared.outcome_of(ctx, job, pods, written)
 
 
 async def _ensure_download_tokens(ctx: Context, build: ModelBuild, meta: Mapping[str, Any]) -> None:

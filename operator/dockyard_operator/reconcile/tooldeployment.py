@@ -11,18 +11,7 @@ from dockyard_operator.assess import NodeFit, Verdict, assess, conditions_for, r
 from dockyard_operator.builders import endpoint_of, hash_of, tool_selector_labels, tool_workload
 from dockyard_operator.context import Body, Context, Key, Views, snapshot
 from dockyard_operator.probe import ReachabilityCheck, check_endpoint
-from dockyard_operator.reconcile.workload import (
-    apply_if_changed,
-    counts,
-    dump,
-    finish,
-    is_template,
-    job_for,
-    mount_events,
-    outcome_of,
-    owned,
-    write_status,
-)
+from dockyard_operator.reconcile import workload as shared
 from dockyard_operator.workqueue import Outcome
 
 
@@ -45,11 +34,11 @@ async def reconcile_tool_deployment(
 
     if tool is None:
         problem = Verdict("FAILED", "ToolNotFound", f"Tool {tdep.spec.tool_ref} does not exist in this namespace")
-        job, new_job = job_for(before, requested, hash_of(problem.reason), meta.get("generation", 0), "TOOLS")
+        job, new_job = shared.job_for(before, requested, hash_of(problem.reason), meta.get("generation", 0), "TOOLS")
         verdict = problem if job.status == "IN_PROGRESS" else Verdict(job.status, job.reason, job.message)
         ready = False
     elif tool.spec.endpoint is not None:
-        job, new_job = job_for(
+        job, new_job = shared.job_for(
             before, requested, hash_of(["endpoint", tool.spec.endpoint]), meta.get("generation", 0), "TOOLS"
         )
         verdict = Verdict(job.status, job.reason, job.message)
@@ -64,12 +53,12 @@ async def reconcile_tool_deployment(
         status["endpoint"] = tool.spec.endpoint
     else:
         workload = tool_workload(tdep, tool, progress_deadline_seconds=ctx.settings.progress_deadline_seconds)
-        job, new_job = job_for(before, requested, workload.template_hash, meta.get("generation", 0), "TOOLS")
-        children = owned(workload.objects(), "ToolDeployment", meta)
-        if await apply_if_changed(ctx, children, deployment):
+        job, new_job = shared.job_for(before, requested, workload.template_hash, meta.get("generation", 0), "TOOLS")
+        children = shared.owned(workload.objects(), "ToolDeployment", meta)
+        if await shared.apply_if_changed(ctx, children, deployment):
             deployment = None
-        current = deployment if is_template(deployment, job) else None
-        pods = [p for p in views.many(views.pods, key) if is_template(p, job)]
+        current = deployment if shared.is_template(deployment, job) else None
+        pods = [p for p in views.many(views.pods, key) if shared.is_template(p, job)]
         requests = workload.deployment["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]
         verdict = assess(
             job,
@@ -80,21 +69,21 @@ async def reconcile_tool_deployment(
             fit=NodeFit("general-purpose", 0, {}),
             now=now(),
             unschedulable_deadline_seconds=ctx.settings.unschedulable_deadline_seconds,
-            events=await mount_events(ctx, namespace, pods) if job.status == "IN_PROGRESS" else (),
+            events=await shared.mount_events(ctx, namespace, pods) if job.status == "IN_PROGRESS" else (),
         )
         ready = rolled_out(deployment, tdep.spec.replicas)
         status["serviceName"] = workload.service["metadata"]["name"]
         status["endpoint"] = endpoint_of(workload.service)
         status["selector"] = ",".join(f"{k}={v}" for k, v in tool_selector_labels(name).items())
 
-    job = finish(job, verdict)
-    replicas, ready_count = counts(deployment)
+    job = shared.finish(job, verdict)
+    replicas, ready_count = shared.counts(deployment)
     status |= {
-        "job": dump(job),
+        "job": shared.dump(job),
         "replicas": replicas,
         "readyReplicas": ready_count,
         "conditions": [
-            dump(c)
+            shared.dump(c)
             for c in conditions_for(
                 verdict,
                 ready,
@@ -105,5 +94,5 @@ async def reconcile_tool_deployment(
             )
         ],
     }
-    written = await write_status(ctx, body, "tooldeployments", status, job, before, new_job, requested)
-    return outcome_of(ctx, job, pods, written)
+    written = await shared.write_status(ctx, body, "tooldeployments", status, job, before, new_job, requested)
+    return shared.outcome_of(ctx, job, pods, written)
