@@ -56,8 +56,8 @@ class Context:
         default_factory=lambda: ThreadPoolExecutor(API_CONCURRENCY, thread_name_prefix="kube")
     )
     locks: KeyedLocks = field(default_factory=KeyedLocks)
-    """Per object uid, for handlers that kopf runs outside a work queue (apps.py); each goes with its
-    last holder."""
+    """Per object uid, for the reconciles that kopf runs outside a work queue (Environments); each goes
+    with its last holder."""
     download_secrets: dict[str, tuple[int, str, float]] = field(default_factory=dict)
     """Per ModelDeployment uid, the expiry and template hash of the download tokens last applied, and when."""
     token_key: bytes | None = None
