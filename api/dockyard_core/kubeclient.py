@@ -174,6 +174,34 @@ class AsyncKube:
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise _unreachable(exc) from exc
 
+    # --- the calls both sides repeat: get-or-None, server-side apply, guarded merge patch, list ------
+
+    async def get_or_none(self, path: str) -> dict[str, Any] | None:
+        """The object at ``path``, or None when it does not exist (404)."""
+        try:
+            return await self.request("GET", path)
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def apply(self, path: str, obj: dict[str, Any], field_manager: str = FIELD_MANAGER) -> dict[str, Any]:
+        """Server-side apply of ``obj`` at ``path`` as ``field_manager``, taking over conflicting fields
+        (idempotent: applying the same object again changes nothing)."""
+        params = {"fieldManager": field_manager, "force": "true"}
+        return await self.request("PATCH", path, json=obj, params=params, content_type=APPLY)
+
+    async def merge(self, path: str, patch: dict[str, Any], resource_version: str | None = None) -> dict[str, Any]:
+        """A JSON merge patch, :func:`guarded` by ``resource_version`` (409 when the object moved on);
+        returns the object as it is now."""
+        return await self.request("PATCH", path, json=guarded(patch, resource_version), content_type=MERGE)
+
+    async def items(self, path: str, params: dict[str, str] | None = None) -> list[dict[str, Any]]:
+        """The items of a list call."""
+        found = await self.request("GET", path, params=params)
+        items: list[dict[str, Any]] = found.get("items") or []
+        return items
+
     # --- conveniences for the dockyard.dev kinds and core objects -----------------------------------
 
     @staticmethod

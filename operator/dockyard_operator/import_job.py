@@ -24,13 +24,12 @@ from typing import Any
 
 from dockyard_core import clock, import_status
 from dockyard_core.import_status import IMPORT_SESSION_LABEL
-from dockyard_core.kubeclient import AsyncKube
 from dockyard_core.modelstore import SESSION_ID_RE, ModelStore
 from dockyard_core.resources.v1alpha1 import DOCK_STATUS_ID_LABEL, DockJob, ModelStorage
 from dockyard_core.s3store import S3ModelStore
 from dockyard_operator import monitoring
 from dockyard_operator.import_files import Imported, ImportFailed, Limits, Upload, import_into, staging_dirs
-from dockyard_operator.kube import Conflict, Kube
+from dockyard_operator.kube import Conflict, KubeApi
 from dockyard_operator.locks import KeyedLocks
 from dockyard_operator.settings import OperatorSettings
 from dockyard_operator.workqueue import Event, PostEvent, log_event
@@ -49,7 +48,7 @@ def is_upload(spec: Mapping[str, Any], **_: Any) -> bool:
 
 
 class Importer:
-    def __init__(self, settings: OperatorSettings, kube: Kube, post: PostEvent = log_event) -> None:
+    def __init__(self, settings: OperatorSettings, kube: KubeApi, post: PostEvent = log_event) -> None:
         """``post``: how the job's Events about a Model are posted (the handlers give theirs; the
         default only logs them)."""
         self.post = post
@@ -63,7 +62,7 @@ class Importer:
         return await asyncio.get_running_loop().run_in_executor(self.files, partial(fn, *args, **kwargs))
 
     async def _read(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return await self.kube.get_custom_async("models", namespace, name)
+        return await self.kube.get("models", namespace, name)
 
     async def reconcile(self, namespace: str, name: str, uid: str) -> None:
         """Run the Model's import job if it is in flight (reads the Model afresh: the caller's copy may be
@@ -76,7 +75,7 @@ class Importer:
                 return
             job = DockJob.model_validate(model["status"]["job"])
             if (model["metadata"].get("labels") or {}).get(DOCK_STATUS_ID_LABEL) != job.dock_status_id:
-                await self.kube.patch_object_async(
+                await self.kube.patch_object(
                     "models", namespace, name, {"metadata": {"labels": {DOCK_STATUS_ID_LABEL: job.dock_status_id}}}
                 )
             spec = model["spec"]
@@ -134,9 +133,7 @@ class Importer:
                 )
                 patch = import_status.imported(job, storage, previous, at)
             try:
-                await self.kube.patch_status_async(
-                    "models", namespace, name, patch, model["metadata"]["resourceVersion"]
-                )
+                await self.kube.patch_status("models", namespace, name, patch, model["metadata"]["resourceVersion"])
             except Conflict:
                 continue
             ended = patch["job"]
@@ -189,10 +186,8 @@ class Importer:
                 await asyncio.sleep(interval)
             first = False
             try:
-                listed = await self.kube.http.request(
-                    "GET", AsyncKube.all_namespaces_path("models"), params={"labelSelector": IMPORT_SESSION_LABEL}
-                )
-                alive = {(m["metadata"]["namespace"], m["metadata"]["name"]) for m in listed.get("items") or ()}
+                listed = await self.kube.list_objects("models", None, labels=IMPORT_SESSION_LABEL)
+                alive = {(m["metadata"]["namespace"], m["metadata"]["name"]) for m in listed}
                 removed = await self._files(self.collect_garbage, alive, time.time() - grace)
                 if removed:
                     log.info("removed the stored files of %d deleted Models: %s", len(removed), removed)

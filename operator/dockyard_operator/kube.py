@@ -1,26 +1,50 @@
-"""The operator's few API calls: server-side apply of children and guarded patches.
+"""The operator's calls on the API server, by kind: :class:`KubeApi`, the one wrapper of its one client.
 
-The reconciles of ModelDeployments and ToolDeployments (hundreds of calls a second while many roll
-out) make them on the event loop with the aiohttp client the facade uses (:class:`AsyncKube`,
-orjson): no thread hop, no urllib3 header bookkeeping, no generated-client argument validation.
-The import job and the App/AppVersion/Environment handlers use the same client.
+Every reconcile (ModelDeployments and ToolDeployments, hundreds of calls a second while many roll out;
+Apps and Environments), the import job, the autoscaler and the admission webhooks reach the API server
+through ``Context.kube``: a :class:`KubeApi` over the aiohttp client the facade uses too
+(:class:`~dockyard_core.kubeclient.AsyncKube`, orjson): no thread hop, no urllib3 header bookkeeping,
+no generated-client argument validation. The calls themselves (get-or-None, server-side apply as the
+operator's field manager, the guarded merge patch) are the core client's; this module maps kinds to
+their paths and turns a 409 on a merge patch into :class:`Conflict`.
 """
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
-from dockyard_core.kubeclient import APPLY, FIELD_MANAGER, MERGE, AsyncKube, KubeError, guarded
+from dockyard_core.kubeclient import FIELD_MANAGER, AsyncKube, KubeError
 from dockyard_core.resources import GROUP
 from dockyard_core.resources.v1alpha1 import VERSION
 
+CORE_PLURALS = frozenset({"secrets", "configmaps", "services", "events"})
+"""The core (``/api/v1``) kinds the operator reads or writes; every other plural is a dockyard.dev kind
+(or ``deployments``, apps/v1)."""
+
 APPLIED_KINDS = {
-    "Deployment": "/apis/apps/v1/namespaces/{namespace}/deployments",
-    "Service": "/api/v1/namespaces/{namespace}/services",
-    "ConfigMap": "/api/v1/namespaces/{namespace}/configmaps",
-    "Secret": "/api/v1/namespaces/{namespace}/secrets",
+    "Deployment": "deployments",
+    "Service": "services",
+    "ConfigMap": "configmaps",
+    "Secret": "secrets",
+    "ToolDeployment": "tooldeployments",
 }
-"""The kinds of children the operator applies, and their collections."""
+"""The kinds the operator applies (children of its deployments, an Environment's ToolDeployments, audit
+records), and their plurals."""
+
+
+def collection(plural: str, namespace: str | None) -> str:
+    """The path of a kind's collection in ``namespace`` (all namespaces when None)."""
+    if plural in CORE_PLURALS:
+        return f"/api/v1/namespaces/{namespace}/{plural}" if namespace is not None else f"/api/v1/{plural}"
+    if plural == "deployments":
+        return f"/apis/apps/v1/namespaces/{namespace}/deployments"
+    return AsyncKube.custom_path(namespace, plural) if namespace is not None else AsyncKube.all_namespaces_path(plural)
+
+
+def object_path(plural: str, namespace: str, name: str, sub: str | None = None) -> str:
+    path = f"{collection(plural, namespace)}/{name}"
+    return f"{path}/{sub}" if sub else path
 
 
 def owner_reference(kind: str, meta: dict[str, Any]) -> dict[str, Any]:
@@ -38,50 +62,71 @@ class Conflict(Exception):
     """The object changed since it was read; the next reconcile sees the new version."""
 
 
-class Kube:
-    """The operator's calls on its one async client (:class:`AsyncKube`); a 409 on a guarded patch is
-    :class:`Conflict`."""
+class KubeApi:
+    """The operator's calls on its one async client (``http``, an :class:`AsyncKube`), by plural; a 409
+    on a merge patch is :class:`Conflict`."""
 
     def __init__(self, http: AsyncKube) -> None:
         self.http = http
 
-    async def apply_async(self, obj: dict[str, Any]) -> None:
+    async def get(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """The object, or None when it does not exist."""
+        return await self.http.get_or_none(object_path(plural, namespace, name))
+
+    async def list_objects(
+        self, plural: str, namespace: str | None, *, labels: str = "", fields: str = ""
+    ) -> list[dict[str, Any]]:
+        """The objects of a kind in ``namespace`` (all namespaces when None), by label and field selector."""
+        params = {k: v for k, v in (("labelSelector", labels), ("fieldSelector", fields)) if v}
+        return await self.http.items(collection(plural, namespace), params or None)
+
+    async def create(self, plural: str, namespace: str, obj: dict[str, Any]) -> bool:
+        """Create the object; False when one of that name exists already."""
+        try:
+            await self.http.request("POST", collection(plural, namespace), json=obj)
+        except KubeError as exc:
+            if exc.status == 409:
+                return False
+            raise
+        return True
+
+    async def delete(self, plural: str, namespace: str, name: str) -> None:
+        """Delete the object, best effort (gone already, or refused: the caller goes on)."""
+        with contextlib.suppress(KubeError):
+            await self.http.request("DELETE", object_path(plural, namespace, name))
+
+    async def apply(self, obj: dict[str, Any], field_manager: str = FIELD_MANAGER) -> None:
         """Server-side apply as the operator's field manager (idempotent; re-running changes nothing)."""
         meta = obj["metadata"]
-        collection = APPLIED_KINDS[obj["kind"]].format(namespace=meta["namespace"])
-        path = f"{collection}/{meta['name']}"
-        params = {"fieldManager": FIELD_MANAGER, "force": "true"}
-        await self.http.request("PATCH", path, json=obj, params=params, content_type=APPLY)
+        path = object_path(APPLIED_KINDS[obj["kind"]], meta["namespace"], meta["name"])
+        await self.http.apply(path, obj, field_manager)
 
-    async def get_custom_async(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
-        """A dockyard.dev object, or None when it does not exist."""
-        try:
-            return await self.http.request("GET", AsyncKube.custom_path(namespace, plural, name))
-        except KubeError as exc:
-            if exc.status == 404:
-                return None
-            raise
-
-    async def _merge_async(
-        self, plural: str, namespace: str, name: str, body: dict[str, Any], status: bool
+    async def _merge(
+        self,
+        plural: str,
+        namespace: str,
+        name: str,
+        patch: dict[str, Any],
+        resource_version: str | None,
+        sub: str | None,
     ) -> dict[str, Any]:
-        path = AsyncKube.custom_path(namespace, plural, name, "status" if status else None)
         try:
-            return await self.http.request("PATCH", path, json=body, content_type=MERGE)
+            return await self.http.merge(object_path(plural, namespace, name, sub), patch, resource_version or None)
         except KubeError as exc:
             if exc.status == 409:
                 raise Conflict(f"{plural}/{name} changed while it was reconciled") from exc
             raise
 
-    async def patch_status_async(
+    async def patch_status(
         self, plural: str, namespace: str, name: str, status: dict[str, Any], resource_version: str | None = None
     ) -> dict[str, Any]:
         """Merge-patch ``status``; with ``resource_version``, only if the object is still at it (else
-        :class:`Conflict`). Returns the object as it is now."""
-        return await self._merge_async(plural, namespace, name, guarded({"status": status}, resource_version), True)
+        :class:`Conflict`: a newer version exists and its own event reconciles it). Returns the object
+        as it is now."""
+        return await self._merge(plural, namespace, name, {"status": status}, resource_version, "status")
 
-    async def patch_object_async(
+    async def patch_object(
         self, plural: str, namespace: str, name: str, patch: dict[str, Any], resource_version: str | None = None
     ) -> dict[str, Any]:
-        """Merge-patch metadata/spec (guarded like :meth:`patch_status_async`); returns the object as it is now."""
-        return await self._merge_async(plural, namespace, name, guarded(patch, resource_version), False)
+        """Merge-patch metadata/spec (guarded like :meth:`patch_status`); returns the object as it is now."""
+        return await self._merge(plural, namespace, name, patch, resource_version, None)

@@ -21,8 +21,8 @@ from dockyard_core.resources.v1alpha1 import ModelDeployment
 from dockyard_operator import monitoring
 from dockyard_operator.assess import pod_ready
 from dockyard_operator.autoscaler import AutoscalerState, Observation, decide
+from dockyard_operator.context import Context, Key, Views
 from dockyard_operator.metrics import LoadSample, parse_load
-from dockyard_operator.reconcile import Context, Key, Views
 from dockyard_operator.runtimes import select_runtime
 from dockyard_operator.workqueue import Event, ObjectKey, PostEvent, WorkQueue
 
@@ -84,11 +84,11 @@ async def autoscale(ctx: Context, http: httpx.AsyncClient, body: Mapping[str, An
     events: tuple[Event, ...] = ()
     if decision.replicas != current:
         patch = {"spec": {"replicas": decision.replicas}}
-        await ctx.kube.patch_object_async("modeldeployments", namespace, name, patch)
+        await ctx.kube.patch_object("modeldeployments", namespace, name, patch)
         events = (Event("Normal", decision.reason, decision.message),)
     new_state = decision.new_state.to_dict()
     if new_state != (status.get("autoscaler") or {}):
-        await ctx.kube.patch_status_async("modeldeployments", namespace, name, {"autoscaler": new_state})
+        await ctx.kube.patch_status("modeldeployments", namespace, name, {"autoscaler": new_state})
     return events
 
 

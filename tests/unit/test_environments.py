@@ -173,7 +173,7 @@ def test_each_history_entry_says_what_was_asked_and_whether_it_became_healthy() 
 
 def test_the_webhook_stamps_a_redeploy_and_a_rollback_and_keeps_the_record_otherwise() -> None:
     from dockyard_core.resources.v1alpha1 import DEPLOY_ACTION_ANNOTATION, DEPLOY_REQUEST_ANNOTATION
-    from dockyard_operator.handlers.apps import deployment_stamp
+    from dockyard_operator.admission import deployment_stamp
 
     def env(version: str, request: str | None = None) -> dict[str, object]:
         notes = {DEPLOY_REQUEST_ANNOTATION: request} if request else {}

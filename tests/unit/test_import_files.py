@@ -13,9 +13,11 @@ import time
 import zipfile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from dockyard_core.kubeclient import AsyncKube
 from dockyard_core.modelstore import ModelStore, SessionMeta
 from dockyard_operator.import_files import (
     MANIFEST,
@@ -27,6 +29,7 @@ from dockyard_operator.import_files import (
     safe_member_path,
 )
 from dockyard_operator.import_job import Importer
+from dockyard_operator.kube import KubeApi
 from dockyard_operator.settings import OperatorSettings
 
 LIMITS = Limits(max_extracted_bytes=10 * 1024 * 1024, max_members=100)
@@ -367,19 +370,19 @@ def test_files_of_models_missing_from_a_listing_are_collected(store: ModelStore)
 def test_the_files_of_models_deleted_while_the_operator_was_down_go_when_it_starts(store: ModelStore) -> None:
     """The first collection runs at start, not one interval (10 minutes) later."""
 
-    class Listing:
-        async def request(self, *args: object, **kwargs: object) -> dict[str, object]:
-            return {"items": [{"metadata": {"namespace": "ns", "name": "alive"}}]}
+    class Listing(AsyncKube):
+        def __init__(self) -> None:  # no API server: every request answers the one listing
+            pass
 
-    class FakeKube:
-        http = Listing()
+        async def request(self, *args: object, **kwargs: object) -> dict[str, Any]:
+            return {"items": [{"metadata": {"namespace": "ns", "name": "alive"}}]}
 
     for rel in ("ns/alive", "ns/deleted-while-down"):
         (store.models / rel).mkdir(parents=True)
     time.sleep(0.02)
 
     async def start_and_wait() -> float:
-        importer = Importer(OperatorSettings(model_store=store.root), kube=FakeKube())  # type: ignore[arg-type]
+        importer = Importer(OperatorSettings(model_store=store.root), kube=KubeApi(Listing()))
         started = time.monotonic()
         importer.start_garbage_collection(600, grace=0)
         try:

@@ -1,11 +1,11 @@
-"""When the operator writes a job's status: once per transition (reconcile._in_flight)."""
+"""When the operator writes a job's status: once per transition (reconcile.workload.in_flight)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
 from dockyard_core.resources.v1alpha1 import DockJob
-from dockyard_operator.reconcile import _in_flight
+from dockyard_operator.reconcile.workload import in_flight
 
 
 def job(status: str = "IN_PROGRESS", reason: str = "RollingOut", job_id: str = "a", message: str = "m") -> DockJob:
@@ -16,17 +16,17 @@ def job(status: str = "IN_PROGRESS", reason: str = "RollingOut", job_id: str = "
 
 
 def test_the_same_job_in_progress_for_the_same_reason_is_not_written_again() -> None:
-    assert _in_flight(job(message="0 of 1 required replica(s) ready"), job(message="1 of 2 required replica(s) ready"))
+    assert in_flight(job(message="0 of 1 required replica(s) ready"), job(message="1 of 2 required replica(s) ready"))
 
 
 def test_every_transition_is_written() -> None:
-    assert not _in_flight(None, job())  # the job starts
-    assert not _in_flight(job(), job(status="SUCCESS", reason="Available"))  # it ends
-    assert not _in_flight(job(), job(status="FAILED", reason="Unschedulable"))
-    assert not _in_flight(job(), job(reason="Unschedulable"))  # a new reason while it runs
-    assert not _in_flight(job(), job(job_id="b"))  # a new job
+    assert not in_flight(None, job())  # the job starts
+    assert not in_flight(job(), job(status="SUCCESS", reason="Available"))  # it ends
+    assert not in_flight(job(), job(status="FAILED", reason="Unschedulable"))
+    assert not in_flight(job(), job(reason="Unschedulable"))  # a new reason while it runs
+    assert not in_flight(job(), job(job_id="b"))  # a new job
 
 
 def test_a_finished_job_is_written_as_it_changes() -> None:
     done = job(status="SUCCESS", reason="Available")
-    assert not _in_flight(done, done)
+    assert not in_flight(done, done)

@@ -5,20 +5,28 @@ registers them all with kopf (``kopf run -m dockyard_operator.handlers``, ``pyth
 - :mod:`.models`: Models (hub models, the import job of uploads).
 - :mod:`.deployments`: ModelDeployments and ToolDeployments (work queues fed by their watch events and
   those of their Deployments, Pods, Models and Tools; the indexes the reconciles read).
-- :mod:`.apps`: Apps, AppVersions, Environments and the admission webhooks.
+- :mod:`.apps`: Apps (the draft Environment; a changed draft reaches the Environments serving it).
+- :mod:`.environments`: Environments (events, periodic re-check, deletion; the indexes of AppVersions and
+  Environments).
+- :mod:`.admission`: the admission webhooks of Tools, AppVersions and Environments.
+- :mod:`.events`: the one place Events go through kopf.
 
-The handlers stay thin: the reconciles (``reconcile.py``, ``import_job.py``, ``environments.py``) and the
-builders (``builders.py``, ``runtimes.py``, ``assess.py``) hold the logic and import no handler.
+The handlers stay thin: they call the kopf-free reconciles (the ``reconcile`` package, one module per
+kind, and ``import_job.py``) and post the Events those return, or the checks of ``admission.py`` and
+raise their refusals; those and the builders (``builders.py``, ``environments.py``, ``runtimes.py``,
+``assess.py``) hold the logic and import no handler.
 """
 
 # isort: off
 # The order of registration is kopf's order of the handlers of one event: the Models' own handlers come
-# before the deployments' triggers on Models, the lifecycle, then Apps/AppVersions/Environments.
+# before the deployments' triggers on Models, the lifecycle, then Apps, Environments and the webhooks.
 from dockyard_operator.handlers import models
 from dockyard_operator.handlers import deployments
 from dockyard_operator.handlers import lifecycle
 from dockyard_operator.handlers import apps
+from dockyard_operator.handlers import environments
+from dockyard_operator.handlers import admission
 
 # isort: on
 
-__all__ = ["apps", "deployments", "lifecycle", "models"]
+__all__ = ["admission", "apps", "deployments", "environments", "lifecycle", "models"]

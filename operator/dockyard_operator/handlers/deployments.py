@@ -1,6 +1,7 @@
-"""kopf handlers of ModelDeployments and ToolDeployments. Handlers stay thin: reconcile.py and the pure builders do
-the work. Indexes keep in-memory views of what the reconcilers read (rebuilt from the API by kopf
-on every start), so observing 1,000 rollouts costs no API reads.
+"""kopf handlers of ModelDeployments and ToolDeployments. Handlers stay thin: the reconciles
+(``reconcile/modeldeployment.py``, ``reconcile/tooldeployment.py``) and the pure builders do the work.
+Indexes keep in-memory views of what the reconcilers read (rebuilt from the API by kopf on every start),
+so observing 1,000 rollouts costs no API reads.
 
 ModelDeployments and ToolDeployments are reconciled by a :class:`~dockyard_operator.workqueue.WorkQueue`
 each: the watch events of the object, of its Deployment and Pods, and of its Model or Tool only
@@ -21,13 +22,9 @@ from dockyard_core.resources import GROUP
 from dockyard_core.resources.v1alpha1 import VERSION
 from dockyard_operator.assess import parse_quantity
 from dockyard_operator.builders import COMPONENT_LABEL, MANAGED_BY
+from dockyard_operator.context import Context, Views, snapshot
 from dockyard_operator.handlers.events import post_event, post_events
 from dockyard_operator.kube import Conflict
-from dockyard_operator.reconcile import (
-    Context,
-    Views,
-    snapshot,
-)
 from dockyard_operator.scaling import autoscaler_loop, autoscaling_enabled
 from dockyard_operator.workqueue import Body, ObjectKey, Outcome, WorkQueue, key_of
 

@@ -21,16 +21,13 @@ from dockyard_core.kubeclient import AsyncKube, KubeError
 from dockyard_core.resources import GROUP
 from dockyard_core.resources.v1alpha1 import VERSION
 from dockyard_operator import health
+from dockyard_operator.context import API_CONCURRENCY, Context
 from dockyard_operator.handlers.deployments import reconcile_queued
 from dockyard_operator.handlers.events import post_event
 from dockyard_operator.import_job import Importer
-from dockyard_operator.kube import Kube
-from dockyard_operator.reconcile import (
-    API_CONCURRENCY,
-    Context,
-    reconcile_model_deployment,
-    reconcile_tool_deployment,
-)
+from dockyard_operator.kube import KubeApi
+from dockyard_operator.reconcile.modeldeployment import reconcile_model_deployment
+from dockyard_operator.reconcile.tooldeployment import reconcile_tool_deployment
 from dockyard_operator.runtimes import load_catalog
 from dockyard_operator.settings import OperatorSettings, operator_settings
 from dockyard_operator.webhook_tls import self_signed
@@ -82,7 +79,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     http = AsyncKube(config.kubeconfig, max_connections=API_CONCURRENCY, timeout=30.0, wait_for_connection=True)
     ctx = Context(
         settings=config,
-        kube=Kube(http),
+        kube=KubeApi(http),
         catalog=load_catalog(config.runtime_catalog),
         devices=devices.load_catalog(config.device_catalog),
     )

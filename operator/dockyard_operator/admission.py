@@ -1,0 +1,138 @@
+"""The checks of the admission webhooks (kopf-free): each reads what the API server holds now (not
+kopf's indexes, which may lag behind a status change by a moment: a refusal or a permission must not
+depend on that), applies the pure rules of :mod:`dockyard_operator.environments`, and returns a
+:class:`Refusal` or None; ``handlers/admission.py`` turns a refusal into kopf's AdmissionError.
+
+- a Tool used by a deployed version cannot be deleted;
+- an AppVersion is validated on create and cannot be deleted while deployed;
+- an Environment can only link an existing version;
+- who deployed (and when) comes from the admission request's userInfo, never from the client
+  (:func:`deployment_stamp`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from dockyard_core.resources.v1alpha1 import (
+    DEPLOY_ACTION_ANNOTATION,
+    DEPLOY_REQUEST_ANNOTATION,
+    DEPLOYED_AT_ANNOTATION,
+    DEPLOYED_BY_ANNOTATION,
+)
+from dockyard_operator import environments as envs
+from dockyard_operator.kube import KubeApi
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a request is refused, and the HTTP status of the refusal."""
+
+    message: str
+    code: int
+
+
+async def _read_from_api(
+    kube: KubeApi, namespace: str
+) -> tuple[list[dict[str, Any]], list[tuple[str, dict[str, Any]]]]:
+    """AppVersions and Environments as the API server has them now."""
+    versions = await kube.list_objects("appversions", namespace)
+    environments = await kube.list_objects("environments", namespace)
+    return versions, [(e["metadata"]["name"], e) for e in environments]
+
+
+async def tool_delete_refusal(kube: KubeApi, tool: Mapping[str, Any]) -> Refusal | None:
+    """A Tool linked to an active version (or a draft deployed somewhere) is not deleted."""
+    namespace, spec = tool["metadata"]["namespace"], tool.get("spec") or {}
+    versions, environments = await _read_from_api(kube, namespace)
+    apps = await kube.list_objects("apps", namespace)
+    holders = envs.tool_holders(spec.get("name", ""), spec.get("version", ""), versions, environments, apps)
+    if not holders:
+        return None
+    used = "; ".join(
+        f"{v if v.startswith('draft of') else f'app version {v}'} (deployed in {', '.join(e)})"
+        for v, e in sorted(holders.items())
+    )
+    return Refusal(
+        f"tool {tool['metadata']['name']} is linked to an active version and cannot be deleted: used by {used}", 409
+    )
+
+
+async def appversion_delete_refusal(kube: KubeApi, version: Mapping[str, Any]) -> Refusal | None:
+    """An AppVersion deployed in an Environment is not deleted."""
+    namespace, spec = version["metadata"]["namespace"], version.get("spec") or {}
+    _, environments = await _read_from_api(kube, namespace)
+    held = envs.environments_deploying(spec.get("appRef", ""), spec.get("version", ""), environments)
+    if not held:
+        return None
+    return Refusal(
+        f"app version {version['metadata']['name']} is deployed in environment(s) {', '.join(held)}: "
+        "deploy another version there (or delete those environments) first",
+        409,
+    )
+
+
+async def appversion_create_refusal(kube: KubeApi, body: Mapping[str, Any]) -> Refusal | None:
+    """A new AppVersion names an existing App, and Tools and ModelDeployments that exist."""
+    namespace, spec = body["metadata"]["namespace"], dict(body.get("spec") or {})
+    tools = {f"{t['name']}-{t['version']}" for t in spec.get("toolVersions") or []}
+    models = {a["model"] for a in spec.get("agents") or [] if a.get("model")}
+    tool_exists = {t: await kube.get("tools", namespace, t) is not None for t in tools}
+    model_exists = {m: await kube.get("modeldeployments", namespace, m) is not None for m in models}
+    app_exists = await kube.get("apps", namespace, spec.get("appRef", "")) is not None
+    problems = envs.version_problems(spec, tool_exists=tool_exists, model_exists=model_exists, app_exists=app_exists)
+    return Refusal("the version is not valid: " + "; ".join(problems), 422) if problems else None
+
+
+async def environment_link_refusal(
+    kube: KubeApi, body: Mapping[str, Any], old: Mapping[str, Any] | None
+) -> Refusal | None:
+    """An Environment that links a version (newly) links an existing AppVersion."""
+    spec = body.get("spec") or {}
+    version = spec.get("appVersion")
+    if not version or (old is not None and (old.get("spec") or {}).get("appVersion") == version):
+        return None
+    found = await kube.get("appversions", body["metadata"]["namespace"], f"{spec['appRef']}-{version}")
+    if found is not None:
+        return None
+    return Refusal(
+        f"spec.appVersion: app {spec['appRef']!r} has no version {version} (create the AppVersion first)", 422
+    )
+
+
+STAMPED = (DEPLOYED_BY_ANNOTATION, DEPLOYED_AT_ANNOTATION, DEPLOY_ACTION_ANNOTATION)
+
+
+def deployment_stamp(
+    *,
+    operation: str,
+    old: Any,
+    body: Any,
+    notes: dict[str, Any],
+    old_notes: dict[str, Any],
+    username: str,
+    now: datetime,
+) -> dict[str, Any]:
+    """The annotations the mutating webhook sets (pure: unit-tested)."""
+    version = (body.get("spec") or {}).get("appVersion")
+    created = operation == "CREATE" or old is None
+    version_changed = created or (old.get("spec") or {}).get("appVersion") != version
+    request = notes.get(DEPLOY_REQUEST_ANNOTATION)
+    requested = bool(request) and request != old_notes.get(DEPLOY_REQUEST_ANNOTATION)
+    if version_changed or requested:
+        if not version_changed:
+            action = "Redeploy"
+        elif requested and str(request).split(" ", 1)[0] == "Rollback":
+            action = "Rollback"
+        else:
+            action = "Deploy"
+        return {
+            DEPLOYED_BY_ANNOTATION: username,
+            # microseconds: two deployments in one second are two history entries
+            DEPLOYED_AT_ANNOTATION: now.isoformat(timespec="microseconds").replace("+00:00", "Z"),
+            DEPLOY_ACTION_ANNOTATION: action,
+        }
+    return {key: old_notes.get(key) for key in STAMPED if notes.get(key) != old_notes.get(key)}

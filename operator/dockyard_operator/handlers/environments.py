@@ -1,0 +1,65 @@
+"""kopf handlers of Environments: every event of one, a periodic re-check, an event of one of its
+ToolDeployments, and its deletion call the kopf-free reconcile (``reconcile/environment.py``) and post
+the Events it returns; the indexes of AppVersions and Environments it reads."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kopf
+
+from dockyard_core.resources import GROUP
+from dockyard_core.resources.v1alpha1 import ENVIRONMENT_LABEL, VERSION
+from dockyard_operator.context import Context, snapshot
+from dockyard_operator.handlers.events import post_events
+from dockyard_operator.reconcile.environment import environment_deleted as forget_environment
+from dockyard_operator.reconcile.environment import reconcile_environment
+from dockyard_operator.settings import operator_settings
+
+SETTINGS = operator_settings()
+
+# --- indexes -----------------------------------------------------------------------------------------
+
+
+@kopf.index(GROUP, VERSION, "appversions")
+def appversions(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> Any:
+    return {(namespace or "", name): snapshot(body)}
+
+
+@kopf.index(GROUP, VERSION, "environments")
+def environment_index(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> Any:
+    return {(namespace or "", name): snapshot(body)}
+
+
+async def _reconcile(memo: kopf.Memo, env: dict[str, Any], kw: dict[str, Any]) -> None:
+    ctx: Context = memo.ctx
+    outcome = await reconcile_environment(ctx, env, kw.get("appversions"), kw.get("environment_index"))
+    post_events(env, outcome.events)
+
+
+# --- Environments ------------------------------------------------------------------------------------
+
+
+@kopf.on.event(GROUP, VERSION, "environments")
+async def environment_changed(type: str | None, body: kopf.Body, memo: kopf.Memo, **kw: Any) -> None:
+    if type == "DELETED" or body["metadata"].get("deletionTimestamp"):
+        return
+    await _reconcile(memo, snapshot(body), kw)
+
+
+@kopf.timer(GROUP, VERSION, "environments", interval=SETTINGS.environment_interval_seconds)
+async def environment_timer(body: kopf.Body, memo: kopf.Memo, **kw: Any) -> None:
+    if not body["metadata"].get("deletionTimestamp"):
+        await _reconcile(memo, snapshot(body), kw)
+
+
+@kopf.on.event(GROUP, VERSION, "tooldeployments", labels={ENVIRONMENT_LABEL: kopf.PRESENT})
+async def environment_tool_changed(namespace: str | None, labels: kopf.Labels, memo: Any, **kw: Any) -> None:
+    for env in kw["environment_index"].get((namespace, labels[ENVIRONMENT_LABEL]), []):
+        await _reconcile(memo, env, kw)
+
+
+@kopf.on.delete(GROUP, VERSION, "environments", optional=True)
+async def environment_deleted(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """Best effort on top of garbage collection: revoke the keys now and stamp the audit record."""
+    await forget_environment(memo.ctx, snapshot(body))

@@ -1,0 +1,263 @@
+"""The reconcile of an Environment, level-based, and what its deletion leaves behind (kopf-free).
+
+An Environment's reconcile writes its deployment history (one entry per change of the linked version,
+identified by the deployed-at stamp the mutating webhook writes), generated URLs and cURL script, the
+ToolDeployments of the tool versions it deploys, the pre-production checklist, the AppVersions'
+``deployedIn``, and an audit record (ConfigMap) that outlives it. The pure parts (history, URLs,
+checklist, ToolDeployments) are :mod:`dockyard_operator.environments`; the handlers in
+``handlers/environments.py`` call :func:`reconcile_environment` and post the Events it returns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from dockyard_core import apikeys, audit
+from dockyard_core.clock import now
+from dockyard_core.conditions import transition
+from dockyard_core.kubeclient import KubeError
+from dockyard_core.resources.v1alpha1 import (
+    API_KEY_LABEL,
+    DEPLOY_ACTION_ANNOTATION,
+    DEPLOYED_AT_ANNOTATION,
+    DEPLOYED_BY_ANNOTATION,
+    ENVIRONMENT_LABEL,
+    READY,
+    HistoryEntry,
+)
+from dockyard_operator import environments as envs
+from dockyard_operator.context import Context
+from dockyard_operator.kube import Conflict, KubeApi
+from dockyard_operator.workqueue import Event, Outcome
+
+log = logging.getLogger(__name__)
+
+Index = Mapping[Any, Any]
+"""A kopf index of AppVersions or Environments: (namespace, name) → the snapshots stored under it."""
+
+
+def in_namespace(index: Index, namespace: str) -> list[tuple[str, dict[str, Any]]]:
+    """The (name, snapshot) pairs of an index in one namespace."""
+    out: list[tuple[str, dict[str, Any]]] = []
+    for (ns, name), store in index.items():
+        if ns == namespace:
+            out.extend((name, obj) for obj in store)
+    return out
+
+
+async def key_secrets(kube: KubeApi, namespace: str, environment: str) -> list[dict[str, Any]]:
+    """The Secrets of the environment's API keys."""
+    return await kube.list_objects(
+        "secrets", namespace, labels=f"{API_KEY_LABEL}=true,{ENVIRONMENT_LABEL}={environment}"
+    )
+
+
+async def reconcile_environment(
+    ctx: Context, env: dict[str, Any], versions: Index | None, environments: Index | None
+) -> Outcome:
+    """Reconcile one Environment (a snapshot); ``versions`` and ``environments`` are kopf's indexes of
+    AppVersions and Environments (for the AppVersions' ``deployedIn``). The Outcome's Events are for the
+    handler to post: the deployment of a version, and a newly failed one."""
+    kube = ctx.kube
+    meta, spec = env["metadata"], env["spec"]
+    namespace, name, app = meta["namespace"], meta["name"], spec["appRef"]
+    if meta.get("deletionTimestamp") or meta["uid"] in ctx.deleted_environments:
+        return Outcome(
+            result="gone"
+        )  # an index or timer may still hold the object: its last word is the deletion record
+    events: list[Event] = []
+    async with ctx.lock(meta["uid"]):
+        version = envs.desired_version(spec)
+        app_obj = await kube.get("apps", namespace, app)
+        content: dict[str, Any] | None = None
+        problem: tuple[str, str] | None = None
+        if app_obj is None:
+            problem = ("AppNotFound", f"app {app!r} does not exist")
+        elif version == envs.DRAFT:
+            content = app_obj.get("spec") or {}
+        else:
+            found = await kube.get("appversions", namespace, envs.version_object(app, version))
+            if found is None:
+                problem = ("VersionNotFound", f"app {app!r} has no version {version}")
+            else:
+                content = found["spec"]
+
+        status = env.get("status") or {}
+        history = [HistoryEntry.model_validate(h) for h in status.get("history") or []]
+        notes = meta.get("annotations") or {}
+        deployed_at = _parse_time(notes.get(DEPLOYED_AT_ANNOTATION)) or _parse_time(meta.get("creationTimestamp"))
+        deployed_by = notes.get(DEPLOYED_BY_ANNOTATION) or "unknown (no admission record)"
+        action = notes.get(DEPLOY_ACTION_ANNOTATION) or "Deploy"
+        new_history = history
+        if content is not None and deployed_at is not None:
+            new_history = envs.next_history(history, version, deployed_at, deployed_by, action)
+
+        tool_jobs: dict[str, str | None] = {}
+        if content is not None:
+            wanted = envs.tool_deployments(env, content)
+            for tdep in wanted:
+                try:
+                    await kube.apply(tdep)
+                except KubeError as exc:
+                    problem = ("ToolDeploymentRejected", f"{tdep['metadata']['name']}: {exc.message}")
+            wanted_names = {t["metadata"]["name"] for t in wanted}
+            for tdep in await kube.list_objects("tooldeployments", namespace, labels=f"{ENVIRONMENT_LABEL}={name}"):
+                tname = tdep["metadata"]["name"]
+                if tname not in wanted_names:
+                    await kube.delete("tooldeployments", namespace, tname)
+                else:
+                    tool_jobs[tname] = ((tdep.get("status") or {}).get("job") or {}).get("status")
+        keys = await key_secrets(kube, namespace, name)
+        items = envs.checklist(
+            content=content,
+            tool_jobs=tool_jobs,
+            key_count=len(keys),
+            version_found=content is not None,
+            rate_limits=spec.get("rateLimits"),
+        )
+        urls = envs.urls(ctx.settings.public_url, namespace, name)
+        if problem:
+            phase, reason, message = "Failed", problem[0], problem[1]
+        elif any(s == "FAILED" for s in tool_jobs.values()):
+            phase, reason, message = "Failed", "ToolDeploymentFailed", "a tool deployment FAILED: see its dock status"
+        elif any(s != "SUCCESS" for s in tool_jobs.values()):
+            phase, reason, message = "Deploying", "ToolsDeploying", f"version {version}: tools are being deployed"
+        else:
+            phase, reason, message = "Active", "Deployed", f"version {version} is deployed"
+        added = new_history is not history
+        new_history = envs.record_health(new_history, version, phase)
+        new_status = {
+            "observedGeneration": meta.get("generation"),
+            "phase": phase,
+            "activeVersion": version if content is not None else status.get("activeVersion"),
+            "appId": app,
+            "urls": {
+                "webClientUrl": urls.web_client,
+                "apiBaseUrl": urls.api_base,
+                "widgetScriptUrl": urls.widget_script,
+            },
+            "curlScript": envs.curl_script(urls.api_base, app),
+            "embedCode": envs.embed_code(urls.widget_script, app),
+            "history": [h.model_dump(mode="json", by_alias=True) for h in new_history],
+            "checklist": [c.model_dump(mode="json", by_alias=True) for c in items],
+            "conditions": _conditions(status.get("conditions") or [], phase, reason, message, meta.get("generation")),
+        }
+        if _differs(status, new_status):
+            # guarded: a reconcile from an older snapshot (an index may lag) must not roll history back
+            try:
+                await kube.patch_status("environments", namespace, name, new_status, meta.get("resourceVersion"))
+            except Conflict:  # a newer version exists and its own event reconciles it
+                return Outcome(result="conflict")
+            if added:
+                verb = {"Redeploy": "redeployed", "Rollback": "rolled back to"}.get(action, "deployed")
+                what = f"version {version} {verb}" if action != "Rollback" else f"{verb} version {version}"
+                events.append(Event("Normal", "Deployed", f"{what} by {deployed_by}"))
+            if problem and status.get("phase") != "Failed":
+                events.append(Event("Warning", problem[0], problem[1]))
+        await _sync_deployed_in(kube, namespace, app, versions, environments, env, new_status)
+        await _keep_audit_record(ctx, env, new_status, keys)
+    return Outcome(events=tuple(events))
+
+
+def _conditions(
+    current: list[dict[str, Any]], phase: str, reason: str, message: str, generation: int | None
+) -> list[dict[str, Any]]:
+    return [transition(current, READY, phase == "Active", reason, message, now(), generation)]
+
+
+def _differs(current: dict[str, Any], new: dict[str, Any]) -> bool:
+    return any(json.dumps(current.get(k), sort_keys=True) != json.dumps(v, sort_keys=True) for k, v in new.items())
+
+
+def _parse_time(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+async def _sync_deployed_in(
+    kube: KubeApi,
+    namespace: str,
+    app: str,
+    versions_index: Index | None,
+    env_index: Index | None,
+    env: dict[str, Any],
+    new_status: dict[str, Any],
+) -> None:
+    """Each AppVersion of the App lists the environments where it is Active (level-based)."""
+    if versions_index is None or env_index is None:
+        return
+    name = env["metadata"]["name"]
+    current = {n: o for n, o in in_namespace(env_index, namespace)}
+    current[name] = {**env, "status": new_status}
+    for vname, version in in_namespace(versions_index, namespace):
+        vspec = version.get("spec") or {}
+        if vspec.get("appRef") != app:
+            continue
+        active = sorted(
+            n
+            for n, e in current.items()
+            if (e.get("spec") or {}).get("appRef") == app
+            and (e.get("status") or {}).get("activeVersion") == vspec.get("version")
+        )
+        if sorted((version.get("status") or {}).get("deployedIn") or []) != active:
+            with contextlib.suppress(KubeError, Conflict):
+                await kube.patch_status("appversions", namespace, vname, {"deployedIn": active})
+
+
+async def _keep_audit_record(
+    ctx: Context, env: dict[str, Any], status: dict[str, Any], keys: list[dict[str, Any]]
+) -> None:
+    """The record that outlives the environment: kept current, never owned by it."""
+    infos = [i.__dict__ for i in map(apikeys.key_info, keys) if i is not None]
+    record = audit.audit_record({**env, "status": status}, infos)
+    digest = json.dumps(record, sort_keys=True)
+    cache = ctx.audit_digests
+    if cache.get(env["metadata"]["uid"]) != digest:
+        await ctx.kube.apply(record)
+        cache[env["metadata"]["uid"]] = digest
+
+
+async def _audit_data(kube: KubeApi, namespace: str, name: str) -> dict[str, str] | None:
+    found = await kube.get("configmaps", namespace, name)
+    if found is None:
+        return None
+    data: dict[str, str] = found.get("data") or {}
+    return data
+
+
+async def environment_deleted(ctx: Context, env: dict[str, Any]) -> None:
+    """Best effort on top of garbage collection: revoke the keys now and stamp the audit record."""
+    kube = ctx.kube
+    meta = env["metadata"]
+    ctx.deleted_environments.add(meta["uid"])
+    ctx.forget(meta["uid"])
+    keys = await key_secrets(kube, meta["namespace"], meta["name"])
+    infos = [i.__dict__ for i in map(apikeys.key_info, keys) if i is not None]
+    record_name = audit.audit_record_name(meta)
+    try:
+        # the facade may have revoked keys already: what the record listed stays part of the usage
+        data = await _audit_data(kube, meta["namespace"], record_name)
+        recorded = [] if data is None else audit.recorded_keys(data)
+        await kube.apply(audit.audit_record(env, audit.merged_keys(recorded, infos)))
+        # the facade may have written who deleted the environment already (it knows; kubectl deletes do not tell)
+        data = await _audit_data(kube, meta["namespace"], record_name)
+        if data is None or "deletion.json" not in data:
+            stamp = audit.deletion_record(meta, env["spec"].get("appRef", ""), now(), None)
+            await kube.apply(stamp, audit.DELETION_MANAGER)
+    except KubeError as exc:  # e.g. the namespace is going: the record kept by the reconciles stays as it was
+        log.warning("audit record of %s/%s not stamped: %s", meta["namespace"], meta["name"], exc.message)
+    for key in keys:
+        await kube.delete("secrets", meta["namespace"], key["metadata"]["name"])
+    for tdep in await kube.list_objects(
+        "tooldeployments", meta["namespace"], labels=f"{ENVIRONMENT_LABEL}={meta['name']}"
+    ):
+        await kube.delete("tooldeployments", meta["namespace"], tdep["metadata"]["name"])

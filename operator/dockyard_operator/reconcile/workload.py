@@ -1,0 +1,222 @@
+"""What the reconciles of both workload kinds (ModelDeployment, ToolDeployment) share: the children
+applied with their owner reference and hash, the dock job (started, finished, its Event), the status
+write (once per job transition, guarded by the resourceVersion) and when to look again.
+
+Each kind's reconcile (:mod:`.modeldeployment`, :mod:`.tooldeployment`) is run by the object's
+:class:`~dockyard_operator.workqueue.WorkQueue` whenever a watch event may change its outcome (the object
+itself, its Deployment or Pods, its Model or Tool) and when the reconcile asked to be re-run (a deadline,
+the periodic re-check). Each call reads the current state (the object, and kopf's in-memory indexes of
+Models, Tools, Deployments, Pods and Nodes, which kopf rebuilds from the API after a restart), computes
+what should exist with the pure builders, applies it only where it differs, assesses the dock job with
+:func:`~dockyard_operator.assess.assess`, and patches the status only when it changed, guarded by the
+object's resourceVersion.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from dockyard_core.clock import now
+from dockyard_core.kubeclient import KubeError
+from dockyard_core.resources.v1alpha1 import DOCK_STATUS_ID_LABEL, DockJob, JobType
+from dockyard_operator import monitoring
+from dockyard_operator.assess import Verdict, mount_pending, seconds_to_deadline
+from dockyard_operator.builders import APPLIED_HASH_ANNOTATION, TEMPLATE_HASH_ANNOTATION, hash_of
+from dockyard_operator.context import Body, Context
+from dockyard_operator.kube import owner_reference
+from dockyard_operator.workqueue import Event, Outcome
+
+
+def dump(model: Any) -> Any:
+    return model.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def owned(objects: Sequence[dict[str, Any]], owner_kind: str, meta: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Children with the controller owner reference and the hash of the whole set."""
+    applied = hash_of(objects)
+    out = []
+    for obj in objects:
+        obj = {**obj, "metadata": {**obj["metadata"]}}
+        obj["metadata"]["ownerReferences"] = [owner_reference(owner_kind, dict(meta))]
+        obj["metadata"]["annotations"] = {**obj["metadata"].get("annotations", {}), APPLIED_HASH_ANNOTATION: applied}
+        out.append(obj)
+    return out
+
+
+async def apply_if_changed(ctx: Context, objects: list[dict[str, Any]], current: dict[str, Any] | None) -> bool:
+    """Server-side apply unless the live Deployment says the same set was applied already.
+
+    The Deployment is applied last: an operator killed half-way leaves no Deployment with the new
+    hash, so the next reconcile applies the whole set again (server-side apply is idempotent)."""
+    applied = objects[0]["metadata"]["annotations"][APPLIED_HASH_ANNOTATION]
+    if current is not None and current["metadata"].get("annotations", {}).get(APPLIED_HASH_ANNOTATION) == applied:
+        return False
+    for obj in objects:
+        await ctx.kube.apply(obj)
+    return True
+
+
+def job_for(
+    current: DockJob | None, requested: str | None, template_hash: str, generation: int, job_type: JobType
+) -> tuple[DockJob, bool]:
+    """The job this reconcile works on, and whether it is new.
+
+    A new job starts when the facade asked for one (a new dock-status-id label), or when the
+    workload changed (template hash) — e.g. a kubectl edit of the spec.
+    """
+    same_request = current is not None and (not requested or requested == current.dock_status_id)
+    if current is not None and same_request and current.template_hash == template_hash:
+        return current, False
+    job_id = requested if requested and (current is None or requested != current.dock_status_id) else None
+    job = DockJob(
+        dock_status_id=job_id or str(uuid.uuid4()),
+        job_type=job_type,
+        action="DEPLOY",
+        status="IN_PROGRESS",
+        reason="Deploying",
+        message="deployment started",
+        start_time=now(),
+        generation=generation,
+        template_hash=template_hash,
+    )
+    return job, True
+
+
+def finish(job: DockJob, verdict: Verdict) -> DockJob:
+    if (job.status, job.reason, job.message) == (verdict.status, verdict.reason, verdict.message):
+        return job
+    done = verdict.status != "IN_PROGRESS"
+    return job.model_copy(
+        update={
+            "status": verdict.status,
+            "reason": verdict.reason,
+            "message": verdict.message,
+            "completion_time": now() if done else None,
+        }
+    )
+
+
+def job_events(body: Body, before: DockJob | None, after: DockJob, new: bool) -> tuple[Event, ...]:
+    """The job's Event (the handler posts it) and its metrics. One Event per job, at its end (Deployed,
+    or a Warning with the failure): the start is in the status and the log, and an Event is one more
+    write to the API server per rollout."""
+    events: list[Event] = []
+    if new:
+        monitoring.job_started(body, after.dock_status_id, after.job_type, after.action)
+    if after.status == "IN_PROGRESS" or (before is not None and not new and before.status == after.status):
+        return tuple(events)
+    monitoring.job_finished(
+        body,
+        dock_status_id=after.dock_status_id,
+        job_type=after.job_type,
+        action=after.action,
+        status=after.status,
+        reason=after.reason,
+        device_type=(body.get("spec") or {}).get("deviceType"),
+        start=after.start_time,
+        end=after.completion_time,
+    )
+    if after.status == "SUCCESS":
+        events.append(Event("Normal", "Deployed", f"dock job {after.dock_status_id}: {after.message}"))
+    else:
+        events.append(Event("Warning", after.reason, f"dock job {after.dock_status_id} FAILED: {after.message}"))
+    return tuple(events)
+
+
+def in_flight(before: DockJob | None, job: DockJob) -> bool:
+    """The same job, still IN_PROGRESS for the same reason: its status is not written again (one status
+    write per job transition). What changes meanwhile (replica counts, conditions, the message's
+    counts and seconds) is written with the next transition; a new reason (e.g. RollingOut to
+    Unschedulable) is a transition."""
+    return (
+        before is not None
+        and before.dock_status_id == job.dock_status_id
+        and before.status == job.status == "IN_PROGRESS"
+        and before.reason == job.reason
+    )
+
+
+def changed(current: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
+    return any(current.get(k) != v for k, v in desired.items())
+
+
+async def write_status(
+    ctx: Context,
+    body: Body,
+    plural: str,
+    status: dict[str, Any],
+    job: DockJob,
+    before: DockJob | None,
+    new_job: bool,
+    requested: str | None,
+) -> tuple[Body | None, tuple[str, ...], tuple[Event, ...]]:
+    """Write the job label (a new job the facade did not label) and the status, when they changed.
+
+    Returns the object as the API server has it after the last write (None when nothing was written)
+    and the resourceVersions the writes replaced, so the work queue can use the written object until
+    the watch delivers it; and the Events the write calls for."""
+    meta = body["metadata"]
+    version = meta["resourceVersion"]
+    passed = [version]
+    if new_job and requested != job.dock_status_id:
+        # The lookup of a dockStatusId is one labelled list: keep the label in step with the job.
+        labels = {DOCK_STATUS_ID_LABEL: job.dock_status_id}
+        labelled = await ctx.kube.patch_object(
+            plural, meta["namespace"], meta["name"], {"metadata": {"labels": labels}}, version
+        )
+        version = labelled["metadata"]["resourceVersion"]
+        passed.append(version)
+    elif not changed(body.get("status") or {}, status) or in_flight(before, job):
+        return None, (), ()
+    written = await ctx.kube.patch_status(plural, meta["namespace"], meta["name"], status, version)
+    return written, tuple(passed), job_events(body, before, job, new_job)
+
+
+def outcome_of(
+    ctx: Context,
+    job: DockJob,
+    pods: Sequence[Mapping[str, Any]],
+    written: tuple[Body | None, tuple[str, ...], tuple[Event, ...]],
+) -> Outcome:
+    """When to look again with no event: at the unschedulable deadline of a job in flight, else after
+    the observe interval while the job is in flight, and the settled interval afterwards."""
+    settings = ctx.settings
+    if job.status == "IN_PROGRESS":
+        deadline = seconds_to_deadline(
+            job, pods, now=now(), unschedulable_deadline_seconds=settings.unschedulable_deadline_seconds
+        )
+        # a second past the deadline: the assessment's clock has whole seconds
+        after = settings.observe_interval_seconds if deadline is None else min(settings.observe_interval_seconds,
+                                                                               deadline + 1.0)  # fmt: skip
+    else:
+        after = settings.settled_interval_seconds
+    return Outcome(requeue_after=after, written=written[0], passed=written[1], events=written[2])
+
+
+def counts(deployment: dict[str, Any] | None) -> tuple[int, int]:
+    status = (deployment or {}).get("status", {})
+    return int(status.get("replicas", 0) or 0), int(status.get("readyReplicas", 0) or 0)
+
+
+async def mount_events(ctx: Context, namespace: str, pods: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The FailedMount Events of the pods that sit scheduled but not started (assess.mount_pending): one
+    list call, only while such a pod exists (the scheduler does not check Secret and ConfigMap volumes;
+    only the kubelet's Events say why such a pod never starts)."""
+    waiting = set(mount_pending(pods, now()))
+    if not waiting:
+        return []
+    try:
+        items = await ctx.kube.list_objects("events", namespace, fields="involvedObject.kind=Pod,reason=FailedMount")
+    except KubeError as exc:
+        if exc.status in (401, 403, 404):  # no right to read Events: the deadline decides, as before
+            return []
+        raise
+    return [e for e in items if (e.get("involvedObject") or {}).get("name") in waiting]
+
+
+def is_template(obj: dict[str, Any] | None, job: DockJob) -> bool:
+    if obj is None:
+        return False
+    return bool(obj.get("metadata", {}).get("annotations", {}).get(TEMPLATE_HASH_ANNOTATION) == job.template_hash)
