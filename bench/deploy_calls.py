@@ -24,10 +24,12 @@ import argparse
 import asyncio
 import copy
 import os
+import signal
 import statistics
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -39,7 +41,15 @@ import aiohttp
 from kubernetes import client
 from tests.support.runners import free_port, wait_http_ok
 
-from bench.common import api_for, bench_cluster, namespace
+from bench.common import (
+    api_for,
+    bench_cluster,
+    count_diff,
+    cpu_seconds,
+    format_counts,
+    namespace,
+    request_counts,
+)
 from dockyard_api.routers.deploy import REQUESTED_BY_ANNOTATION
 from dockyard_api.schemas.public import SPEC_MODEL_DEPLOY_SAMPLE
 from dockyard_core import apikeys
@@ -111,17 +121,21 @@ def setup(api: client.ApiClient, ns: str) -> str:
 
 
 @contextmanager
-def facade_process(cluster: LocalCluster) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+def facade_process(cluster: LocalCluster, cprofile: str | None = None) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """The facade as its own process; with ``cprofile``, under cProfile (written there when it stops)."""
     port = free_port()
     env = dict(os.environ, KUBECONFIG=str(cluster.settings.kubeconfig), DOCKYARD_API_HOST="127.0.0.1",
                DOCKYARD_API_PORT=str(port))  # fmt: skip
     log = (cluster.settings.state_dir / "facade.log").open("ab")
-    proc = subprocess.Popen([sys.executable, "-m", "dockyard_api"], env=env, stdout=log, stderr=subprocess.STDOUT)
+    profiler = ["-m", "cProfile", "-o", cprofile] if cprofile else []
+    command = [sys.executable, *profiler, "-m", "dockyard_api"]
+    proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         wait_http_ok(f"http://127.0.0.1:{port}/readyz", timeout=60)
         yield f"http://127.0.0.1:{port}", proc
     finally:
-        proc.terminate()
+        # uvicorn re-raises the signal it stopped for: SIGINT ends cProfile's run with its file written
+        proc.send_signal(signal.SIGINT if cprofile else signal.SIGTERM)
         proc.wait(timeout=30)
         log.close()
 
@@ -219,6 +233,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=100, help="calls per path before measuring")
     parser.add_argument("--sequential", type=int, default=200, help="calls per path at concurrency 1")
     parser.add_argument("--keep", action="store_true", help="leave the benchmark's control plane running")
+    parser.add_argument("--cprofile", metavar="FILE", help="run the facade under cProfile, stats written to FILE")
+    parser.add_argument("--py-spy", metavar="FILE", help="sample the facade with py-spy during the facade rounds "
+                        "(speedscope JSON in FILE; py-spy must be installed in the venv)")  # fmt: skip
     args = parser.parse_args()
 
     print(f"inputs: calls={args.calls} per path and round, concurrency={args.concurrency}, rounds={args.rounds}, "
@@ -230,7 +247,9 @@ def main() -> None:
     key = setup(api, ns)
     results: list[Result] = []
     sequential: dict[str, list[float]] = {}
-    with facade_process(cluster) as (url, proc):
+    requests: dict[str, Counter[tuple[str, str]]] = {}
+    plane_cpu_ms: dict[str, dict[str, list[float]]] = {}
+    with facade_process(cluster, args.cprofile) as (url, proc):
         counter = iter(range(10**9))
 
         def names(count: int, prefix: str) -> list[str]:
@@ -246,22 +265,45 @@ def main() -> None:
         for path, run in paths(args.concurrency).items():
             run(names(args.warmup, f"warm-{path}"))
         facade_cpu_ms: list[float] = []
+        spy = _py_spy(proc.pid, args.py_spy) if args.py_spy else None
         for round_ in range(1, args.rounds + 1):
             for path, run in paths(args.concurrency).items():
                 cpu_before = _cpu_seconds(proc.pid)
+                plane_before = _plane_cpu(cluster)
+                counts_before = request_counts(api)
                 seconds, latencies, errors = run(names(args.calls, path))
+                counted = count_diff(request_counts(api), counts_before)
+                requests[path] = requests.get(path, Counter()) + counted
+                for part, value in _plane_cpu(cluster).items():
+                    plane_cpu_ms.setdefault(path, {}).setdefault(part, []).append(
+                        (value - plane_before.get(part, 0.0)) * 1000 / args.calls
+                    )
                 if path == "facade":
                     facade_cpu_ms.append((_cpu_seconds(proc.pid) - cpu_before) * 1000 / args.calls)
                 result = Result(path, round_, args.calls, seconds, latencies, errors)
                 results.append(result)
                 print(f"  round {round_} {path:13} {result.rps:7.1f} req/s  p50 {percentile(latencies, 50):6.1f} ms  "
                       f"p99 {percentile(latencies, 99):6.1f} ms  errors {errors}")  # fmt: skip
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+            spy.wait(timeout=60)
         # one call at a time: the latency the facade adds to its API call, without queueing
         for path, run in paths(1).items():
             sequential[path] = run(names(args.sequential, f"seq-{path}"))[1]
 
     print(f"\nloadavg after: {os.getloadavg()}")
     print(f"facade CPU per call (its own process, by round): {', '.join(f'{v:.2f} ms' for v in facade_cpu_ms)}")
+    calls = args.calls * args.rounds
+    print("\nAPI-server requests per call (apiserver_request_total over the measured rounds):")
+    for path, counted in requests.items():
+        print(f"  {path}: {sum(counted.values()) / calls:.3f} per call")
+        for line in format_counts(Counter({k: v for k, v in counted.items() if v >= calls // 100})):
+            print(f"  {line}")
+    print("control-plane CPU per call, ms (by round):")
+    for path, parts in plane_cpu_ms.items():
+        total = [sum(values) for values in zip(*parts.values(), strict=True)]
+        shown = "  ".join(f"{part} {'/'.join(f'{v:.2f}' for v in values)}" for part, values in sorted(parts.items()))
+        print(f"  {path:13} all {'/'.join(f'{v:.2f}' for v in total)}  {shown}")
     print(f"\nconcurrency {args.concurrency}:")
     print(f"{'path':13} {'req/s (median of rounds)':>26} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7}")
     summary: dict[str, tuple[float, float, float]] = {}
@@ -282,6 +324,33 @@ def main() -> None:
     client.CoreV1Api(api).delete_namespace(ns)
     if not args.keep:
         cluster.down()
+
+
+def _plane_cpu(cluster: LocalCluster) -> dict[str, float]:
+    """CPU seconds used so far by each of the cluster's processes (kube-apiserver, etcd, ...), by program."""
+    marker = str(cluster.settings.kwok_workdir)
+    used: dict[str, float] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                argv = cmdline.read().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if any(marker in arg for arg in argv):
+            program = os.path.basename(argv[0])
+            used[program] = used.get(program, 0.0) + cpu_seconds(int(entry))
+    return used
+
+
+def _py_spy(pid: int, out: str) -> subprocess.Popen[bytes]:
+    """py-spy sampling the facade (``--idle`` off: on-CPU time only) until it gets SIGINT."""
+    spy = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    command = [spy, "record", "--pid", str(pid), "--format", "speedscope", "--output", out, "--rate", "250"]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1)  # attached before the first round
+    return proc
 
 
 def _cpu_seconds(pid: int) -> float:
