@@ -24,6 +24,7 @@ import argparse
 import asyncio
 import copy
 import os
+import resource
 import signal
 import statistics
 import subprocess
@@ -52,7 +53,7 @@ from bench.common import (
 )
 from dockyard_api.routers.deploy import REQUESTED_BY_ANNOTATION
 from dockyard_api.schemas.public import SPEC_MODEL_DEPLOY_SAMPLE
-from dockyard_core import apikeys
+from dockyard_core import apikeys, requestid
 from dockyard_core.kubeclient import AsyncKube, KubeError
 from dockyard_core.resources import GROUP
 from dockyard_core.resources.v1alpha1 import API_VERSION, DOCK_STATUS_ID_LABEL, VERSION
@@ -80,8 +81,9 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
 
 
-def manifest(name: str) -> dict[str, Any]:
-    """The object the facade creates for SPEC's sample body named ``name`` (same labels and annotation)."""
+def manifest(name: str, owner: dict[str, Any]) -> dict[str, Any]:
+    """The object the facade creates for SPEC's sample body named ``name``: the same labels, annotations
+    (requested-by, request id) and owner (the key's Environment)."""
     body = copy.deepcopy(SPEC_MODEL_DEPLOY_SAMPLE)
     body.pop("name")
     return {
@@ -90,14 +92,19 @@ def manifest(name: str) -> dict[str, Any]:
         "metadata": {
             "name": name,
             "labels": {DOCK_STATUS_ID_LABEL: f"job-{name}"},
-            "annotations": {REQUESTED_BY_ANNOTATION: "dky_benchmark0000 (environment bench-production)"},
+            "annotations": {
+                REQUESTED_BY_ANNOTATION: "dky_benchmark0000 (environment bench-production)",
+                requestid.REQUEST_ID_ANNOTATION: requestid.new_id(),
+            },
+            "ownerReferences": [owner],
         },
         "spec": {"modelRef": MODEL, "modelType": "openSource", "name": name, **body},
     }
 
 
-def setup(api: client.ApiClient, ns: str) -> str:
-    """A ReadyToDeploy hub Model, an App, an Environment and an API key in ``ns``; returns the key."""
+def setup(api: client.ApiClient, ns: str) -> tuple[str, dict[str, Any]]:
+    """A ReadyToDeploy hub Model, an App, an Environment and an API key in ``ns``; returns the key and the
+    owner reference the facade puts on what it creates with that key (the Environment)."""
     objects = client.CustomObjectsApi(api)
 
     def create(plural: str, kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
@@ -117,7 +124,9 @@ def setup(api: client.ApiClient, ns: str) -> str:
         key=key, name="bench", environment=env, created_by="bench", created_at=datetime.now(UTC)
     )
     client.CoreV1Api(api).create_namespaced_secret(ns, secret)
-    return key.value
+    owner = {"apiVersion": API_VERSION, "kind": "Environment", "name": env["metadata"]["name"],
+             "uid": env["metadata"]["uid"], "blockOwnerDeletion": False}  # fmt: skip
+    return key.value, owner
 
 
 @contextmanager
@@ -140,7 +149,9 @@ def facade_process(cluster: LocalCluster, cprofile: str | None = None) -> Iterat
         log.close()
 
 
-def run_direct(api: client.ApiClient, ns: str, names: list[str], concurrency: int) -> tuple[float, list[float], int]:
+def run_direct(
+    api: client.ApiClient, ns: str, owner: dict[str, Any], names: list[str], concurrency: int
+) -> tuple[float, list[float], int]:
     objects = client.CustomObjectsApi(api)
     latencies: list[float] = []
     errors = 0
@@ -149,7 +160,7 @@ def run_direct(api: client.ApiClient, ns: str, names: list[str], concurrency: in
         nonlocal errors
         started = time.perf_counter()
         try:
-            objects.create_namespaced_custom_object(GROUP, VERSION, ns, "modeldeployments", manifest(name))
+            objects.create_namespaced_custom_object(GROUP, VERSION, ns, "modeldeployments", manifest(name, owner))
         except client.ApiException:
             errors += 1
         latencies.append((time.perf_counter() - started) * 1000)
@@ -204,7 +215,7 @@ def run_facade(url: str, ns: str, key: str, names: list[str], concurrency: int) 
 
 
 def run_direct_async(
-    cluster: LocalCluster, ns: str, names: list[str], concurrency: int
+    cluster: LocalCluster, ns: str, owner: dict[str, Any], names: list[str], concurrency: int
 ) -> tuple[float, list[float], int]:
     async def main() -> tuple[float, list[float], int]:
         kube = AsyncKube(str(cluster.settings.kubeconfig), max_connections=concurrency)
@@ -212,7 +223,7 @@ def run_direct_async(
 
         async def send(name: str) -> tuple[int, str]:
             try:
-                await kube.request("POST", collection, json=manifest(name))
+                await kube.request("POST", collection, json=manifest(name, owner))
             except KubeError as exc:
                 return exc.status, exc.message
             return 201, ""
@@ -244,11 +255,12 @@ def main() -> None:
     cluster = bench_cluster("bench-deploy-calls", nodes_per_type=1)
     api = api_for(cluster)
     ns = namespace(api, "bench-deploy")
-    key = setup(api, ns)
+    key, owner = setup(api, ns)
     results: list[Result] = []
     sequential: dict[str, list[float]] = {}
     requests: dict[str, Counter[tuple[str, str]]] = {}
     plane_cpu_ms: dict[str, dict[str, list[float]]] = {}
+    client_cpu_ms: dict[str, list[float]] = {}
     with facade_process(cluster, args.cprofile) as (url, proc):
         counter = iter(range(10**9))
 
@@ -257,9 +269,9 @@ def main() -> None:
 
         def paths(concurrency: int) -> dict[str, Callable[[list[str]], tuple[float, list[float], int]]]:
             return {
-                "direct": lambda n: run_direct(api, ns, n, concurrency),
+                "direct": lambda n: run_direct(api, ns, owner, n, concurrency),
                 "facade": lambda n: run_facade(url, ns, key, n, concurrency),
-                "direct-async": lambda n: run_direct_async(cluster, ns, n, concurrency),
+                "direct-async": lambda n: run_direct_async(cluster, ns, owner, n, concurrency),
             }
 
         for path, run in paths(args.concurrency).items():
@@ -271,7 +283,9 @@ def main() -> None:
                 cpu_before = _cpu_seconds(proc.pid)
                 plane_before = _plane_cpu(cluster)
                 counts_before = request_counts(api)
+                client_before = _own_cpu()
                 seconds, latencies, errors = run(names(args.calls, path))
+                client_cpu_ms.setdefault(path, []).append((_own_cpu() - client_before) * 1000 / args.calls)
                 counted = count_diff(request_counts(api), counts_before)
                 requests[path] = requests.get(path, Counter()) + counted
                 for part, value in _plane_cpu(cluster).items():
@@ -299,6 +313,8 @@ def main() -> None:
         print(f"  {path}: {sum(counted.values()) / calls:.3f} per call")
         for line in format_counts(Counter({k: v for k, v in counted.items() if v >= calls // 100})):
             print(f"  {line}")
+    print("load generator's CPU per call (this process, all threads; by round): " + "; ".join(
+        f"{path} {'/'.join(f'{v:.2f}' for v in values)} ms" for path, values in client_cpu_ms.items()))  # fmt: skip
     print("control-plane CPU per call, ms (by round):")
     for path, parts in plane_cpu_ms.items():
         total = [sum(values) for values in zip(*parts.values(), strict=True)]
@@ -326,6 +342,11 @@ def main() -> None:
         cluster.down()
 
 
+def _own_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _plane_cpu(cluster: LocalCluster) -> dict[str, float]:
     """CPU seconds used so far by each of the cluster's processes (kube-apiserver, etcd, ...), by program."""
     marker = str(cluster.settings.kwok_workdir)
@@ -348,6 +369,7 @@ def _py_spy(pid: int, out: str) -> subprocess.Popen[bytes]:
     """py-spy sampling the facade (``--idle`` off: on-CPU time only) until it gets SIGINT."""
     spy = os.path.join(os.path.dirname(sys.executable), "py-spy")
     command = [spy, "record", "--pid", str(pid), "--format", "speedscope", "--output", out, "--rate", "250"]
+    command += os.environ.get("DOCKYARD_BENCH_PY_SPY_ARGS", "").split()
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(1)  # attached before the first round
     return proc
