@@ -13,7 +13,8 @@ load change on the shared machine hits all of them):
 
 Each call creates a new ModelDeployment (the facade: auth from its key cache, the Model from its
 watch-fed cache, one create). No operator runs, so nothing but the calls loads the API server.
-Targets: facade requests/s >= 0.8 x direct, facade p99 < 100 ms.
+Targets: facade requests/s >= 0.85 x direct, facade p99 <= 1.5 x direct p99 (the API server's own
+cost is the reference: on a small shared machine it queues the creates whoever sends them).
 
     .venv/bin/python -m bench.deploy_calls [--calls 1000 --concurrency 32 --rounds 3]
 """
@@ -333,10 +334,16 @@ def main() -> None:
     for path, latencies in sequential.items():
         print(f"{path:13} p50 {percentile(latencies, 50):6.1f} ms  p99 {percentile(latencies, 99):6.1f} ms")
     ratio = summary["facade"][0] / summary["direct"][0]
-    print(f"\nfacade / direct (Kubernetes client) requests/s: {ratio:.2f} (target >= 0.8)")
+    # each facade round against the direct round just before it: a load change on the shared machine
+    # between rounds then moves both sides of a pair
+    by_round = {(r.path, r.round): r.rps for r in results}
+    paired = [by_round[("facade", n)] / by_round[("direct", n)] for n in range(1, args.rounds + 1)]
+    print(f"\nfacade / direct (Kubernetes client) requests/s: {ratio:.2f} (target >= 0.85); "
+          f"by round {', '.join(f'{v:.2f}' for v in paired)}, median {statistics.median(paired):.2f}")  # fmt: skip
     print(f"facade / direct-async requests/s: {summary['facade'][0] / summary['direct-async'][0]:.2f}")
-    print(f"facade p99 at concurrency {args.concurrency}: {summary['facade'][2]:.1f} ms (target < 100 ms); "
-          f"direct p99 {summary['direct'][2]:.1f} ms")  # fmt: skip
+    p99_ratio = summary["facade"][2] / summary["direct"][2]
+    print(f"facade p99 at concurrency {args.concurrency}: {summary['facade'][2]:.1f} ms, direct p99 "
+          f"{summary['direct'][2]:.1f} ms: {p99_ratio:.2f}x (target <= 1.5x)")  # fmt: skip
     client.CoreV1Api(api).delete_namespace(ns)
     if not args.keep:
         cluster.down()

@@ -88,7 +88,8 @@ class Authenticator:
         self.settings = settings
         self._keys = _TtlCache(settings.api_key_cache_seconds)
         self._tokens = _TtlCache(settings.token_cache_seconds)
-        self._reads: dict[tuple[str, str], asyncio.Future[apikeys.StoredKey | None]] = {}
+        self._reads: dict[tuple[str, str], tuple[float, asyncio.Future[apikeys.StoredKey | None]]] = {}
+        """Reads of key Secrets in flight, with when each started."""
         self._forgotten: dict[tuple[str, str], float] = {}
         self._last_used_written: dict[str, float] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -134,7 +135,9 @@ class Authenticator:
                 self._start_read(namespace, key_id)  # refresh ahead; this call uses the entry
             stored: apikeys.StoredKey | None = entry[1]
             return stored
-        read = self._reads.get(cache_key) or self._start_read(namespace, key_id)
+        in_flight = self._reads.get(cache_key)
+        # join a read in flight only while its answer may still be served (it started less than ttl ago)
+        read = in_flight[1] if in_flight and in_flight[0] + ttl >= now else self._start_read(namespace, key_id)
         return await asyncio.shield(read)  # a caller that goes away does not cancel the others' read
 
     def _start_read(self, namespace: str, key_id: str) -> asyncio.Future[apikeys.StoredKey | None]:
@@ -145,14 +148,17 @@ class Authenticator:
             try:
                 stored = await self._read_key(namespace, key_id)
             finally:
-                self._reads.pop(cache_key, None)
-            if self._forgotten.get(cache_key, -1.0) < started:
+                if self._reads.get(cache_key, (0.0, None))[1] is task:
+                    del self._reads[cache_key]
+            current = self._keys.entry(cache_key)
+            newer = current is not None and current[0] > started + self._keys.ttl  # a later read answered first
+            if not newer and self._forgotten.get(cache_key, -1.0) < started:
                 self._keys.put(cache_key, stored, read_at=started)
             return stored
 
         task = asyncio.ensure_future(read())
         task.add_done_callback(_retrieve)  # a refresh nobody awaits may fail: the entry just expires
-        self._reads[cache_key] = task
+        self._reads[cache_key] = (started, task)
         if len(self._forgotten) > 1000:  # only reads in flight need them (each bounded by the client timeout)
             old = started - 600
             self._forgotten = {k: at for k, at in self._forgotten.items() if at > old}
