@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import uvicorn
 
 from dockyard_api.app import create_app
@@ -12,15 +14,29 @@ from dockyard_core import logs
 def main() -> None:
     settings = ApiSettings()
     logs.configure(settings.log_format, settings.log_level)
+    app = create_app(settings)
+    _tune_gc()
     # uvicorn picks httptools and uvloop (dependencies of the project): the faster HTTP parser and event loop
     uvicorn.run(
-        create_app(settings),
+        app,
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level.lower(),
         access_log=settings.access_log,
         log_config=None,  # logs.configure set up the handlers (format, request id, redaction)
     )
+
+
+def _tune_gc() -> None:
+    """The cyclic garbage collector, for a server: what start-up built (modules, routes, schemas: most of
+    the heap) is frozen out of every collection, and the youngest generation is collected every 20,000
+    allocations instead of 700. A request's objects are freed by reference counting; with 32 requests in
+    flight the default threshold ran a collection over their live objects every few requests (8-9 % of
+    the facade's CPU on the deploy path, py-spy). Garbage in reference cycles still goes, a little later."""
+    gc.collect()
+    gc.freeze()
+    _, second, third = gc.get_threshold()
+    gc.set_threshold(20_000, second, third)
 
 
 if __name__ == "__main__":

@@ -63,12 +63,18 @@ class _TtlCache:
             return False, None
         return True, hit[1]
 
-    def put(self, key: Any, value: Any) -> None:
+    def entry(self, key: Any) -> tuple[float, Any] | None:
+        """``(expiry, value)`` for ``key``, expired or not (expiry on the monotonic clock), None when absent."""
+        return self._items.get(key)
+
+    def put(self, key: Any, value: Any, read_at: float | None = None) -> None:
+        """Cache ``value`` until ``ttl`` after ``read_at`` (when it was read: a read that started before a
+        revocation must not outlive the bound), default now."""
         if self.ttl <= 0:
             return
         if len(self._items) >= self.size:
             self._items.clear()
-        self._items[key] = (time.monotonic() + self.ttl, value)
+        self._items[key] = ((time.monotonic() if read_at is None else read_at) + self.ttl, value)
 
     def drop(self, key: Any) -> None:
         self._items.pop(key, None)
@@ -82,6 +88,9 @@ class Authenticator:
         self.settings = settings
         self._keys = _TtlCache(settings.api_key_cache_seconds)
         self._tokens = _TtlCache(settings.token_cache_seconds)
+        self._reads: dict[tuple[str, str], tuple[float, asyncio.Future[apikeys.StoredKey | None]]] = {}
+        """Reads of key Secrets in flight, with when each started."""
+        self._forgotten: dict[tuple[str, str], float] = {}
         self._last_used_written: dict[str, float] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -106,12 +115,56 @@ class Authenticator:
 
     def forget_key(self, namespace: str, key_id: str) -> None:
         self._keys.drop((namespace, key_id))
+        self._forgotten[(namespace, key_id)] = time.monotonic()  # a read in flight must not re-cache it
 
     async def _stored(self, namespace: str, key_id: str) -> apikeys.StoredKey | None:
-        hit, cached = self._keys.get((namespace, key_id))
-        if hit:
-            stored: apikeys.StoredKey | None = cached
+        """The key's Secret, verified: from the cache while its entry is younger than the cache time.
+
+        Concurrent misses of one key share one read of the API server (32 calls arriving as an entry
+        expired used to send 32 GETs and all wait for them), and a key in use is read again in the
+        background shortly before its entry expires, so its callers do not wait for that read. Neither
+        extends the bound: an entry is served at most ``api_key_cache_seconds`` after its read started."""
+        cache_key = (namespace, key_id)
+        ttl = self._keys.ttl
+        if ttl <= 0:  # no cache: every call reads the key
+            return await self._read_key(namespace, key_id)
+        entry = self._keys.entry(cache_key)
+        now = time.monotonic()
+        if entry is not None and entry[0] >= now:
+            if entry[0] - now < min(1.0, ttl / 5) and cache_key not in self._reads:
+                self._start_read(namespace, key_id)  # refresh ahead; this call uses the entry
+            stored: apikeys.StoredKey | None = entry[1]
             return stored
+        in_flight = self._reads.get(cache_key)
+        # join a read in flight only while its answer may still be served (it started less than ttl ago)
+        read = in_flight[1] if in_flight and in_flight[0] + ttl >= now else self._start_read(namespace, key_id)
+        return await asyncio.shield(read)  # a caller that goes away does not cancel the others' read
+
+    def _start_read(self, namespace: str, key_id: str) -> asyncio.Future[apikeys.StoredKey | None]:
+        cache_key = (namespace, key_id)
+        started = time.monotonic()
+
+        async def read() -> apikeys.StoredKey | None:
+            try:
+                stored = await self._read_key(namespace, key_id)
+            finally:
+                if self._reads.get(cache_key, (0.0, None))[1] is task:
+                    del self._reads[cache_key]
+            current = self._keys.entry(cache_key)
+            newer = current is not None and current[0] > started + self._keys.ttl  # a later read answered first
+            if not newer and self._forgotten.get(cache_key, -1.0) < started:
+                self._keys.put(cache_key, stored, read_at=started)
+            return stored
+
+        task = asyncio.ensure_future(read())
+        task.add_done_callback(_retrieve)  # a refresh nobody awaits may fail: the entry just expires
+        self._reads[cache_key] = (started, task)
+        if len(self._forgotten) > 1000:  # only reads in flight need them (each bounded by the client timeout)
+            old = started - 600
+            self._forgotten = {k: at for k, at in self._forgotten.items() if at > old}
+        return task
+
+    async def _read_key(self, namespace: str, key_id: str) -> apikeys.StoredKey | None:
         try:
             secret = await self.kube.request(
                 "GET", AsyncKube.core_path(namespace, "secrets", apikeys.secret_name(key_id))
@@ -120,9 +173,7 @@ class Authenticator:
             if exc.status != 404:
                 raise KubeUnavailableError(f"cannot verify the API key: {exc.message}") from exc
             secret = {}
-        stored = apikeys.stored_key(secret) if secret else None
-        self._keys.put((namespace, key_id), stored)
-        return stored
+        return apikeys.stored_key(secret) if secret else None
 
     def _touch(self, namespace: str, key_id: str) -> None:
         """Record the key's last use, at most once per ``last_used_interval`` per key, off the request path."""
@@ -202,6 +253,11 @@ class Authenticator:
                 f'user "{user.username}" cannot {verb} {what}.{GROUP} in namespace "{namespace}"',
                 {"verb": verb, "resource": what, "namespace": namespace},
             )
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 def _bearer(authorization: str | None) -> str | None:

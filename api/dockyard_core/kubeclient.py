@@ -110,7 +110,10 @@ class AsyncKube:
         # created on first use, inside the running event loop
         if self._session is None or self._session.closed:
             connector = aiohttp.TCPConnector(limit=self._max_connections, ssl=self._ssl or False)
-            self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout)
+            # the API server sets no cookies: no jar to filter on every request
+            self._session = aiohttp.ClientSession(
+                connector=connector, timeout=self._timeout, cookie_jar=aiohttp.DummyCookieJar()
+            )
         return self._session
 
     async def aclose(self) -> None:

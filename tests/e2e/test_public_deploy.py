@@ -4,14 +4,19 @@ plane: jobs are followed through the dock-status lookup to SUCCESS or FAILED."""
 from __future__ import annotations
 
 import copy
+import threading
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
 import pytest
+from bench.common import count_diff, request_counts
 from kubernetes import client
 
 from dockyard_api.settings import ApiSettings
+from dockyard_core import apikeys
 from tests.e2e.test_operator_models import OPERATOR_ENV
 from tests.support.cluster import E2ECluster
 from tests.support.dockyard import create, get, hub_model
@@ -237,6 +242,47 @@ def test_api_keys_guard_the_public_api(
     assert error["code"] == "forbidden"
     refused(http.post(f"{env.base}/api/public/tools/weather-1.0.0/deploy", json={"isAsync": True}), 401)
     refused(http.get(f"{env.base}/api/public/dock-status/x", headers=staging.headers), 403)
+
+
+def test_a_key_is_read_once_for_concurrent_calls_and_a_revocation_still_takes_effect_in_the_cache_time(
+    api: client.ApiClient, namespace: str, crds: None, env: PublicEnvironment
+) -> None:
+    """32 calls with a key the facade has not cached share one read of its Secret (they sent 32); a key in
+    use is read again ahead of its entry's expiry, yet a key revoked elsewhere (its Secret deleted, as
+    another replica revokes) is refused from at most the cache time after the revocation."""
+    ttl = 2.0
+    settings = ApiSettings(api_key_cache_seconds=ttl, last_used_interval_seconds=3600)
+    with run_facade(settings) as facade:
+        probe = f"{env.base}/api/public/dock-status/no-such-job"  # authenticated, then 404: no job
+        start = threading.Barrier(32)
+
+        def call(_: int) -> int:
+            start.wait()
+            return facade.client.get(probe, headers=env.headers).status_code
+
+        before = request_counts(api)
+        with ThreadPoolExecutor(32) as pool:
+            statuses = list(pool.map(call, range(32)))
+        reads = count_diff(request_counts(api), before)[("secrets", "GET")]
+        assert statuses == [404] * 32
+        assert 1 <= reads <= 4, f"{reads} reads of Secrets for 32 concurrent calls (other clients may add a few)"
+
+        # in use for longer than the cache time: every call is answered from the cache or a refresh
+        until = time.monotonic() + 2 * ttl
+        while time.monotonic() < until:
+            refused(facade.client.get(probe, headers=env.headers), 404, "no job")
+            time.sleep(0.05)
+        secret = apikeys.secret_name(apikeys.key_id_of(env.key) or "")
+        client.CoreV1Api(api).delete_namespaced_secret(secret, namespace)
+        revoked = time.monotonic()
+        while True:
+            sent = time.monotonic()
+            status = facade.client.get(probe, headers=env.headers).status_code
+            if status == 401:
+                break
+            assert status == 404
+            assert sent < revoked + ttl, "a call sent more than the cache time after the revocation was let in"
+            time.sleep(0.05)
 
 
 # --- tool deploy --------------------------------------------------------------------------------------
