@@ -19,7 +19,8 @@ import anyio
 from python_multipart.exceptions import FormParserError
 from python_multipart.multipart import MultipartParser, parse_options_header
 
-from dockyard_core.modelstore import ChunkTooLarge, ChunkWriter, InvalidUpload, ReceivedChunk
+from dockyard_core.modelstore import ChunkTooLarge, ChunkWriter, ReceivedChunk
+from dockyard_core.upload import InvalidUpload
 
 if TYPE_CHECKING:
     from python_multipart.multipart import MultipartCallbacks
