@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uvicorn
 
+from dockyard_api import server
 from dockyard_api.app import create_app
 from dockyard_api.settings import ApiSettings
 from dockyard_core import logs
@@ -12,15 +13,14 @@ from dockyard_core import logs
 def main() -> None:
     settings = ApiSettings()
     logs.configure(settings.log_format, settings.log_level)
-    # uvicorn picks httptools and uvloop (dependencies of the project): the faster HTTP parser and event loop
-    uvicorn.run(
+    served = server.config(
         create_app(settings),
-        host=settings.host,
-        port=settings.port,
+        settings,
         log_level=settings.log_level.lower(),
         access_log=settings.access_log,
         log_config=None,  # logs.configure set up the handlers (format, request id, redaction)
     )
+    uvicorn.Server(served).run()
 
 
 if __name__ == "__main__":
