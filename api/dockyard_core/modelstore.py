@@ -177,12 +177,15 @@ class SessionMeta:
     @classmethod
     def from_json(cls, text: str) -> SessionMeta:
         data = json.loads(text)
+        upload = data.get("upload")
+        if upload is None:  # written before the upload type, with its fields at the top (sessions of an upgrade)
+            upload = {name: data[name] for name in Upload.model_fields if name in data}
         return cls(
             session_id=data["session_id"],
             namespace=data["namespace"],
             environment=data["environment"],
             model_id=data["model_id"],
-            upload=Upload.model_validate(data["upload"]),
+            upload=Upload.model_validate(upload),
             created_at=datetime.fromisoformat(data["created_at"]),
             expires_at=datetime.fromisoformat(data["expires_at"]),
             dock_status_id=data.get("dock_status_id"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -122,6 +123,14 @@ def test_bad_chunk_numbers_are_422(raw: str | None) -> None:
 
 
 # --- sessions and chunks ----------------------------------------------------------------------------
+
+
+def test_session_metadata_written_before_the_upload_type_is_read() -> None:
+    """session.json had the start body's fields at the top; a session of an upgrade still loads."""
+    m = meta(sha256="f" * 64)
+    flat = {k: v for k, v in json.loads(m.to_json()).items() if k != "upload"}
+    flat.update(m.upload.model_dump())
+    assert SessionMeta.from_json(json.dumps(flat)) == m
 
 
 def test_session_metadata_round_trips_and_leaves_no_temporary_file(store: ModelStore) -> None:
