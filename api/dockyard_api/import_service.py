@@ -365,17 +365,17 @@ class ImportService:
         meta = await self._meta(namespace, environment, session_id)
         if meta is None:
             model, job = await self._completed(namespace, environment, session_id)
-            upload = model["spec"]["source"]["upload"]
+            upload = UploadSource.model_validate(model["spec"]["source"]["upload"])
             return {
                 "sessionId": session_id,
                 "modelId": model["metadata"]["name"],
                 "state": "completed",
                 "dockStatusId": job["dockStatusId"],
-                "fileName": upload["fileName"],
-                "fileSize": upload["fileSize"],
-                "totalChunks": upload["totalChunks"],
+                "fileName": upload.file_name,
+                "fileSize": upload.file_size,
+                "totalChunks": upload.total_chunks,
                 "receivedChunks": [],
-                "receivedBytes": upload["fileSize"],
+                "receivedBytes": upload.file_size,
                 "missingChunks": [],
             }
         if not meta.dock_status_id and meta.expired():
