@@ -13,7 +13,7 @@ One run, one disk, side by side:
 Memory: a fresh facade per file size; its peak RSS (VmHWM) after each upload must not grow with the
 file size. Target: facade throughput / direct throughput >= 0.7.
 
-    .venv/bin/python -m bench.upload [--size-mib 1024 --chunk-mib 16 --workers 2]
+    .venv/bin/python -m bench.upload [--size-mib 1024 --chunk-mib 16 --workers 2] [--facade-only]
 """
 
 from __future__ import annotations
@@ -141,6 +141,9 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2, help="parallel chunk uploads / direct writers")
     parser.add_argument("--no-fsync", action="store_true", help="facade and direct writes without fsync")
     parser.add_argument("--keep-cluster", action="store_true", help="leave the benchmark's control plane running")
+    parser.add_argument("--facade-only", action="store_true",
+                        help="only the timed upload: no direct writes, no memory comparison (to compare the "
+                        "facade's CPU-seconds per GiB of two versions, run alternately)")  # fmt: skip
     args = parser.parse_args()
 
     cluster = bench_cluster("bench-upload", nodes_per_type=0)
@@ -162,6 +165,21 @@ def main() -> None:
           f"uploads/writers, fsync per chunk: {fsync}, store {store} (same file system for both), "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
 
+    if args.facade_only:
+        facade = Facade(store, cluster.settings.kubeconfig, log)
+        upload(facade.port, base, key, block, 2, args.workers)  # warm: the first calls import and connect
+        cpu, client_cpu = cpu_seconds(facade.proc.pid), cpu_seconds(os.getpid())
+        elapsed = upload(facade.port, base, key, block, chunks, args.workers)
+        cpu, client_cpu = cpu_seconds(facade.proc.pid) - cpu, cpu_seconds(os.getpid()) - client_cpu
+        facade.stop()
+        gib = chunks * args.chunk_mib / 1024
+        print(f"facade: {chunks * args.chunk_mib / elapsed:.0f} MiB/s; facade {cpu / gib:.2f} CPU-s per GiB, "
+              f"client {client_cpu / gib:.2f} CPU-s per GiB; load average {os.getloadavg()[0]:.1f}")  # fmt: skip
+        shutil.rmtree(work, ignore_errors=True)
+        client.CoreV1Api(api).delete_namespace(ns)
+        if not args.keep_cluster:
+            cluster.down()
+        return
     direct_before = direct_write(work / "direct", block, chunks, args.workers, fsync)
     facades = {}
     for label, n in (("small", small_chunks), ("large", chunks)):

@@ -6,6 +6,7 @@ import gc
 
 import uvicorn
 
+from dockyard_api import server
 from dockyard_api.app import create_app
 from dockyard_api.settings import ApiSettings
 from dockyard_core import logs
@@ -16,15 +17,15 @@ def main() -> None:
     logs.configure(settings.log_format, settings.log_level)
     app = create_app(settings)
     _tune_gc()
-    # uvicorn picks httptools and uvloop (dependencies of the project): the faster HTTP parser and event loop
-    uvicorn.run(
+    # served through dockyard_api.server (uvicorn with httptools and uvloop, body pieces passed uncopied)
+    served = server.config(
         app,
-        host=settings.host,
-        port=settings.port,
+        settings,
         log_level=settings.log_level.lower(),
         access_log=settings.access_log,
         log_config=None,  # logs.configure set up the handlers (format, request id, redaction)
     )
+    uvicorn.Server(served).run()
 
 
 def _tune_gc() -> None:

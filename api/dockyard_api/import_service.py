@@ -14,8 +14,8 @@ import logging
 import re
 import secrets
 import uuid
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, replace
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import replace
 from datetime import datetime, timedelta
 from functools import partial
 from typing import Any, NoReturn, TypeVar
@@ -40,10 +40,6 @@ from dockyard_core.modelstore import (
     SessionMeta,
     SessionNotFound,
     SizeMismatch,
-    check_file_name,
-    check_sizes,
-    check_text,
-    normalize_extension,
     parse_chunk_number,
 )
 from dockyard_core.resources.v1alpha1 import (
@@ -54,6 +50,7 @@ from dockyard_core.resources.v1alpha1 import (
     ObjectMeta,
     UploadSource,
 )
+from dockyard_core.upload import Upload, UploadLimits
 
 log = logging.getLogger("dockyard.imports")
 PLURAL = "models"
@@ -65,19 +62,6 @@ T = TypeVar("T")
 async def _files(fn: Callable[..., T], *args: Any) -> T:
     """Run one piece of the model store's file work in a thread (the only blocking work here)."""
     return await anyio.to_thread.run_sync(partial(fn, *args))
-
-
-@dataclass(frozen=True)
-class StartRequest:
-    """The validated body of POST /api/public/files/session/start."""
-
-    file_context: str
-    total_chunks: int
-    file_extension: str
-    file_name: str
-    file_size: int
-    is_adapter: bool = False
-    sha256: str | None = None
 
 
 def model_id_for(file_name: str) -> str:
@@ -205,16 +189,19 @@ class ImportService:
 
     def __init__(self, settings: ApiSettings, kube: AsyncKube) -> None:
         self.settings = settings
+        self.limits = UploadLimits(settings.max_chunk_bytes, settings.max_file_bytes)
         self.store: ModelStore = settings.open_model_store()
         self.models = Models(kube)
 
     # -- start --
 
-    async def start(self, namespace: str, environment: str, req: StartRequest) -> dict[str, Any]:
-        check_text(req.file_context, "fileContext", 64)
-        check_file_name(req.file_name)
-        extension = normalize_extension(req.file_extension)
-        check_sizes(req.file_size, req.total_chunks, self.settings.max_chunk_bytes, self.settings.max_file_bytes)
+    def upload_of(self, body: Mapping[str, Any]) -> Upload:
+        """The start call's body as the one upload type, checked against this facade's limits (pydantic's
+        ValidationError for the field errors; the checks on whole values raise their DockyardError)."""
+        return Upload.model_validate(body, context=self.limits.context())
+
+    async def start(self, namespace: str, environment: str, upload: Upload) -> dict[str, Any]:
+        """Start a session for ``upload`` (validated with :meth:`upload_of`)."""
         await _files(self.store.ensure)
         at = clock.now()
         expires = at + timedelta(seconds=self.settings.session_lifetime_seconds)
@@ -224,13 +211,7 @@ class ImportService:
             namespace=namespace,
             environment=environment,
             model_id="",
-            file_context=req.file_context,
-            file_name=req.file_name,
-            file_extension=extension,
-            file_size=req.file_size,
-            total_chunks=req.total_chunks,
-            is_adapter=req.is_adapter,
-            sha256=req.sha256,
+            upload=upload,
             created_at=at,
             expires_at=expires,
         )
@@ -256,7 +237,7 @@ class ImportService:
         """Session directory first, then the Model: a Model never names a session that does not exist,
         and a directory whose Model was never created is deleted by the sweeper once expired."""
         for _ in range(5):
-            model_id = model_id_for(meta.file_name)
+            model_id = model_id_for(meta.upload.file_name)
             meta = replace(meta, model_id=model_id)
             await _files(self._new_session_files, meta)
             body = Model(
@@ -267,17 +248,8 @@ class ImportService:
                     annotations={IMPORT_ENVIRONMENT_ANNOTATION: meta.environment, **requestid.as_annotation()},
                 ),
                 spec=ModelSpec(
-                    source=ModelSource(
-                        upload=UploadSource(
-                            file_context=meta.file_context,
-                            file_name=meta.file_name,
-                            file_extension=meta.file_extension,
-                            file_size=meta.file_size,
-                            total_chunks=meta.total_chunks,
-                            sha256=meta.sha256,
-                        )
-                    ),
-                    is_adapter=meta.is_adapter,
+                    source=ModelSource(upload=UploadSource(**meta.upload.model_dump(exclude={"is_adapter"}))),
+                    is_adapter=meta.upload.is_adapter,
                 ),
             ).to_manifest()
             try:
@@ -332,7 +304,7 @@ class ImportService:
             return self.store.writer(meta, limit, fsync=fsync)
 
         def check_number(raw: str) -> int:
-            return parse_chunk_number(raw, meta.total_chunks)
+            return parse_chunk_number(raw, meta.upload.total_chunks)
 
         number, chunk = await ChunkUpload(open_writer, check_number).read(content_type, stream)
         size = chunk.size
@@ -393,17 +365,17 @@ class ImportService:
         meta = await self._meta(namespace, environment, session_id)
         if meta is None:
             model, job = await self._completed(namespace, environment, session_id)
-            upload = model["spec"]["source"]["upload"]
+            upload = UploadSource.model_validate(model["spec"]["source"]["upload"])
             return {
                 "sessionId": session_id,
                 "modelId": model["metadata"]["name"],
                 "state": "completed",
                 "dockStatusId": job["dockStatusId"],
-                "fileName": upload["fileName"],
-                "fileSize": upload["fileSize"],
-                "totalChunks": upload["totalChunks"],
+                "fileName": upload.file_name,
+                "fileSize": upload.file_size,
+                "totalChunks": upload.total_chunks,
                 "receivedChunks": [],
-                "receivedBytes": upload["fileSize"],
+                "receivedBytes": upload.file_size,
                 "missingChunks": [],
             }
         if not meta.dock_status_id and meta.expired():
@@ -416,13 +388,13 @@ class ImportService:
             "state": "completed" if meta.dock_status_id else "open",
             "dockStatusId": meta.dock_status_id,
             "expirationDate": iso(meta.expires_at),
-            "fileName": meta.file_name,
-            "fileExtension": meta.file_extension,
-            "fileSize": meta.file_size,
-            "totalChunks": meta.total_chunks,
+            "fileName": meta.upload.file_name,
+            "fileExtension": meta.upload.file_extension,
+            "fileSize": meta.upload.file_size,
+            "totalChunks": meta.upload.total_chunks,
             "receivedChunks": [{"chunkNumber": c.number, "size": c.size} for c in chunks],
             "receivedBytes": sum(c.size for c in chunks),
-            "missingChunks": [n for n in range(meta.total_chunks) if n not in have],
+            "missingChunks": [n for n in range(meta.upload.total_chunks) if n not in have],
         }
 
     # -- abort --
@@ -464,15 +436,15 @@ class ImportService:
         missing = self.store.missing(meta)
         if missing:
             raise MissingChunks(
-                f"{len(missing)} of {meta.total_chunks} chunks are missing",
+                f"{len(missing)} of {meta.upload.total_chunks} chunks are missing",
                 {"missingChunks": missing[:MISSING_LISTED], "missingCount": len(missing)},
             )
         received = self.store.received_bytes(meta.session_id)
-        if received != meta.file_size:
+        if received != meta.upload.file_size:
             raise SizeMismatch(
-                f"the chunks hold {received} bytes, fileSize is {meta.file_size}; abort the session "
+                f"the chunks hold {received} bytes, fileSize is {meta.upload.file_size}; abort the session "
                 "(DELETE) and upload the file again",
-                {"fileSize": meta.file_size, "receivedBytes": received},
+                {"fileSize": meta.upload.file_size, "receivedBytes": received},
             )
 
     def _mark_completed(self, meta: SessionMeta, dock_status_id: str) -> None:
@@ -501,7 +473,7 @@ class ImportService:
                     {"sessionId": session_id, "modelId": meta.model_id},
                     code="model_deleted",
                 )
-            _check_checksum(model, meta.sha256, sha256)
+            _check_checksum(model, meta.upload.sha256, sha256)
             job = _job(model)
             if job is None and sha256 and _expected_sha256(model) != sha256:
                 # before the job exists: the operator reads the checksum when the job appears

@@ -31,13 +31,11 @@ import contextlib
 import errno
 import hashlib
 import json
-import math
 import os
 import re
 import shutil
 import tempfile
 import time
-import unicodedata
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime
@@ -46,34 +44,15 @@ from typing import Any
 
 from dockyard_core.clock import iso, utcnow
 from dockyard_core.errors import DockyardError
+from dockyard_core.upload import Upload
 
 SESSION_ID_RE = re.compile(r"^[0-9a-f]{32}$")
 CHUNK_NAME_RE = re.compile(r"^(0|[1-9][0-9]{0,8})$")
 CHUNK_NUMBER_RE = re.compile(r"^\s*(0|[1-9][0-9]{0,8})\s*$")
-EXTENSION_RE = re.compile(r"^[a-z0-9]{1,16}(\.[a-z0-9]{1,16})?$")
-
-ARCHIVE_EXTENSIONS = ("tar", "tar.gz", "tgz", "zip")
-"""Archives of a model directory; extracted by the operator."""
-WEIGHT_EXTENSIONS = ("safetensors", "gguf", "bin", "pt", "pth")
-"""Single model files; stored as they are."""
-SUPPORTED_EXTENSIONS = ARCHIVE_EXTENSIONS + WEIGHT_EXTENSIONS
-
-MAX_FILE_NAME_BYTES = 255
-MAX_TOTAL_CHUNKS = 1_000_000
 COPY_BUFFER = 1024 * 1024
 IOV_MAX = 1024
 
 # --- errors -----------------------------------------------------------------------------------------
-
-
-class InvalidUpload(DockyardError):
-    status_code = 422
-    code = "invalid_request"
-
-
-class FileTooLarge(DockyardError):
-    status_code = 413
-    code = "file_too_large"
 
 
 class SessionNotFound(DockyardError):
@@ -142,61 +121,6 @@ class RangeNotSatisfiable(DockyardError):
     code = "range_not_satisfiable"
 
 
-# --- validation of the start body -------------------------------------------------------------------
-
-
-def check_text(value: str, field: str, max_bytes: int) -> str:
-    """A name that is safe to show and to use as a file name: no control characters, bounded length."""
-    if not value or not value.strip():
-        raise InvalidUpload(f"{field} must not be empty", {"field": field})
-    if len(value.encode("utf-8")) > max_bytes:
-        raise InvalidUpload(f"{field} is longer than {max_bytes} bytes", {"field": field})
-    if any(unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Zl", "Zp") for ch in value):
-        raise InvalidUpload(f"{field} must not contain control characters", {"field": field})
-    return value
-
-
-def check_file_name(value: str) -> str:
-    check_text(value, "fileName", MAX_FILE_NAME_BYTES)
-    if "/" in value or "\\" in value:
-        raise InvalidUpload("fileName must not contain a path separator", {"field": "fileName"})
-    if ".." in value or value.strip() in (".", ""):
-        raise InvalidUpload("fileName must not contain '..' or be '.'", {"field": "fileName"})
-    return value
-
-
-def normalize_extension(value: str) -> str:
-    """``tar``, ``.TAR.GZ`` -> ``tar``, ``tar.gz``; only :data:`SUPPORTED_EXTENSIONS` pass."""
-    check_text(value, "fileExtension", 32)
-    ext = value.strip().lower().removeprefix(".")
-    if not EXTENSION_RE.match(ext):
-        raise InvalidUpload("fileExtension must be letters and digits, e.g. tar or tar.gz", {"field": "fileExtension"})
-    if ext not in SUPPORTED_EXTENSIONS:
-        raise InvalidUpload(
-            f"fileExtension {ext!r} is not supported",
-            {"field": "fileExtension", "supported": list(SUPPORTED_EXTENSIONS)},
-        )
-    return ext
-
-
-def check_sizes(file_size: int, total_chunks: int, max_chunk_bytes: int, max_file_bytes: int) -> None:
-    """``fileSize`` within the limit; ``totalChunks`` such that every chunk has at least one byte and
-    none needs more than the chunk limit: ``ceil(fileSize / maxChunk) <= totalChunks <= fileSize``."""
-    if file_size > max_file_bytes:
-        raise FileTooLarge(
-            f"fileSize {file_size} exceeds the limit of {max_file_bytes} bytes",
-            {"field": "fileSize", "maxFileBytes": max_file_bytes},
-        )
-    fewest = math.ceil(file_size / max_chunk_bytes)
-    most = min(file_size, MAX_TOTAL_CHUNKS)
-    if not fewest <= total_chunks <= most:
-        raise InvalidUpload(
-            f"totalChunks must be between {fewest} and {most} for a file of {file_size} bytes "
-            f"(chunks of at most {max_chunk_bytes} bytes, at least 1 byte each)",
-            {"field": "totalChunks", "min": fewest, "max": most, "maxChunkBytes": max_chunk_bytes},
-        )
-
-
 def parse_chunk_number(raw: str | None, total_chunks: int) -> int:
     """The multipart field ``chunkNumber``: a decimal integer (form fields are text; SPEC's sample sends a
     string), in ``[0, totalChunks)``."""
@@ -221,19 +145,14 @@ def parse_chunk_number(raw: str | None, total_chunks: int) -> int:
 
 @dataclass(frozen=True)
 class SessionMeta:
-    """What a session is: written once at start, rewritten (atomically) when it completes."""
+    """What a session is: written once at start, rewritten (atomically) when it completes. ``upload`` is
+    what the start call declared, as validated then (:class:`~dockyard_core.upload.Upload`)."""
 
     session_id: str
     namespace: str
     environment: str
     model_id: str
-    file_context: str
-    file_name: str
-    file_extension: str
-    file_size: int
-    total_chunks: int
-    is_adapter: bool
-    sha256: str | None
+    upload: Upload
     created_at: datetime
     expires_at: datetime
     dock_status_id: str | None = None
@@ -243,17 +162,34 @@ class SessionMeta:
         return (now or utcnow()) >= self.expires_at
 
     def to_json(self) -> str:
-        data = asdict(self)
-        data["created_at"] = iso(self.created_at)
-        data["expires_at"] = iso(self.expires_at)
+        data = {
+            "session_id": self.session_id,
+            "namespace": self.namespace,
+            "environment": self.environment,
+            "model_id": self.model_id,
+            "upload": self.upload.stored(),
+            "created_at": iso(self.created_at),
+            "expires_at": iso(self.expires_at),
+            "dock_status_id": self.dock_status_id,
+        }
         return json.dumps(data, indent=1, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> SessionMeta:
         data = json.loads(text)
-        data["created_at"] = datetime.fromisoformat(data["created_at"])
-        data["expires_at"] = datetime.fromisoformat(data["expires_at"])
-        return cls(**data)
+        upload = data.get("upload")
+        if upload is None:  # written before the upload type, with its fields at the top (sessions of an upgrade)
+            upload = {name: data[name] for name in Upload.model_fields if name in data}
+        return cls(
+            session_id=data["session_id"],
+            namespace=data["namespace"],
+            environment=data["environment"],
+            model_id=data["model_id"],
+            upload=Upload.model_validate(upload),
+            created_at=datetime.fromisoformat(data["created_at"]),
+            expires_at=datetime.fromisoformat(data["expires_at"]),
+            dock_status_id=data.get("dock_status_id"),
+        )
 
 
 @dataclass(frozen=True)
@@ -435,7 +371,7 @@ class ModelStore:
 
     def missing(self, meta: SessionMeta) -> list[int]:
         have = {c.number for c in self.chunks(meta.session_id)}
-        return [n for n in range(meta.total_chunks) if n not in have]
+        return [n for n in range(meta.upload.total_chunks) if n not in have]
 
     def chunk_path(self, session_id: str, number: int) -> Path:
         return self.chunks_dir(session_id) / str(number)
@@ -443,7 +379,9 @@ class ModelStore:
     def writer(self, meta: SessionMeta, max_chunk_bytes: int, *, fsync: bool = True) -> ChunkWriter:
         """A writer for one chunk of ``meta``: at most ``max_chunk_bytes`` and at most the file's size."""
         try:
-            return ChunkWriter(self.chunks_dir(meta.session_id), min(max_chunk_bytes, meta.file_size), fsync=fsync)
+            return ChunkWriter(
+                self.chunks_dir(meta.session_id), min(max_chunk_bytes, meta.upload.file_size), fsync=fsync
+            )
         except FileNotFoundError:
             raise SessionGone(f"import session {meta.session_id} was aborted", code="session_aborted") from None
 
@@ -459,11 +397,16 @@ class ModelStore:
             if final.exists():
                 return self._same(final, number, chunk)
             others = sum(c.size for c in self.chunks(meta.session_id) if c.number != number)
-            if others + chunk.size > meta.file_size:
+            if others + chunk.size > meta.upload.file_size:
                 raise SizeExceeded(
                     f"with this chunk the session would hold {others + chunk.size} bytes, more than fileSize "
-                    f"{meta.file_size}",
-                    {"chunkNumber": number, "fileSize": meta.file_size, "received": others, "chunkSize": chunk.size},
+                    f"{meta.upload.file_size}",
+                    {
+                        "chunkNumber": number,
+                        "fileSize": meta.upload.file_size,
+                        "received": others,
+                        "chunkSize": chunk.size,
+                    },
                 )
             try:
                 _link_exclusive(chunk.path, final)

@@ -233,7 +233,7 @@ class S3ModelStore(ModelStore):
         """A writer into the local spool (no fsync: the chunk is durable once the upload succeeded)."""
         directory = self.spool / check_session_id(meta.session_id)
         directory.mkdir(parents=True, exist_ok=True)
-        return ChunkWriter(directory, min(max_chunk_bytes, meta.file_size), fsync=False)
+        return ChunkWriter(directory, min(max_chunk_bytes, meta.upload.file_size), fsync=False)
 
     def publish(self, meta: SessionMeta, number: int, chunk: ReceivedChunk) -> bool:
         try:
@@ -244,11 +244,16 @@ class S3ModelStore(ModelStore):
             if existing is not None:
                 return self._same_object(meta.session_id, number, chunk, existing.size)
             others = sum(c.size for c in chunks)
-            if others + chunk.size > meta.file_size:
+            if others + chunk.size > meta.upload.file_size:
                 raise SizeExceeded(
                     f"with this chunk the session would hold {others + chunk.size} bytes, more than fileSize "
-                    f"{meta.file_size}",
-                    {"chunkNumber": number, "fileSize": meta.file_size, "received": others, "chunkSize": chunk.size},
+                    f"{meta.upload.file_size}",
+                    {
+                        "chunkNumber": number,
+                        "fileSize": meta.upload.file_size,
+                        "received": others,
+                        "chunkSize": chunk.size,
+                    },
                 )
             if self.load(meta.session_id) is None:
                 raise SessionGone(f"import session {meta.session_id} was aborted", code="session_aborted")

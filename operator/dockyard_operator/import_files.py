@@ -46,15 +46,9 @@ from typing import IO, Any, cast
 
 from dockyard_core.errors import DockyardError
 from dockyard_core.modelformats import ModelFormat, detect_format, main_file
-from dockyard_core.modelstore import (
-    ARCHIVE_EXTENSIONS,
-    COPY_BUFFER,
-    MANIFEST,
-    WEIGHT_EXTENSIONS,
-    ModelStore,
-    list_files,
-)
+from dockyard_core.modelstore import COPY_BUFFER, MANIFEST, ModelStore, list_files
 from dockyard_core.s3store import S3ModelStore
+from dockyard_core.upload import ARCHIVE_EXTENSIONS, WEIGHT_EXTENSIONS, Upload
 
 WEIGHT_SUFFIXES = tuple(f".{ext}" for ext in WEIGHT_EXTENSIONS)
 MAX_DEPTH = 32
@@ -75,19 +69,6 @@ class ImportFailed(Exception):
 class Limits:
     max_extracted_bytes: int
     max_members: int
-
-
-@dataclass(frozen=True)
-class Upload:
-    """What the start call declared (the Model's spec.source.upload and spec.isAdapter)."""
-
-    session_id: str
-    file_name: str
-    file_extension: str
-    file_size: int
-    total_chunks: int
-    sha256: str | None = None
-    is_adapter: bool = False
 
 
 @dataclass(frozen=True)
@@ -461,13 +442,17 @@ def run_import(
     store: ModelStore,
     namespace: str,
     model_id: str,
-    upload: Upload,
+    session_id: str,
     job_id: str,
     limits: Limits,
     *,
+    sha256: str | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> Imported:
-    """Run the import job ``job_id`` of Model ``namespace/model_id``; idempotent (see module docstring)."""
+    """Run the import job ``job_id`` of Model ``namespace/model_id`` from import session ``session_id``;
+    idempotent (see module docstring). What the start call declared is read back from the session's
+    metadata (:class:`~dockyard_core.upload.Upload`); ``sha256``: the file's SHA-256 sent with the
+    completion call, verified when the start call sent none."""
     final = store.model_dir(namespace, model_id)
     manifest = _read_manifest(final)
     if manifest is not None and manifest.get("dockStatusId") == job_id:
@@ -482,15 +467,18 @@ def run_import(
     for stale in staging_dirs(store, namespace, model_id):  # left by a crash
         shutil.rmtree(stale, ignore_errors=True)
 
-    meta = store.load(upload.session_id)
-    chunks = store.chunks(upload.session_id)
-    if meta is None and not chunks:
-        raise ImportFailed("UploadMissing", f"the chunks of import session {upload.session_id} are gone")
+    meta = store.load(session_id)
+    if meta is None:
+        raise ImportFailed("UploadMissing", f"the chunks of import session {session_id} are gone")
+    upload = meta.upload
+    if sha256 and not upload.sha256:
+        upload = upload.model_copy(update={"sha256": sha256})
+    chunks = store.chunks(session_id)
     have = [c.number for c in chunks]
     if have != list(range(upload.total_chunks)):
         missing = sorted(set(range(upload.total_chunks)) - set(have))
-        raise ImportFailed("UploadMissing", f"chunks {missing[:20]} of import session {upload.session_id} are missing")
-    paths = [store.chunk_path(upload.session_id, n) for n in have]
+        raise ImportFailed("UploadMissing", f"chunks {missing[:20]} of import session {session_id} are missing")
+    paths = [store.chunk_path(session_id, n) for n in have]
 
     staging = store.models / namespace / f".staging-{model_id}-{uuid.uuid4().hex[:8]}"
     staging.mkdir(parents=True)
@@ -554,17 +542,18 @@ def import_into(
     store: ModelStore,
     namespace: str,
     model_id: str,
-    upload: Upload,
+    session_id: str,
     job_id: str,
     limits: Limits,
     *,
+    sha256: str | None = None,
     work: Path,
 ) -> Imported:
     """:func:`run_import` on either backend. On S3 the session is staged in a fresh directory under
     ``work`` (local disk), imported there, and the model's files uploaded with the manifest last; a job
     whose manifest is in the bucket already is reported as done (idempotent like on a file system)."""
     if not isinstance(store, S3ModelStore):
-        return run_import(store, namespace, model_id, upload, job_id, limits)
+        return run_import(store, namespace, model_id, session_id, job_id, limits, sha256=sha256)
     try:
         done = store.model_manifest(namespace, model_id)
         if done is not None and done.dock_status_id == job_id:
@@ -579,8 +568,8 @@ def import_into(
         local = ModelStore(work / f"import-{uuid.uuid4().hex[:12]}")
         local.ensure()
         try:
-            store.stage_session(upload.session_id, local)
-            imported = run_import(local, namespace, model_id, upload, job_id, limits)
+            store.stage_session(session_id, local)
+            imported = run_import(local, namespace, model_id, session_id, job_id, limits, sha256=sha256)
             manifest = local.model_manifest(namespace, model_id)
             assert manifest is not None
             store.upload_model(namespace, model_id, local.model_dir(namespace, model_id), manifest)

@@ -28,7 +28,7 @@ from dockyard_core.modelstore import SESSION_ID_RE, ModelStore
 from dockyard_core.resources.v1alpha1 import DOCK_STATUS_ID_LABEL, DockJob, ModelStorage
 from dockyard_core.s3store import S3ModelStore
 from dockyard_operator import monitoring
-from dockyard_operator.import_files import Imported, ImportFailed, Limits, Upload, import_into, staging_dirs
+from dockyard_operator.import_files import Imported, ImportFailed, Limits, import_into, staging_dirs
 from dockyard_operator.kube import Conflict, KubeApi
 from dockyard_operator.locks import KeyedLocks
 from dockyard_operator.settings import OperatorSettings
@@ -78,30 +78,21 @@ class Importer:
                 await self.kube.patch_object(
                     "models", namespace, name, {"metadata": {"labels": {DOCK_STATUS_ID_LABEL: job.dock_status_id}}}
                 )
-            spec = model["spec"]
-            source = spec["source"]["upload"]
             session_id = (model["status"].get("importSession") or {}).get("sessionId") or (
                 model["metadata"].get("labels") or {}
             ).get(import_status.IMPORT_SESSION_LABEL, "")
             if not SESSION_ID_RE.match(session_id or ""):
                 outcome: Imported | ImportFailed = ImportFailed("UploadMissing", "the Model names no import session")
             else:
-                upload = Upload(
-                    session_id=session_id,
-                    file_name=source["fileName"],
-                    file_extension=source["fileExtension"],
-                    file_size=source["fileSize"],
-                    total_chunks=source["totalChunks"],
-                    sha256=source.get("sha256")
-                    or (model["metadata"].get("annotations") or {}).get(import_status.UPLOAD_SHA256_ANNOTATION),
-                    is_adapter=bool(spec.get("isAdapter")),
-                )
+                # what the start call declared is the session's (read back in import_into); the checksum of
+                # the completion call is the Model's annotation
+                sha256 = (model["metadata"].get("annotations") or {}).get(import_status.UPLOAD_SHA256_ANNOTATION)
                 self.post(model, Event("Normal", "ImportRunning", f"import job {job.dock_status_id}: processing"))
                 monitoring.job_started(model, job.dock_status_id, job.job_type, job.action)
                 try:
                     outcome = await self._files(
-                        import_into, self.store, namespace, name, upload, job.dock_status_id, self.limits,
-                        work=self.store.root / "imports",
+                        import_into, self.store, namespace, name, session_id, job.dock_status_id, self.limits,
+                        sha256=sha256, work=self.store.root / "imports",
                     )  # fmt: skip
                 except ImportFailed as failure:
                     outcome = failure

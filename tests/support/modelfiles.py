@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from dockyard_core.modelstore import ModelManifest, ModelStore, SessionMeta
-from dockyard_operator.import_files import Limits, Upload, import_into
+from dockyard_core.upload import Upload
+from dockyard_operator.import_files import Limits, import_into
 
 LIMITS = Limits(max_extracted_bytes=1 << 30, max_members=1000)
 
@@ -61,18 +62,16 @@ def import_model(
     session = os.urandom(16).hex()
     pieces = [data[i : i + chunk] for i in range(0, len(data), chunk)]
     now = datetime.now(UTC)
-    meta = SessionMeta(
-        session_id=session, namespace=namespace, environment="prod", model_id=model, file_context="model",
-        file_name="tiny.tar", file_extension="tar", file_size=len(data), total_chunks=len(pieces),
-        is_adapter=False, sha256=None, created_at=now, expires_at=now + timedelta(hours=1),
-    )  # fmt: skip
+    declared = Upload(file_context="model", file_name="tiny.tar", file_extension="tar", file_size=len(data),
+                      total_chunks=len(pieces))  # fmt: skip
+    meta = SessionMeta(session_id=session, namespace=namespace, environment="prod", model_id=model, upload=declared,
+                       created_at=now, expires_at=now + timedelta(hours=1))  # fmt: skip
     store.create(meta)
     for number, piece in enumerate(pieces):
         writer = store.writer(meta, len(piece))
         writer.write_all([memoryview(piece)])
         assert store.publish(meta, number, writer.finish())
-    upload = Upload(session, meta.file_name, "tar", len(data), len(pieces))
-    import_into(store, namespace, model, upload, "job-1", LIMITS, work=store.root / "imports")
+    import_into(store, namespace, model, session, "job-1", LIMITS, work=store.root / "imports")
     manifest = store.model_manifest(namespace, model)
     assert manifest is not None
     return StoredModel(namespace, model, files, manifest)

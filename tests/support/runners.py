@@ -16,6 +16,7 @@ import httpx
 import uvicorn
 from kopf.testing import KopfRunner
 
+from dockyard_api import server as facade_server
 from dockyard_api.app import create_app
 from dockyard_api.settings import ApiSettings
 from dockyard_operator.settings import operator_settings
@@ -89,7 +90,7 @@ def run_facade(settings: ApiSettings | None = None, port: int | None = None) -> 
     already name, or a free one), in a thread."""
     port = port or free_port()
     settings = (settings or ApiSettings()).model_copy(update={"host": "127.0.0.1", "port": port})
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
+    server = uvicorn.Server(facade_server.config(create_app(settings), settings, log_level="warning"))
     thread = threading.Thread(target=server.run, name="facade", daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{port}"

@@ -17,12 +17,12 @@ from dockyard_core.modelstore import (
     ChunkTooLarge,
     ChunkWriter,
     InvalidChunkNumber,
-    InvalidUpload,
     ModelStore,
     ReceivedChunk,
     SessionMeta,
     parse_chunk_number,
 )
+from dockyard_core.upload import InvalidUpload, Upload
 
 LIMIT = 256 * 1024
 
@@ -47,8 +47,9 @@ class Harness:
         self.store = ModelStore(tmp_path)
         self.store.ensure()
         now = datetime.now(UTC)
-        self.meta = SessionMeta("d" * 32, "ns", "env", "m", "model", "m.tar", "tar", 10**9, total_chunks, False, None,
-                                now, now + timedelta(hours=1))  # fmt: skip
+        declared = Upload(file_context="model", file_name="m.tar", file_extension="tar", file_size=10**9,
+                          total_chunks=total_chunks)  # fmt: skip
+        self.meta = SessionMeta("d" * 32, "ns", "env", "m", declared, now, now + timedelta(hours=1))
         self.store.create(self.meta)
         self.opened = 0
         self.pieces = 0
@@ -58,7 +59,7 @@ class Harness:
         return self.store.writer(self.meta, LIMIT)
 
     def check(self, raw: str) -> int:
-        return parse_chunk_number(raw, self.meta.total_chunks)
+        return parse_chunk_number(raw, self.meta.upload.total_chunks)
 
     def temp_files(self) -> list[str]:
         return [p.name for p in self.store.chunks_dir(self.meta.session_id).iterdir()]

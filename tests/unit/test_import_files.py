@@ -19,12 +19,12 @@ import pytest
 
 from dockyard_core.kubeclient import AsyncKube
 from dockyard_core.modelstore import ModelStore, SessionMeta
+from dockyard_core.upload import Upload
 from dockyard_operator.import_files import (
     MANIFEST,
     ChunkReader,
     ImportFailed,
     Limits,
-    Upload,
     run_import,
     safe_member_path,
 )
@@ -81,29 +81,29 @@ def store(tmp_path: Path) -> ModelStore:
 
 
 def upload(store: ModelStore, data: bytes, ext: str, *, chunk: int = 1000, sha: str | None = None,
-           declared_size: int | None = None, name: str = "model", is_adapter: bool = False) -> Upload:  # fmt: skip
-    """Store ``data`` as the chunks of session SID; return what the start call declared."""
+           declared_size: int | None = None, name: str = "model", is_adapter: bool = False) -> str:  # fmt: skip
+    """Store ``data`` as the chunks of session SID (its metadata says what the start call declared);
+    return the session's id."""
     now = datetime.now(UTC)
     pieces = [data[i : i + chunk] for i in range(0, len(data), chunk)] or [b""]
-    meta = SessionMeta(
-        session_id=SID, namespace="ns", environment="prod", model_id="m", file_context="model",
-        file_name=f"{name}.{ext}", file_extension=ext, file_size=declared_size or len(data),
-        total_chunks=len(pieces), is_adapter=is_adapter, sha256=sha, created_at=now,
-        expires_at=now + timedelta(hours=1),
-    )  # fmt: skip
+    declared = Upload(file_context="model", file_name=f"{name}.{ext}", file_extension=ext,
+                      file_size=declared_size or len(data), total_chunks=len(pieces), is_adapter=is_adapter,
+                      sha256=sha)  # fmt: skip
+    meta = SessionMeta(session_id=SID, namespace="ns", environment="prod", model_id="m", upload=declared,
+                       created_at=now, expires_at=now + timedelta(hours=1))  # fmt: skip
     store.create(meta)
     for number, piece in enumerate(pieces):
         store.chunk_path(SID, number).write_bytes(piece)
-    return Upload(SID, meta.file_name, ext, meta.file_size, meta.total_chunks, sha, is_adapter)
+    return SID
 
 
-def run(store: ModelStore, up: Upload, job: str = "job-1", limits: Limits = LIMITS) -> Path:
+def run(store: ModelStore, up: str, job: str = "job-1", limits: Limits = LIMITS) -> Path:
     result = run_import(store, "ns", "m", up, job, limits)
     assert result.path == "models/ns/m"
     return store.root / result.path
 
 
-def failure(store: ModelStore, up: Upload, limits: Limits = LIMITS) -> ImportFailed:
+def failure(store: ModelStore, up: str, limits: Limits = LIMITS) -> ImportFailed:
     with pytest.raises(ImportFailed) as err:
         run_import(store, "ns", "m", up, "job-1", limits)
     assert not (store.models / "ns" / "m").exists()

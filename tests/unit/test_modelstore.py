@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -12,42 +13,27 @@ from dockyard_core.modelstore import (
     ChunkConflict,
     ChunkTooLarge,
     EmptyChunk,
-    FileTooLarge,
     InvalidChunkNumber,
-    InvalidUpload,
     ModelStore,
     SessionGone,
     SessionMeta,
     SessionNotFound,
     SizeExceeded,
-    check_file_name,
-    check_sizes,
-    normalize_extension,
     parse_chunk_number,
 )
+from dockyard_core.upload import FileTooLarge, InvalidUpload, Upload, check_file_name, check_sizes, normalize_extension
 
 MiB = 1024 * 1024
 
 
-def meta(session_id: str = "a" * 32, file_size: int = 100, total_chunks: int = 4, **kw: object) -> SessionMeta:
+def meta(
+    session_id: str = "a" * 32, file_size: int = 100, total_chunks: int = 4, sha256: str | None = None
+) -> SessionMeta:
     now = datetime.now(UTC)
-    fields: dict[str, object] = {
-        "session_id": session_id,
-        "namespace": "ns",
-        "environment": "prod",
-        "model_id": "m-1",
-        "file_context": "model",
-        "file_name": "m.tar",
-        "file_extension": "tar",
-        "file_size": file_size,
-        "total_chunks": total_chunks,
-        "is_adapter": False,
-        "sha256": None,
-        "created_at": now,
-        "expires_at": now + timedelta(hours=1),
-        **kw,
-    }
-    return SessionMeta(**fields)  # type: ignore[arg-type]
+    declared = Upload(file_context="model", file_name="m.tar", file_extension="tar", file_size=file_size,
+                      total_chunks=total_chunks, sha256=sha256)  # fmt: skip
+    return SessionMeta(session_id=session_id, namespace="ns", environment="prod", model_id="m-1", upload=declared,
+                       created_at=now, expires_at=now + timedelta(hours=1))  # fmt: skip
 
 
 @pytest.fixture
@@ -137,6 +123,14 @@ def test_bad_chunk_numbers_are_422(raw: str | None) -> None:
 
 
 # --- sessions and chunks ----------------------------------------------------------------------------
+
+
+def test_session_metadata_written_before_the_upload_type_is_read() -> None:
+    """session.json had the start body's fields at the top; a session of an upgrade still loads."""
+    m = meta(sha256="f" * 64)
+    flat = {k: v for k, v in json.loads(m.to_json()).items() if k != "upload"}
+    flat.update(m.upload.model_dump())
+    assert SessionMeta.from_json(json.dumps(flat)) == m
 
 
 def test_session_metadata_round_trips_and_leaves_no_temporary_file(store: ModelStore) -> None:

@@ -26,6 +26,7 @@ from dockyard_api.storage_initializer import Initializer
 from dockyard_core import downloadtokens
 from dockyard_core.modelstore import ChunkConflict, EmptyChunk, SessionGone, SessionMeta, SizeExceeded
 from dockyard_core.s3store import S3Config, S3ModelStore, StorageUnavailable
+from dockyard_core.upload import Upload
 from tests.support.minio import MinioServer
 from tests.support.modelfiles import import_model
 from tests.support.runners import free_port, run_facade
@@ -59,11 +60,11 @@ def store(minio: MinioServer, prefix: str, tmp_path: Path) -> S3ModelStore:
 
 def meta(session_id: str | None = None, file_size: int = 100, total_chunks: int = 4) -> SessionMeta:
     now = datetime.now(UTC)
-    return SessionMeta(
-        session_id=session_id or os.urandom(16).hex(), namespace="ns", environment="prod", model_id="m-1",
-        file_context="model", file_name="m.tar", file_extension="tar", file_size=file_size,
-        total_chunks=total_chunks, is_adapter=False, sha256=None, created_at=now, expires_at=now + timedelta(hours=1),
-    )  # fmt: skip
+    declared = Upload(file_context="model", file_name="m.tar", file_extension="tar", file_size=file_size,
+                      total_chunks=total_chunks)  # fmt: skip
+    session_id = session_id or os.urandom(16).hex()
+    return SessionMeta(session_id=session_id, namespace="ns", environment="prod", model_id="m-1", upload=declared,
+                       created_at=now, expires_at=now + timedelta(hours=1))  # fmt: skip
 
 
 def put(store: S3ModelStore, m: SessionMeta, number: int, data: bytes) -> bool:
@@ -133,12 +134,11 @@ def test_import_and_ranged_reads(store: S3ModelStore) -> None:
 
 
 def test_the_import_job_is_idempotent(store: S3ModelStore) -> None:
-    from dockyard_operator.import_files import Upload, import_into
+    from dockyard_operator.import_files import import_into
     from tests.support.modelfiles import LIMITS
 
     model = import_model(store, "team-a", "tiny-2")
-    again = import_into(store, "team-a", "tiny-2", Upload("0" * 32, "x.tar", "tar", 1, 1), "job-1", LIMITS,
-                        work=store.root / "imports")  # fmt: skip
+    again = import_into(store, "team-a", "tiny-2", "0" * 32, "job-1", LIMITS, work=store.root / "imports")
     assert (again.path, again.sha256) == ("models/team-a/tiny-2", model.manifest.sha256)
 
 

@@ -8,48 +8,21 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Path, Request
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from dockyard_api import metrics
 from dockyard_api.auth import PublicCaller
-from dockyard_api.import_service import ImportService, StartRequest
+from dockyard_api.import_service import ImportService
 from dockyard_api.schemas.public import error_responses, ok_responses
+from dockyard_core.upload import Upload, sha256_hex
 
 router = APIRouter(prefix="/api/public/files/session", tags=["model import"])
 
 SessionId = Annotated[str, Path(description="sessionId returned by the start call", max_length=128)]
-
-
-def sha256_hex(value: str | None) -> str | None:
-    if value is None:
-        return None
-    value = value.strip().lower()
-    if len(value) != 64 or any(c not in "0123456789abcdef" for c in value):
-        raise ValueError("sha256 must be 64 hexadecimal digits")
-    return value
-
-
-class StartBody(BaseModel):
-    """Body of the start call (SPEC.md §1). ``sha256`` is a Dockyard extension. Unknown fields are refused
-    with 422 naming them, like every public body (docs/public-api.md, "Unknown fields")."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    fileContext: str = Field(min_length=1, max_length=64, description="context of the file, e.g. model")
-    totalChunks: StrictInt = Field(ge=1, description="number of chunks the file is divided into")
-    fileExtension: str = Field(min_length=1, max_length=32, description="file extension, e.g. tar")
-    fileName: str = Field(min_length=1, max_length=255, description="name of the file")
-    fileSize: StrictInt = Field(ge=1, description="size of the whole file in bytes")
-    isAdapter: StrictBool = Field(default=False, description="whether the file is an adapter model")
-    sha256: str | None = Field(
-        default=None,
-        description="Dockyard extension: hex SHA-256 of the whole file; the import job FAILS when it differs",
-    )
-
-    @field_validator("sha256")
-    @classmethod
-    def _hex(cls, value: str | None) -> str | None:
-        return sha256_hex(value)
+StartBody = Annotated[dict[str, Any], Body()]
+"""The start call's JSON object, validated by the service as the one upload type
+(:class:`dockyard_core.upload.Upload`) with this facade's limits as the validation context."""
 
 
 class CompleteBody(BaseModel):
@@ -98,6 +71,8 @@ def service(request: Request) -> ImportService:
     return svc
 
 
+UPLOAD_SCHEMA = Upload.model_json_schema(by_alias=True)
+"""The start body's schema in the OpenAPI document (the route takes the JSON object and validates it)."""
 SESSION_EXAMPLE = {
     "sessionId": "7c9e6679-7425-40de-944b-e07fc1f90ae7",
     "modelId": "llama-lora-3f9a1c2e",
@@ -126,19 +101,19 @@ SESSION_STATE_EXAMPLE = {
     "/start",
     response_model=StartResponse,
     summary="Start an import session (SPEC.md §1)",
-    responses={**ok_responses(SESSION_EXAMPLE, "The session"), **error_responses(401, 403, 404, 422, 503)},
+    responses={**ok_responses(SESSION_EXAMPLE, "The session"), **error_responses(401, 403, 404, 413, 422, 503)},
+    openapi_extra={
+        "requestBody": {"content": {"application/json": {"schema": Upload.model_json_schema(by_alias=True)}}}
+    },
 )
 async def start(body: StartBody, caller: PublicCaller, request: Request) -> Any:
-    req = StartRequest(
-        file_context=body.fileContext,
-        total_chunks=body.totalChunks,
-        file_extension=body.fileExtension,
-        file_name=body.fileName,
-        file_size=body.fileSize,
-        is_adapter=body.isAdapter,
-        sha256=body.sha256,
-    )
-    session = await service(request).start(caller.namespace, caller.environment, req)
+    svc = service(request)
+    try:
+        upload = svc.upload_of(body)
+    except ValidationError as exc:  # the same answer as FastAPI's own body validation: 422 naming body.<field>
+        errors = [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
+        raise RequestValidationError(errors, body=body) from exc
+    session = await svc.start(caller.namespace, caller.environment, upload)
     metrics.import_outcome("started")
     return session
 
