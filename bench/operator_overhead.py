@@ -198,6 +198,7 @@ def main() -> None:
     parser.add_argument(
         "--unlabelled", action="store_true", help="ModelDeployments as kubectl creates them (no dock-status-id label)"
     )
+    parser.add_argument("--keep", action="store_true", help="leave the benchmark's control plane running")
     args = parser.parse_args()
     per_type = -(-args.count // len(DEVICE_TYPES)) + 1  # every replica takes a whole GPU node
     cluster = bench_cluster("bench-overhead", nodes_per_type=per_type)
@@ -246,6 +247,8 @@ def main() -> None:
           f"{workload_requests(dockyard.counts)} / {workload_requests(hand.counts)} = {requests:.2f} "
           f"(target <= 1.15: {'met' if requests <= 1.15 else 'NOT met'}); operator CPU per rollout "
           f"{1000 * operator_cpu / args.count:.1f} ms (target <= 15)")  # fmt: skip
+    if not args.keep:
+        cluster.down()
 
 
 if __name__ == "__main__":
