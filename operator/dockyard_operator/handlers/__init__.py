@@ -20,6 +20,7 @@ raise their refusals; those and the builders (``builders.py``, ``environments.py
 # isort: off
 # The order of registration is kopf's order of the handlers of one event: the Models' own handlers come
 # before the deployments' triggers on Models, the lifecycle, then Apps, Environments and the webhooks.
+from dockyard_operator.handlers import fastjson
 from dockyard_operator.handlers import models
 from dockyard_operator.handlers import deployments
 from dockyard_operator.handlers import lifecycle
@@ -28,5 +29,7 @@ from dockyard_operator.handlers import environments
 from dockyard_operator.handlers import admission
 
 # isort: on
+
+fastjson.install()  # kopf's watch events decoded with orjson (see fastjson.py)
 
 __all__ = ["admission", "apps", "deployments", "environments", "lifecycle", "models"]
