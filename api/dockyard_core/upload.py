@@ -12,7 +12,7 @@ Every request check is a validator of the model:
 - the field constraints (required, types, lengths) are ordinary pydantic errors: 422 naming
   ``body.<field>``;
 - the checks that need the whole value (control characters, path separators, the supported
-  extensions, which it also normalizes) raise :class:`~dockyard_core.modelstore.InvalidUpload`, a
+  extensions, which it also normalizes) raise :class:`InvalidUpload` (below), a
   :class:`~dockyard_core.errors.DockyardError` that pydantic lets through, so the facade's one error
   handler answers 422 naming the public field (``field: fileName``);
 - the size limits are the facade's settings: given as the validation context
