@@ -319,7 +319,7 @@ def main() -> None:
         for path in ("direct", "facade"):
             run_path(path, args.warmup, args.concurrency, target)
         memory = [("after warm-up", rss_mib(proc.pid))]
-        cpu_ms: list[float] = []
+        cpu_ms: dict[str, list[float]] = {mode: [] for mode in modes}
         for round_ in range(1, args.rounds + 1):
             for mode in modes:
                 for path in ("direct", "facade"):
@@ -327,7 +327,7 @@ def main() -> None:
                     result = run_path(path, args.calls, args.concurrency, target, spreads[mode])
                     result.arrivals = mode
                     if path == "facade":
-                        cpu_ms.append((cpu_seconds(proc.pid) - before) * 1000 / args.calls)
+                        cpu_ms[mode].append((cpu_seconds(proc.pid) - before) * 1000 / args.calls)
                     results.append(result)
                     p50, p99 = percentile(result.latencies_ms, 50), percentile(result.latencies_ms, 99)
                     print(
@@ -340,7 +340,9 @@ def main() -> None:
         memory.append(("at the end", rss_mib(proc.pid)))
 
     print(f"\nloadavg after: {load()}")
-    print(f"facade CPU per execute call (its own process, by round): {', '.join(f'{v:.2f} ms' for v in cpu_ms)}")
+    for mode in modes:
+        print(f"facade CPU per execute call (its own process), {mode} arrivals, by round: "
+              f"{', '.join(f'{v:.2f} ms' for v in cpu_ms[mode])}")  # fmt: skip
     summary: dict[tuple[str, str], tuple[float, float, float]] = {}
     for mode in modes:
         print(f"\nconcurrency {args.concurrency}, {mode} arrivals:")
