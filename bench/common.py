@@ -81,8 +81,13 @@ def cpu_seconds(pid: int) -> float:
 def control_plane_cpu(cluster: LocalCluster) -> float:
     """CPU seconds used so far by the cluster's processes (kube-apiserver, etcd, controller manager,
     scheduler, kwok): what a benchmark phase costs the control plane, whatever else runs on the box."""
+    return sum(control_plane_cpu_by_process(cluster).values())
+
+
+def control_plane_cpu_by_process(cluster: LocalCluster) -> Counter[str]:
+    """:func:`control_plane_cpu` by process (the executable's name, e.g. ``kube-apiserver``)."""
     marker = str(cluster.settings.kwok_workdir)
-    total = 0.0
+    total: Counter[str] = Counter()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -91,8 +96,14 @@ def control_plane_cpu(cluster: LocalCluster) -> float:
         except OSError:
             continue
         if marker in command:
-            total += cpu_seconds(int(entry.name))
+            total[Path(command.split("\0", 1)[0]).name] += cpu_seconds(int(entry.name))
     return total
+
+
+def format_cpu(before: Counter[str], after: Counter[str]) -> str:
+    """The CPU seconds each control-plane process used between two readings, largest first."""
+    used = {name: after[name] - before.get(name, 0.0) for name in after}
+    return ", ".join(f"{name} {seconds:.1f}" for name, seconds in sorted(used.items(), key=lambda kv: -kv[1]))
 
 
 RequestKey = tuple[str, str]

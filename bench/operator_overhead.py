@@ -43,11 +43,12 @@ from bench.common import (
     RequestKey,
     api_for,
     bench_cluster,
-    control_plane_cpu,
+    control_plane_cpu_by_process,
     count_diff,
     cpu_seconds,
     delete_namespace,
     format_counts,
+    format_cpu,
     load,
     namespace,
     operator_process,
@@ -142,13 +143,15 @@ def run_plain(api: client.ApiClient, ns: str, names: list[tuple[str, str]], *, b
 
 def plain_phase(api: client.ApiClient, cluster: LocalCluster, names: list[tuple[str, str]], *, by_hand: bool) -> Phase:
     ns = namespace(api, "bench-plain")
-    cpu, before = control_plane_cpu(cluster), request_counts(api)
+    cpu, before = control_plane_cpu_by_process(cluster), request_counts(api)
     took = run_plain(api, ns, names, by_hand=by_hand)
     counts = count_diff(request_counts(api), before)
-    phase = Phase(took, control_plane_cpu(cluster) - cpu, counts)
+    cpu_after = control_plane_cpu_by_process(cluster)
+    phase = Phase(took, sum(cpu_after.values()) - sum(cpu.values()), counts)
     delete_namespace(api, ns)
     what = "Deployments + Services (by hand)" if by_hand else "Deployments"
     print(f"plain {what}: {took:.1f}s  [control plane {phase.cpu:.1f} CPU-s; load {load()}]", flush=True)
+    print(f"  CPU-s by process: {format_cpu(cpu, cpu_after)}", flush=True)
     print_counts(counts, len(names))
     return phase
 
@@ -215,16 +218,18 @@ def main() -> None:
         readings: dict[str, Any] = {}
 
         def started() -> None:
-            readings.update(cpu=control_plane_cpu(cluster), operator=cpu_seconds(operator.pid),
+            readings.update(cpu=control_plane_cpu_by_process(cluster), operator=cpu_seconds(operator.pid),
                             counts=request_counts(api))  # fmt: skip
 
         took = run_dockyard(api, dock_ns, names, started, not args.unlabelled)
-        dockyard_cpu = control_plane_cpu(cluster) - readings["cpu"]
+        cpu_after = control_plane_cpu_by_process(cluster)
+        dockyard_cpu = sum(cpu_after.values()) - sum(readings["cpu"].values())
         operator_cpu = cpu_seconds(operator.pid) - readings["operator"]
         counts = count_diff(request_counts(api), readings["counts"])
         print(f"ModelDeployments via the operator: {took:.1f}s  [control plane {dockyard_cpu:.1f} CPU-s, "
               f"operator {operator_cpu:.1f} CPU-s = {1000 * operator_cpu / args.count:.1f} ms per rollout "
               f"(target <= 15); load {load()}]", flush=True)  # fmt: skip
+        print(f"  CPU-s by process: {format_cpu(readings['cpu'], cpu_after)}, operator {operator_cpu:.1f}", flush=True)
         print_counts(counts, args.count)
         delete_namespace(api, dock_ns)
     dockyard = Phase(took, dockyard_cpu + operator_cpu, counts)

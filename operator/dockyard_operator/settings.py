@@ -42,6 +42,18 @@ class OperatorSettings(ModelStoreSettings):
     settled_interval_seconds: float = Field(
         default=10.0, gt=0, description="how often a settled workload is re-checked (replica counts, drift)"
     )
+    status_settle_seconds: float = Field(
+        default=10.0,
+        ge=0,
+        description="a new object's first dock job (labelled by the facade) gets its status only when it ends, "
+        "if it ends within this many seconds of the object's creation: a fast rollout costs one status write, "
+        "not two; one still in flight then gets its IN_PROGRESS status at that moment. 0: write it at once",
+    )
+    success_events: bool = Field(
+        default=False,
+        description="post a Normal Deployed Event when a dock job succeeds (failures always get a Warning "
+        "Event; a success is in the status, the log and the jobs metric)",
+    )
     autoscale_interval_seconds: float = Field(default=0.25, gt=0, description="autoscaler tick")
     metrics_timeout_seconds: float = Field(default=0.5, gt=0, description="engine /metrics scrape timeout")
     endpoint_timeout_seconds: float = Field(default=3.0, gt=0, description="external tool reachability check")

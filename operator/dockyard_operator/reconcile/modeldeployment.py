@@ -145,7 +145,9 @@ async def reconcile_model_deployment(ctx: Context, body: Body, views: Views) -> 
     )
     requested = (meta.get("labels") or {}).get(DOCK_STATUS_ID_LABEL)
     before = mdep_status.job
-    job, new_job = shared.job_for(before, requested, template_hash, meta.get("generation", 0), "MODELS")
+    job, new_job = shared.job_for(
+        before, requested, template_hash, meta.get("generation", 0), "MODELS", shared.created_at(body)
+    )
 
     key: Key = (namespace, "model-server", name)
     deployment = views.one(views.deployments, key)
@@ -202,8 +204,9 @@ async def reconcile_model_deployment(ctx: Context, body: Body, views: Views) -> 
     if workload is not None:
         status["serviceName"] = resource_name
         status["endpoint"] = endpoint_of(workload.service)
-    written = await shared.write_status(ctx, body, "modeldeployments", status, job, before, new_job, requested)
-    return shared.outcome_of(ctx, job, pods, written)
+    hold = shared.held_back(body, before, job, requested, ctx.settings.status_settle_seconds)
+    written = await shared.write_status(ctx, body, "modeldeployments", status, job, before, new_job, requested, hold)
+    return shared.outcome_of(ctx, job, pods, written, hold)
 
 
 async def _ensure_download_tokens(ctx: Context, build: ModelBuild, meta: Mapping[str, Any]) -> None:

@@ -27,6 +27,7 @@ async def reconcile_tool_deployment(
     tool = Tool.model_validate(tool_body) if tool_body else None
     requested = (meta.get("labels") or {}).get(DOCK_STATUS_ID_LABEL)
     before = tdep.status.job
+    created = shared.created_at(body)
     key: Key = (namespace, "tool", name)
     deployment = views.one(views.deployments, key)
     status: dict[str, Any] = {"observedGeneration": meta.get("generation")}
@@ -34,12 +35,14 @@ async def reconcile_tool_deployment(
 
     if tool is None:
         problem = Verdict("FAILED", "ToolNotFound", f"Tool {tdep.spec.tool_ref} does not exist in this namespace")
-        job, new_job = shared.job_for(before, requested, hash_of(problem.reason), meta.get("generation", 0), "TOOLS")
+        job, new_job = shared.job_for(
+            before, requested, hash_of(problem.reason), meta.get("generation", 0), "TOOLS", created
+        )
         verdict = problem if job.status == "IN_PROGRESS" else Verdict(job.status, job.reason, job.message)
         ready = False
     elif tool.spec.endpoint is not None:
         job, new_job = shared.job_for(
-            before, requested, hash_of(["endpoint", tool.spec.endpoint]), meta.get("generation", 0), "TOOLS"
+            before, requested, hash_of(["endpoint", tool.spec.endpoint]), meta.get("generation", 0), "TOOLS", created
         )
         verdict = Verdict(job.status, job.reason, job.message)
         if job.status == "IN_PROGRESS":
@@ -53,7 +56,9 @@ async def reconcile_tool_deployment(
         status["endpoint"] = tool.spec.endpoint
     else:
         workload = tool_workload(tdep, tool, progress_deadline_seconds=ctx.settings.progress_deadline_seconds)
-        job, new_job = shared.job_for(before, requested, workload.template_hash, meta.get("generation", 0), "TOOLS")
+        job, new_job = shared.job_for(
+            before, requested, workload.template_hash, meta.get("generation", 0), "TOOLS", created
+        )
         children = shared.owned(workload.objects(), "ToolDeployment", meta)
         if await shared.apply_if_changed(ctx, children, deployment):
             deployment = None
@@ -94,5 +99,6 @@ async def reconcile_tool_deployment(
             )
         ],
     }
-    written = await shared.write_status(ctx, body, "tooldeployments", status, job, before, new_job, requested)
-    return shared.outcome_of(ctx, job, pods, written)
+    hold = shared.held_back(body, before, job, requested, ctx.settings.status_settle_seconds)
+    written = await shared.write_status(ctx, body, "tooldeployments", status, job, before, new_job, requested, hold)
+    return shared.outcome_of(ctx, job, pods, written, hold)

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
-from dockyard_core.clock import now
+from dockyard_core.clock import now, utcnow
 from dockyard_core.kubeclient import KubeError
 from dockyard_core.resources.v1alpha1 import DOCK_STATUS_ID_LABEL, DockJob, JobType
 from dockyard_operator import monitoring
@@ -58,13 +59,25 @@ async def apply_if_changed(ctx: Context, objects: list[dict[str, Any]], current:
     return True
 
 
+def created_at(body: Body) -> datetime | None:
+    stamp = body["metadata"].get("creationTimestamp")
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")) if isinstance(stamp, str) else None
+
+
 def job_for(
-    current: DockJob | None, requested: str | None, template_hash: str, generation: int, job_type: JobType
+    current: DockJob | None,
+    requested: str | None,
+    template_hash: str,
+    generation: int,
+    job_type: JobType,
+    created: datetime | None = None,
 ) -> tuple[DockJob, bool]:
     """The job this reconcile works on, and whether it is new.
 
     A new job starts when the facade asked for one (a new dock-status-id label), or when the
-    workload changed (template hash) — e.g. a kubectl edit of the spec.
+    workload changed (template hash) — e.g. a kubectl edit of the spec. An object's first job started
+    when the object was created (``created``): its status may be written only when it ends
+    (:func:`held_back`), and each reconcile until then rebuilds the same job.
     """
     same_request = current is not None and (not requested or requested == current.dock_status_id)
     if current is not None and same_request and current.template_hash == template_hash:
@@ -77,7 +90,7 @@ def job_for(
         status="IN_PROGRESS",
         reason="Deploying",
         message="deployment started",
-        start_time=now(),
+        start_time=created if current is None and created is not None else now(),
         generation=generation,
         template_hash=template_hash,
     )
@@ -98,10 +111,13 @@ def finish(job: DockJob, verdict: Verdict) -> DockJob:
     )
 
 
-def job_events(body: Body, before: DockJob | None, after: DockJob, new: bool) -> tuple[Event, ...]:
-    """The job's Event (the handler posts it) and its metrics. One Event per job, at its end (Deployed,
-    or a Warning with the failure): the start is in the status and the log, and an Event is one more
-    write to the API server per rollout."""
+def job_events(
+    body: Body, before: DockJob | None, after: DockJob, new: bool, success_events: bool = False
+) -> tuple[Event, ...]:
+    """The job's Event (the handler posts it) and its metrics. A failed job gets a Warning with the
+    failure; a successful one a Normal ``Deployed`` only with ``success_events``: its record is the
+    status (job, Ready condition with its transition time), the log line and the jobs metric, and an
+    Event is one more write to the API server per rollout."""
     events: list[Event] = []
     if new:
         monitoring.job_started(body, after.dock_status_id, after.job_type, after.action)
@@ -119,7 +135,8 @@ def job_events(body: Body, before: DockJob | None, after: DockJob, new: bool) ->
         end=after.completion_time,
     )
     if after.status == "SUCCESS":
-        events.append(Event("Normal", "Deployed", f"dock job {after.dock_status_id}: {after.message}"))
+        if success_events:
+            events.append(Event("Normal", "Deployed", f"dock job {after.dock_status_id}: {after.message}"))
     else:
         events.append(Event("Warning", after.reason, f"dock job {after.dock_status_id} FAILED: {after.message}"))
     return tuple(events)
@@ -138,6 +155,30 @@ def in_flight(before: DockJob | None, job: DockJob) -> bool:
     )
 
 
+def held_back(
+    body: Body,
+    before: DockJob | None,
+    job: DockJob,
+    requested: str | None,
+    settle_seconds: float,
+    at: datetime | None = None,
+) -> float:
+    """Seconds the status of a new object's first job is still held back (0: write it when it changes).
+
+    The facade labels what it creates with the job's id, and answers for the job from that label until
+    the status has it, so the IN_PROGRESS write of a rollout that finishes within the settle window
+    (``status_settle_seconds`` after the object's creation) would tell nobody anything: the status is
+    written once, when the job ends. A rollout still in flight at the end of the window gets its
+    IN_PROGRESS status then. Derived from the object alone (its creationTimestamp and the absence of a
+    job in its status), so a restarted operator holds back exactly the same writes."""
+    if before is not None or job.status != "IN_PROGRESS" or requested != job.dock_status_id:
+        return 0.0
+    created = created_at(body)
+    if created is None:
+        return 0.0
+    return max(0.0, settle_seconds - ((at or utcnow()) - created).total_seconds())
+
+
 def changed(current: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
     return any(current.get(k) != v for k, v in desired.items())
 
@@ -151,8 +192,10 @@ async def write_status(
     before: DockJob | None,
     new_job: bool,
     requested: str | None,
+    hold: float = 0.0,
 ) -> tuple[Body | None, tuple[str, ...], tuple[Event, ...]]:
-    """Write the job label (a new job the facade did not label) and the status, when they changed.
+    """Write the job label (a new job the facade did not label) and the status, when they changed and
+    the status is not held back (``hold`` seconds left, :func:`held_back`).
 
     Returns the object as the API server has it after the last write (None when nothing was written)
     and the resourceVersions the writes replaced, so the work queue can use the written object until
@@ -168,10 +211,10 @@ async def write_status(
         )
         version = labelled["metadata"]["resourceVersion"]
         passed.append(version)
-    elif not changed(body.get("status") or {}, status) or in_flight(before, job):
+    elif hold > 0 or not changed(body.get("status") or {}, status) or in_flight(before, job):
         return None, (), ()
     written = await ctx.kube.patch_status(plural, meta["namespace"], meta["name"], status, version)
-    return written, tuple(passed), job_events(body, before, job, new_job)
+    return written, tuple(passed), job_events(body, before, job, new_job, ctx.settings.success_events)
 
 
 def outcome_of(
@@ -179,9 +222,11 @@ def outcome_of(
     job: DockJob,
     pods: Sequence[Mapping[str, Any]],
     written: tuple[Body | None, tuple[str, ...], tuple[Event, ...]],
+    hold: float = 0.0,
 ) -> Outcome:
-    """When to look again with no event: at the unschedulable deadline of a job in flight, else after
-    the observe interval while the job is in flight, and the settled interval afterwards."""
+    """When to look again with no event: at the unschedulable deadline of a job in flight or the end
+    of its status' hold (:func:`held_back`), else after the observe interval while the job is in
+    flight, and the settled interval afterwards."""
     settings = ctx.settings
     if job.status == "IN_PROGRESS":
         deadline = seconds_to_deadline(
@@ -190,6 +235,8 @@ def outcome_of(
         # a second past the deadline: the assessment's clock has whole seconds
         after = settings.observe_interval_seconds if deadline is None else min(settings.observe_interval_seconds,
                                                                                deadline + 1.0)  # fmt: skip
+        if hold > 0:
+            after = min(after, hold + 0.1)
     else:
         after = settings.settled_interval_seconds
     return Outcome(requeue_after=after, written=written[0], passed=written[1], events=written[2])
