@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 from tests.support.runners import free_port, wait_http_ok
@@ -48,6 +49,17 @@ def api_for(cluster: LocalCluster) -> client.ApiClient:
     return client.ApiClient(configuration)
 
 
+OPERATOR_HEALTH_URLS: dict[int, str] = {}
+"""The /healthz, /readyz and /metrics base URL of each operator process :func:`operator_process` started."""
+
+
+def operator_reconciles(pid: int) -> float:
+    """How many reconciles the operator process has run so far, of all kinds and results (its /metrics)."""
+    text = httpx.get(f"{OPERATOR_HEALTH_URLS[pid]}/metrics", timeout=10).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("dockyard_operator_reconciles_total{"))  # fmt: skip
+
+
 @contextmanager
 def operator_process(cluster: LocalCluster, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[bytes]]:
     """The operator as its own process, started and ready (its /readyz answers) when this yields."""
@@ -60,8 +72,10 @@ def operator_process(cluster: LocalCluster, env: dict[str, str] | None = None) -
                                 stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
     try:
         wait_http_ok(f"http://127.0.0.1:{port}/readyz", timeout=120)
+        OPERATOR_HEALTH_URLS[proc.pid] = f"http://127.0.0.1:{port}"
         yield proc
     finally:
+        OPERATOR_HEALTH_URLS.pop(proc.pid, None)
         proc.terminate()
         try:
             proc.wait(timeout=30)

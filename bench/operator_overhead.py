@@ -52,6 +52,7 @@ from bench.common import (
     load,
     namespace,
     operator_process,
+    operator_reconciles,
     request_counts,
     wait_until,
     watch_until_all,
@@ -219,7 +220,7 @@ def main() -> None:
 
         def started() -> None:
             readings.update(cpu=control_plane_cpu_by_process(cluster), operator=cpu_seconds(operator.pid),
-                            counts=request_counts(api))  # fmt: skip
+                            counts=request_counts(api), reconciles=operator_reconciles(operator.pid))  # fmt: skip
 
         took = run_dockyard(api, dock_ns, names, started, not args.unlabelled)
         cpu_after = control_plane_cpu_by_process(cluster)
@@ -229,7 +230,12 @@ def main() -> None:
         print(f"ModelDeployments via the operator: {took:.1f}s  [control plane {dockyard_cpu:.1f} CPU-s, "
               f"operator {operator_cpu:.1f} CPU-s = {1000 * operator_cpu / args.count:.1f} ms per rollout "
               f"(target <= 15); load {load()}]", flush=True)  # fmt: skip
-        print(f"  CPU-s by process: {format_cpu(readings['cpu'], cpu_after)}, operator {operator_cpu:.1f}", flush=True)
+        reconciles = operator_reconciles(operator.pid) - readings["reconciles"]
+        print(
+            f"  CPU-s by process: {format_cpu(readings['cpu'], cpu_after)}, operator {operator_cpu:.1f}; "
+            f"the operator's reconciles: {reconciles:.0f} = {reconciles / args.count:.2f} per rollout",
+            flush=True,
+        )
         print_counts(counts, args.count)
         delete_namespace(api, dock_ns)
     dockyard = Phase(took, dockyard_cpu + operator_cpu, counts)

@@ -21,6 +21,7 @@ from dockyard_core.kubeclient import AsyncKube, KubeError
 from dockyard_core.resources import GROUP
 from dockyard_core.resources.v1alpha1 import VERSION
 from dockyard_operator import health
+from dockyard_operator.builders import COMPONENT_LABEL, MANAGED_BY
 from dockyard_operator.context import API_CONCURRENCY, Context
 from dockyard_operator.handlers.deployments import reconcile_queued
 from dockyard_operator.handlers.events import post_event
@@ -32,6 +33,9 @@ from dockyard_operator.runtimes import load_catalog
 from dockyard_operator.settings import OperatorSettings, operator_settings
 from dockyard_operator.webhook_tls import self_signed
 from dockyard_operator.workqueue import WorkQueue
+
+WORKLOAD_SELECTOR = f"app.kubernetes.io/managed-by={MANAGED_BY},{COMPONENT_LABEL}"
+"""The Deployments and Pods the operator watches: those of its workloads (handlers.deployments.MANAGED)."""
 
 WATCH_ONLY = frozenset(
     {
@@ -73,6 +77,11 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         prefix="dockyard.dev", key="last-handled-configuration"
     )
     settings.watching.server_timeout = 300
+    # kopf's handler filters (labels=) are client-side: without a selector on the watch itself, the
+    # operator would receive and decode every Deployment and Pod of the cluster. The API server sends
+    # only the workloads the operator made (the filters of the handlers stay, as the same check).
+    for resource in (("apps", "deployments"), ("v1", "pods")):
+        settings.watching.label_selectors[resource] = WORKLOAD_SELECTOR
     # Requests queue for a connection without a deadline (as they queued for a thread before); the
     # connection and every read are bounded. A total deadline failed thousands of reconciles that
     # waited for a connection while 1,500 ModelDeployments started at once (bench.scale).
