@@ -7,26 +7,21 @@ the API server when an object is missing from it or it shows a state that would 
 a lagging watch can delay nothing and refuse nothing.
 
 When the facade may not list the kind cluster-wide (RBAC), the informer stays unsynced and every lookup
-goes to the API server.
+goes to the API server. The list + watch itself is :class:`dockyard_core.informer.ListWatch`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import logging
-import random
 from typing import Any
 
+from dockyard_core.informer import ListWatch
 from dockyard_core.kubeclient import AsyncKube, KubeError
-
-log = logging.getLogger(__name__)
 
 Key = tuple[str, str]
 """(namespace, name)."""
 
 
-class Informer:
+class Informer(ListWatch):
     """Objects at ``path`` (a cluster-wide list path) by (namespace, name), kept current by list + watch.
 
     ``index_label``: also index the objects by (namespace, value of that label), e.g. the pods of a
@@ -42,33 +37,13 @@ class Informer:
         index_label: str | None = None,
         watch_timeout_seconds: int = 300,
     ) -> None:
-        self.kube = kube
-        self.path = path
-        self.label_selector = label_selector
+        super().__init__(kube, path, label_selector=label_selector, watch_timeout_seconds=watch_timeout_seconds)
         self.index_label = index_label
-        self.watch_timeout_seconds = watch_timeout_seconds
         self._items: dict[Key, dict[str, Any]] = {}
         self._index: dict[Key, dict[str, dict[str, Any]]] = {}
-        self._synced = False
-        self._task: asyncio.Task[None] | None = None
-
-    @property
-    def synced(self) -> bool:
-        return self._synced
-
-    def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name=f"informer {self.path}")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
 
     def cached(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self._items.get((namespace, name)) if self._synced else None
+        return self._items.get((namespace, name)) if self.synced else None
 
     async def get(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The object: from the cache when it holds it, else from the API server; None when it does not exist."""
@@ -85,74 +60,33 @@ class Informer:
     async def indexed(self, namespace: str, value: str) -> list[dict[str, Any]]:
         """The objects whose ``index_label`` is ``value`` (from the API server while the cache is not synced)."""
         assert self.index_label is not None
-        if self._synced:
+        if self.synced:
             return list(self._index.get((namespace, value), {}).values())
         selector = f"{self.index_label}={value}"
         listing = await self.kube.request("GET", _namespaced(self.path, namespace), params={"labelSelector": selector})
         return list(listing.get("items", []))
 
-    # --- list + watch ------------------------------------------------------------------------------
-
-    async def _run(self) -> None:
-        delay = 0.5
-        while True:
-            try:
-                version = await self._list()
-                delay = 0.5
-                await self._follow(version)
-            except asyncio.CancelledError:
-                raise
-            except (KubeError, ValueError) as exc:  # ValueError: a garbled event
-                self._synced = False
-                if isinstance(exc, KubeError) and exc.status == 403:
-                    log.warning("cannot list %s cluster-wide (%s): every lookup reads the API server", self.path, exc)
-                    return
-                if isinstance(exc, KubeError) and exc.status == 410:
-                    continue
-                log.info("watch of %s failed: %s; listing again in %.1fs", self.path, exc, delay)
-                await asyncio.sleep(delay * (1 + random.random()))
-                delay = min(delay * 2, 30.0)
-
-    def _params(self) -> dict[str, str]:
-        return {"labelSelector": self.label_selector} if self.label_selector else {}
-
-    async def _list(self) -> str:
-        listing = await self.kube.request("GET", self.path, params=self._params() or None)
-        self.replace(listing.get("items", []))
-        return str(listing.get("metadata", {}).get("resourceVersion", ""))
+    # --- what the list + watch says ----------------------------------------------------------------
 
     def replace(self, items: list[dict[str, Any]]) -> None:
         """Hold exactly ``items`` (a fresh list), synced."""
         self._items, self._index = {}, {}
         for obj in items:
-            self._put(obj)
-        self._synced = True
+            self.put(obj)
+        self.mark_synced()
 
-    async def _follow(self, version: str) -> None:
-        params = {**self._params(), "resourceVersion": version, "timeoutSeconds": str(self.watch_timeout_seconds)}
-        while True:
-            async for event in self.kube.watch(self.path, params):
-                kind, obj = event.get("type"), event.get("object") or {}
-                if kind == "ERROR":
-                    raise KubeError(int(obj.get("code", 500)), str(obj.get("reason", "")), str(obj.get("message")))
-                if kind in ("ADDED", "MODIFIED"):
-                    self._put(obj)
-                elif kind == "DELETED":
-                    self._drop(obj)
-                params["resourceVersion"] = str(obj.get("metadata", {}).get("resourceVersion", version))
-
-    def _put(self, obj: dict[str, Any]) -> None:
+    def put(self, obj: dict[str, Any]) -> None:
         meta = obj.get("metadata") or {}
         meta.pop("managedFields", None)
         key = (meta.get("namespace", ""), meta["name"])
-        self._drop(self._items.get(key))
+        self.drop(self._items.get(key))
         self._items[key] = obj
         if self.index_label:
             value = (meta.get("labels") or {}).get(self.index_label)
             if value is not None:
                 self._index.setdefault((key[0], value), {})[key[1]] = obj
 
-    def _drop(self, obj: dict[str, Any] | None) -> None:
+    def drop(self, obj: dict[str, Any] | None) -> None:
         if obj is None:
             return
         meta = obj.get("metadata") or {}

@@ -18,9 +18,7 @@ import dockyard_operator.handlers  # noqa: F401  (registers the handlers)
 from dockyard_core import logs
 from dockyard_operator import memprofile
 
-WATCH_HANDLERS = frozenset(
-    {"model_deployment_event", "tool_deployment_event", "workload_event", "model_event", "tool_event"}
-)
+WATCH_HANDLERS = frozenset({"model_deployment_event", "tool_deployment_event", "model_event", "tool_event"})
 
 
 def _quiet_watch_handlers(record: logging.LogRecord) -> bool:

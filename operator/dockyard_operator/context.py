@@ -19,6 +19,8 @@ from dockyard_operator.kube import KubeApi
 from dockyard_operator.locks import KeyedLocks
 from dockyard_operator.runtimes import RuntimeCatalog
 from dockyard_operator.settings import OperatorSettings
+from dockyard_operator.workloads import Key as Key
+from dockyard_operator.workloads import WorkloadViews
 
 if TYPE_CHECKING:
     from dockyard_operator.reconcile.modeldeployment import ModelBuild
@@ -29,9 +31,6 @@ API_CONCURRENCY = 32
 
 Body = Mapping[str, Any]
 """A custom resource as kopf hands it over, or its indexed snapshot."""
-
-Key = tuple[str, str, str]
-"""(namespace, component, owner name) — how workload Deployments and Pods are indexed."""
 
 
 @dataclass
@@ -48,6 +47,8 @@ class Context:
     devices: Mapping[str, Device]
     """The device catalog, read once from the settings (``device_catalog``)."""
     views: Views | None = None
+    workloads: WorkloadViews | None = None
+    """The workloads' Deployments and Pods (list + watch, started with the operator)."""
     builds: dict[str, ModelBuild] = field(default_factory=dict)
     """Per ModelDeployment uid, its last :class:`ModelBuild`."""
     statuses: dict[str, tuple[str | None, ModelDeploymentStatus]] = field(default_factory=dict)
@@ -84,7 +85,8 @@ class Context:
 
 @dataclass(frozen=True)
 class Views:
-    """Read-only snapshots of kopf's indexes for one reconcile."""
+    """What the reconciles read of the cluster: kopf's indexes (Nodes, Models, Tools) and the workloads'
+    Deployments and Pods (:mod:`dockyard_operator.workloads`), live mappings."""
 
     deployments: Mapping[Key, Any]
     pods: Mapping[Key, Any]

@@ -43,11 +43,12 @@ class OperatorSettings(ModelStoreSettings):
         default=10.0, gt=0, description="how often a settled workload is re-checked (replica counts, drift)"
     )
     status_settle_seconds: float = Field(
-        default=10.0,
+        default=15.0,
         ge=0,
-        description="a new object's first dock job (labelled by the facade) gets its status only when it ends, "
-        "if it ends within this many seconds of the object's creation: a fast rollout costs one status write, "
-        "not two; one still in flight then gets its IN_PROGRESS status at that moment. 0: write it at once",
+        description="a new object's first dock job (labelled by the facade) that goes as it should gets its status "
+        "only when it ends, if it ends within this many seconds of the object's creation: a fast rollout costs "
+        "one status write, not two; one still in flight then gets its IN_PROGRESS status at that moment, one "
+        "waiting for something (Unschedulable, a mount) at once. 0: the IN_PROGRESS status at once",
     )
     success_events: bool = Field(
         default=False,

@@ -96,6 +96,17 @@ def test_a_labelled_rollout_still_running_gets_its_status_when_the_window_ends(
     assert get(api, namespace, "modeldeployments", "slow")["status"]["observedGeneration"] == 1
 
 
+def test_a_labelled_rollout_that_waits_for_a_node_shows_it_at_once(api: client.ApiClient, namespace: str) -> None:
+    hub_model(api, namespace, "big")
+    # the pool has 2 g5.48xlarge nodes, each with 8 GPUs: a third replica waits (deadline: 120 s here)
+    created = model_deployment(api, namespace, "big", "g5.48xlarge", labels={DOCK_STATUS_ID_LABEL: "job-big"},
+                               scalingParameters={"minReplicas": 3})  # fmt: skip
+    waiting = wait_for(lambda: job(api, namespace, "modeldeployments", "big"), timeout=30, what="a status")
+    seen_at = datetime.now(UTC)
+    assert (waiting["status"], waiting["reason"]) == ("IN_PROGRESS", "Unschedulable")
+    assert (seen_at - created_at(created)).total_seconds() < SETTLE  # not held back for the window
+
+
 def test_an_unlabelled_object_gets_its_in_progress_status_at_once(api: client.ApiClient, namespace: str) -> None:
     hub_model(api, namespace, "plain")
     created = model_deployment(api, namespace, "plain")

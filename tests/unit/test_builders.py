@@ -41,6 +41,7 @@ from dockyard_operator.builders import (
     weights_size_limit,
 )
 from dockyard_operator.runtimes import DEFAULT_CATALOG, Runtime, sampling_defaults
+from dockyard_operator.workloads import WORKLOAD_SELECTOR, key_of
 from tests.unit.k8s_shapes import HYPER_PARAMETERS, NAMESPACE, model_deployment
 
 # Service names must be RFC 1035 labels (a letter first, no dots); Deployments accept DNS subdomains.
@@ -815,3 +816,21 @@ def test_local_engine_pods_carry_the_label_and_the_readiness_gate() -> None:
     plain = build(mdep)
     assert "dockyard.dev/local-engine" not in pod_labels(plain)
     assert "readinessGates" not in pod_spec(plain)
+
+
+def test_every_workload_object_is_one_the_operator_watches_under_its_owner() -> None:
+    """dockyard_operator.workloads lists and watches only what WORKLOAD_SELECTOR selects, and queues the
+    owner of each change by key_of: a workload object outside either would never be seen."""
+    managed_by, component = WORKLOAD_SELECTOR.split(",")
+    label, _, value = managed_by.partition("=")
+    for workload, kind, owner in ((build(model_deployment("llama")), "model-server", "llama"),
+                                  (build_tool(), "tool", "weather")):  # fmt: skip
+        for labels in (workload.deployment["metadata"]["labels"], pod_labels(workload)):
+            assert labels[label] == value
+            assert labels[component] == kind
+        assert key_of(workload.deployment) == (NAMESPACE, kind, owner)
+        assert key_of({"metadata": {"namespace": NAMESPACE, "labels": pod_labels(workload)}}) == (
+            NAMESPACE,
+            kind,
+            owner,
+        )

@@ -44,7 +44,7 @@ def test_models_keep_their_diff_base() -> None:
 
 
 def test_watch_only_kinds_get_an_empty_diff_base() -> None:
-    body = kopf.Body({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"nodeName": "n"}})
+    body = kopf.Body({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n"}, "spec": {"podCIDR": "x"}})
     storage = lifecycle.DiffBaseOfChangeHandled(prefix="dockyard.dev", key="last-handled-configuration")
     assert storage.build(body=body) == {}
 

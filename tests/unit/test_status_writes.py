@@ -56,6 +56,8 @@ def test_nothing_else_is_held_back() -> None:
     assert held_back(body(), None, job(status="FAILED", reason="Unschedulable"), "a", 10.0, at(1)) == 0.0
     assert held_back(body(), job(job_id="old"), job(), "a", 10.0, at(1)) == 0.0  # a later job: status shows the old
     assert held_back(body(), None, job(job_id="random"), None, 10.0, at(1)) == 0.0  # unlabelled: label patch first
+    assert held_back(body(), None, job(reason="Unschedulable"), "a", 10.0, at(1)) == 0.0  # waits: shown at once
+    assert held_back(body(), None, job(reason="Deploying"), "a", 10.0, at(1)) == 9.0  # its first assessment
 
 
 def test_a_new_objects_first_job_started_at_its_creation() -> None:

@@ -1,12 +1,13 @@
 """kopf handlers of ModelDeployments and ToolDeployments. Handlers stay thin: the reconciles
 (``reconcile/modeldeployment.py``, ``reconcile/tooldeployment.py``) and the pure builders do the work.
-Indexes keep in-memory views of what the reconcilers read (rebuilt from the API by kopf on every start),
-so observing 1,000 rollouts costs no API reads.
+In-memory views keep what the reconcilers read (kopf's indexes of Nodes, Models and Tools; the
+workloads' Deployments and Pods in :mod:`dockyard_operator.workloads`), rebuilt from the API on every
+start, so observing 1,000 rollouts costs no API reads.
 
 ModelDeployments and ToolDeployments are reconciled by a :class:`~dockyard_operator.workqueue.WorkQueue`
-each: the watch events of the object, of its Deployment and Pods, and of its Model or Tool only
-trigger a reconcile, which the queue coalesces and serialises per object. No kopf timer runs per
-object, so kopf needs no finalizer on them and writes no bookkeeping to them.
+each: the watch events of the object, of its Deployment and Pods (:mod:`dockyard_operator.workloads`),
+and of its Model or Tool only trigger a reconcile, which the queue coalesces and serialises per object.
+No kopf timer runs per object, so kopf needs no finalizer on them and writes no bookkeeping to them.
 """
 
 from __future__ import annotations
@@ -21,48 +22,13 @@ from dockyard_core.kubeclient import KubeError
 from dockyard_core.resources import GROUP
 from dockyard_core.resources.v1alpha1 import VERSION
 from dockyard_operator.assess import parse_quantity
-from dockyard_operator.builders import COMPONENT_LABEL, MANAGED_BY
 from dockyard_operator.context import Context, Views, snapshot
 from dockyard_operator.handlers.events import post_event, post_events
 from dockyard_operator.kube import Conflict
 from dockyard_operator.scaling import autoscaler_loop, autoscaling_enabled
 from dockyard_operator.workqueue import Body, ObjectKey, Outcome, WorkQueue, key_of
 
-MANAGED: dict[str, Any] = {
-    "app.kubernetes.io/managed-by": MANAGED_BY,
-    COMPONENT_LABEL: kopf.PRESENT,
-}
-
-
-# --- indexes ----------------------------------------------------------------------------------------
-
-
-def _slim(body: kopf.Body, status_keys: tuple[str, ...]) -> dict[str, Any]:
-    meta = body["metadata"]
-    return {
-        "metadata": {k: meta.get(k) for k in ("name", "generation", "annotations", "deletionTimestamp")},
-        "spec": {k: body["spec"].get(k) for k in ("nodeName", "replicas") if k in body["spec"]},
-        "status": {k: body.get("status", {}).get(k) for k in status_keys if k in body.get("status", {})},
-    }
-
-
-DEPLOYMENT_STATUS = ("observedGeneration", "replicas", "updatedReplicas", "readyReplicas", "availableReplicas",
-                     "conditions")  # fmt: skip
-POD_STATUS = ("phase", "conditions", "initContainerStatuses", "containerStatuses", "podIP")
-
-
-def _key(namespace: str | None, labels: kopf.Labels) -> tuple[str, str, str]:
-    return (namespace or "", labels[COMPONENT_LABEL], labels.get("app.kubernetes.io/instance", ""))
-
-
-@kopf.index("apps", "v1", "deployments", labels=MANAGED)
-async def workload_deployments(namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any) -> Any:
-    return {_key(namespace, labels): _slim(body, DEPLOYMENT_STATUS)}
-
-
-@kopf.index("", "v1", "pods", labels=MANAGED)
-async def workload_pods(namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any) -> Any:
-    return {_key(namespace, labels): _slim(body, POD_STATUS)}
+# --- indexes (the workloads' Deployments and Pods: dockyard_operator.workloads) -----------------------
 
 
 @kopf.index("", "v1", "nodes", labels={INSTANCE_TYPE_LABEL: kopf.PRESENT})
@@ -83,10 +49,11 @@ async def tools(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> 
     return {(namespace or "", name): snapshot(body)}
 
 
-def _views(kw: dict[str, Any]) -> Views:
+def _views(ctx: Context, kw: dict[str, Any]) -> Views:
+    assert ctx.workloads is not None  # started with the context
     return Views(
-        deployments=kw["workload_deployments"],
-        pods=kw["workload_pods"],
+        deployments=ctx.workloads.deployments,
+        pods=ctx.workloads.pods,
         nodes=kw["node_capacity"],
         models=kw["models"],
         tools=kw["tools"],
@@ -99,6 +66,9 @@ def _views(kw: dict[str, Any]) -> Views:
 async def reconcile_queued(ctx: Context, reconcile: Any, body: Body) -> Outcome:
     """Run one queued reconcile; a conflict or a vanished object is an outcome, not an error."""
     assert ctx.views is not None  # set by the handler that queued the object
+    assert ctx.workloads is not None
+    if not ctx.workloads.synced:  # after a start: not before the workloads' first list is in
+        await ctx.workloads.wait_synced()
     try:
         outcome: Outcome = await reconcile(ctx, body, ctx.views)
         post_events(body, outcome.events)
@@ -114,7 +84,7 @@ async def reconcile_queued(ctx: Context, reconcile: Any, body: Body) -> Outcome:
 def _watch(memo: kopf.Memo, queue: WorkQueue, event: kopf.RawEvent, body: kopf.Body, kw: dict[str, Any]) -> None:
     ctx: Context = memo.ctx
     if ctx.views is None:
-        ctx.views = _views(kw)  # kopf's indexes are live mappings: capture them once
+        ctx.views = _views(ctx, kw)  # kopf's indexes are live mappings: capture them once
     if event["type"] == "DELETED":  # children go with their owner (garbage collection)
         queue.forget(body)
         ctx.forget(body["metadata"]["uid"])
@@ -139,19 +109,6 @@ async def model_deployment_event(event: kopf.RawEvent, memo: kopf.Memo, body: ko
 @kopf.on.event(GROUP, VERSION, "tooldeployments")
 async def tool_deployment_event(event: kopf.RawEvent, memo: kopf.Memo, body: kopf.Body, **kw: Any) -> None:
     _watch(memo, memo.tdeps, event, body, kw)
-
-
-def _owner_queue(memo: kopf.Memo, labels: kopf.Labels) -> WorkQueue | None:
-    component = labels.get(COMPONENT_LABEL)
-    return memo.mdeps if component == "model-server" else memo.tdeps if component == "tool" else None
-
-
-# A child's event can change its owner's assessment: queue the owner (the index is already updated).
-@kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
-@kopf.on.event("", "v1", "pods", labels=MANAGED)
-async def workload_event(namespace: str | None, labels: kopf.Labels, memo: kopf.Memo, **_: Any) -> None:
-    if (queue := _owner_queue(memo, labels)) is not None:
-        queue.trigger((namespace or "", labels.get("app.kubernetes.io/instance", "")))
 
 
 # A Model or Tool that appears, becomes ReadyToDeploy or changes: queue the deployments of its namespace.

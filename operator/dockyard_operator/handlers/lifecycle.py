@@ -21,7 +21,6 @@ from dockyard_core.kubeclient import AsyncKube, KubeError
 from dockyard_core.resources import GROUP
 from dockyard_core.resources.v1alpha1 import VERSION
 from dockyard_operator import health
-from dockyard_operator.builders import COMPONENT_LABEL, MANAGED_BY
 from dockyard_operator.context import API_CONCURRENCY, Context
 from dockyard_operator.handlers.deployments import reconcile_queued
 from dockyard_operator.handlers.events import post_event
@@ -32,15 +31,11 @@ from dockyard_operator.reconcile.tooldeployment import reconcile_tool_deployment
 from dockyard_operator.runtimes import load_catalog
 from dockyard_operator.settings import OperatorSettings, operator_settings
 from dockyard_operator.webhook_tls import self_signed
+from dockyard_operator.workloads import Key, WorkloadViews
 from dockyard_operator.workqueue import WorkQueue
-
-WORKLOAD_SELECTOR = f"app.kubernetes.io/managed-by={MANAGED_BY},{COMPONENT_LABEL}"
-"""The Deployments and Pods the operator watches: those of its workloads (handlers.deployments.MANAGED)."""
 
 WATCH_ONLY = frozenset(
     {
-        ("v1", "Pod"),
-        ("apps/v1", "Deployment"),
         ("v1", "Node"),
         (f"{GROUP}/{VERSION}", "ModelDeployment"),
         (f"{GROUP}/{VERSION}", "ToolDeployment"),
@@ -77,11 +72,6 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         prefix="dockyard.dev", key="last-handled-configuration"
     )
     settings.watching.server_timeout = 300
-    # kopf's handler filters (labels=) are client-side: without a selector on the watch itself, the
-    # operator would receive and decode every Deployment and Pod of the cluster. The API server sends
-    # only the workloads the operator made (the filters of the handlers stay, as the same check).
-    for resource in (("apps", "deployments"), ("v1", "pods")):
-        settings.watching.label_selectors[resource] = WORKLOAD_SELECTOR
     # Requests queue for a connection without a deadline (as they queued for a thread before); the
     # connection and every read are bounded. A total deadline failed thousands of reconciles that
     # waited for a connection while 1,500 ModelDeployments started at once (bench.scale).
@@ -99,6 +89,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     memo.tdeps = WorkQueue(
         "ToolDeployment", partial(reconcile_queued, ctx, reconcile_tool_deployment), max_concurrent=API_CONCURRENCY
     )
+    ctx.workloads = WorkloadViews(http, partial(_owner_changed, memo))
+    ctx.workloads.start()
     memo.autoscalers = {}
     memo.http = httpx.AsyncClient(timeout=config.metrics_timeout_seconds)
     memo.importer = Importer(config, memo.ctx.kube, post_event)
@@ -144,10 +136,20 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
     return info
 
 
+def _owner_changed(memo: kopf.Memo, key: Key) -> None:
+    """A workload Deployment or Pod changed: queue its owner (its view is already updated)."""
+    namespace, component, owner = key
+    queue = memo.mdeps if component == "model-server" else memo.tdeps if component == "tool" else None
+    if queue is not None:
+        queue.trigger((namespace, owner))
+
+
 @kopf.on.cleanup()
 async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     for task in memo.get("autoscalers", {}).values():
         task.cancel()
+    if "ctx" in memo and memo.ctx.workloads is not None:
+        await memo.ctx.workloads.stop()
     for queue in ("mdeps", "tdeps"):
         if queue in memo:
             await memo[queue].close()

@@ -155,6 +155,10 @@ def in_flight(before: DockJob | None, job: DockJob) -> bool:
     )
 
 
+PROGRESSING = frozenset({"Deploying", "RollingOut"})
+"""The reasons of a job that runs as it should (the IN_PROGRESS status it may hold back)."""
+
+
 def held_back(
     body: Body,
     before: DockJob | None,
@@ -166,12 +170,16 @@ def held_back(
     """Seconds the status of a new object's first job is still held back (0: write it when it changes).
 
     The facade labels what it creates with the job's id, and answers for the job from that label until
-    the status has it, so the IN_PROGRESS write of a rollout that finishes within the settle window
-    (``status_settle_seconds`` after the object's creation) would tell nobody anything: the status is
-    written once, when the job ends. A rollout still in flight at the end of the window gets its
-    IN_PROGRESS status then. Derived from the object alone (its creationTimestamp and the absence of a
-    job in its status), so a restarted operator holds back exactly the same writes."""
-    if before is not None or job.status != "IN_PROGRESS" or requested != job.dock_status_id:
+    the status has it, so the IN_PROGRESS write of a rollout that goes as it should and ends within the
+    settle window (``settle_seconds`` after the object's creation) would tell nobody anything: the
+    status is written once, when the job ends. A rollout still in flight at the end of the window gets
+    its IN_PROGRESS status then, and one that waits for something (a replica that cannot be scheduled,
+    a volume that cannot be mounted: any reason but :data:`PROGRESSING`) gets it at once. Derived from
+    the object alone (its creationTimestamp and the absence of a job in its status), so a restarted
+    operator holds back exactly the same writes."""
+    if before is not None or job.status != "IN_PROGRESS" or job.reason not in PROGRESSING:
+        return 0.0
+    if requested != job.dock_status_id:
         return 0.0
     created = created_at(body)
     if created is None:

@@ -1,0 +1,151 @@
+"""The operator's views of its workloads (dockyard_operator.workloads): one list, then each watch event
+kept as a slim copy under its owner's key and the owner queued; a lost watch lists again and keeps the
+objects meanwhile (the reconciles cannot work without them); only the operator's own objects are asked
+for (the label selector)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from dockyard_core.kubeclient import KubeError
+from dockyard_operator.workloads import POD_STATUS, WORKLOAD_SELECTOR, Workloads
+
+NS = "team"
+
+
+def pod(name: str, owner: str, version: str, *, uid: str | None = None, ready: bool = False) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name, "namespace": NS, "uid": uid or f"uid-{name}", "resourceVersion": version,
+            "labels": {"app.kubernetes.io/managed-by": "dockyard", "app.kubernetes.io/component": "model-server",
+                       "app.kubernetes.io/instance": owner},
+            "annotations": {"dockyard.dev/template-hash": "h"}, "managedFields": [{"manager": "kubelet"}],
+        },
+        "spec": {"nodeName": "node-1", "containers": [{"name": "engine", "image": "vllm"}]},
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": str(ready)}], "hostIP": "10.0.0.1"},
+    }  # fmt: skip
+
+
+class FakeKube:
+    """Answers lists from ``lists`` and watches from ``watches`` (each a list of events or an exception)."""
+
+    def __init__(self, lists: list[Any], watches: list[Any]) -> None:
+        self.lists = lists
+        self.watches = watches
+        self.list_params: list[dict[str, str] | None] = []
+        self.watch_params: list[dict[str, str]] = []
+        self.done = asyncio.Event()
+
+    async def request(self, method: str, path: str, params: dict[str, str] | None = None, **_: Any) -> dict[str, Any]:
+        assert (method, path) == ("GET", "/api/v1/pods")
+        self.list_params.append(params)
+        answer = self.lists.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        result: dict[str, Any] = answer
+        return result
+
+    async def watch(self, path: str, params: dict[str, str]) -> AsyncIterator[dict[str, Any]]:
+        self.watch_params.append(dict(params))
+        if not self.watches:
+            self.done.set()
+            await asyncio.Event().wait()  # a quiet watch: nothing happens any more
+        events = self.watches.pop(0)
+        if isinstance(events, Exception):
+            raise events
+        for event in events:
+            yield event
+
+
+def listing(version: str, *items: dict[str, Any]) -> dict[str, Any]:
+    return {"metadata": {"resourceVersion": version}, "items": list(items)}
+
+
+async def follow(kube: FakeKube) -> tuple[Workloads, list[tuple[str, str, str]]]:
+    changed: list[tuple[str, str, str]] = []
+    pods = Workloads(kube, "/api/v1/pods", POD_STATUS, changed.append)  # type: ignore[arg-type]
+    pods.start()
+    await asyncio.wait_for(kube.done.wait(), timeout=10)
+    await pods.stop()
+    return pods, changed
+
+
+def test_a_list_then_watch_events_keep_slim_copies_by_owner_and_queue_the_owner() -> None:
+    async def scenario() -> None:
+        kube = FakeKube(
+            lists=[listing("10", pod("a-1", "a", "9"))],
+            watches=[[
+                {"type": "ADDED", "object": pod("b-1", "b", "11")},
+                {"type": "MODIFIED", "object": pod("a-1", "a", "12", ready=True)},
+                {"type": "ADDED", "object": pod("a-2", "a", "13")},
+                {"type": "DELETED", "object": pod("b-1", "b", "14")},
+            ]],
+        )  # fmt: skip
+        pods, changed = await follow(kube)
+        assert pods.synced
+        assert kube.list_params == [{"labelSelector": WORKLOAD_SELECTOR}]
+        assert kube.watch_params[0]["resourceVersion"] == "10"
+        assert kube.watch_params[0]["labelSelector"] == WORKLOAD_SELECTOR
+        key_a, key_b = (NS, "model-server", "a"), (NS, "model-server", "b")
+        assert changed == [key_a, key_b, key_a, key_a, key_b]
+        assert key_b not in pods
+        first, second = pods[key_a]
+        assert first["status"]["conditions"] == [{"type": "Ready", "status": "True"}]  # the newest version
+        assert first["metadata"] == {"name": "a-1", "generation": None, "deletionTimestamp": None,
+                                     "annotations": {"dockyard.dev/template-hash": "h"}}  # fmt: skip
+        assert "hostIP" not in first["status"]
+        assert first["spec"] == {"nodeName": "node-1"}
+        assert second["metadata"]["name"] == "a-2"
+
+    asyncio.run(scenario())
+
+
+def test_an_object_whose_owner_label_changes_moves_and_both_owners_are_queued() -> None:
+    async def scenario() -> None:
+        moved = pod("p", "b", "11", uid="u-1")
+        kube = FakeKube(lists=[listing("10", pod("p", "a", "9", uid="u-1"))],
+                        watches=[[{"type": "MODIFIED", "object": moved}]])  # fmt: skip
+        pods, changed = await follow(kube)
+        assert changed[-2:] == [(NS, "model-server", "a"), (NS, "model-server", "b")]
+        assert list(pods) == [(NS, "model-server", "b")]
+
+    asyncio.run(scenario())
+
+
+def test_an_expired_watch_lists_again_and_queues_every_owner_before_and_after() -> None:
+    async def scenario() -> None:
+        expired = {"type": "ERROR", "object": {"code": 410, "reason": "Expired", "message": "too old"}}
+        kube = FakeKube(
+            lists=[listing("10", pod("a-1", "a", "9")), listing("20", pod("b-1", "b", "19"))],
+            watches=[[expired]],
+        )
+        pods, changed = await follow(kube)
+        assert len(kube.list_params) == 2
+        assert kube.watch_params[-1]["resourceVersion"] == "20"
+        assert list(pods) == [(NS, "model-server", "b")]
+        assert set(changed[1:]) == {(NS, "model-server", "a"), (NS, "model-server", "b")}
+
+    asyncio.run(scenario())
+
+
+def test_a_failed_watch_keeps_the_objects_while_it_lists_again_and_a_refused_list_is_retried() -> None:
+    async def scenario() -> None:
+        kube = FakeKube(
+            lists=[listing("10", pod("a-1", "a", "9")), KubeError(403, "Forbidden", "no"), listing("30")],
+            watches=[KubeError(503, "Unavailable", "the API server restarts")],
+        )
+        changed: list[tuple[str, str, str]] = []
+        pods = Workloads(kube, "/api/v1/pods", POD_STATUS, changed.append)  # type: ignore[arg-type]
+        pods.start()
+        while len(kube.list_params) < 2:
+            await asyncio.sleep(0.01)
+        assert pods.synced  # still: the reconciles wait for nothing and read the last objects
+        assert (NS, "model-server", "a") in pods
+        await asyncio.wait_for(kube.done.wait(), timeout=10)  # the refused list was retried
+        assert len(kube.list_params) == 3
+        assert len(pods) == 0
+        await pods.stop()
+
+    asyncio.run(scenario())
