@@ -48,7 +48,8 @@ class Context:
     """The device catalog, read once from the settings (``device_catalog``)."""
     views: Views | None = None
     workloads: WorkloadViews | None = None
-    """The workloads' Deployments and Pods (list + watch, started with the operator)."""
+    """The workloads' Deployments and Pods (list + watch, started by the first ModelDeployment or
+    ToolDeployment event)."""
     builds: dict[str, ModelBuild] = field(default_factory=dict)
     """Per ModelDeployment uid, its last :class:`ModelBuild`."""
     statuses: dict[str, tuple[str | None, ModelDeploymentStatus]] = field(default_factory=dict)

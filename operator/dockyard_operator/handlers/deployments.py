@@ -85,6 +85,10 @@ def _watch(memo: kopf.Memo, queue: WorkQueue, event: kopf.RawEvent, body: kopf.B
     ctx: Context = memo.ctx
     if ctx.views is None:
         ctx.views = _views(ctx, kw)  # kopf's indexes are live mappings: capture them once
+        # Started here, inside kopf's processing of an event: the tasks of the list + watch, and the
+        # reconciles their events start, inherit the context kopf posts Events from (kopf.info/warn).
+        assert ctx.workloads is not None
+        ctx.workloads.start()
     if event["type"] == "DELETED":  # children go with their owner (garbage collection)
         queue.forget(body)
         ctx.forget(body["metadata"]["uid"])

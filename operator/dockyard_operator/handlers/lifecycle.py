@@ -89,8 +89,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     memo.tdeps = WorkQueue(
         "ToolDeployment", partial(reconcile_queued, ctx, reconcile_tool_deployment), max_concurrent=API_CONCURRENCY
     )
-    ctx.workloads = WorkloadViews(http, partial(_owner_changed, memo))
-    ctx.workloads.start()
+    ctx.workloads = WorkloadViews(http, partial(_owner_changed, memo))  # started by the first event of a kind
     memo.autoscalers = {}
     memo.http = httpx.AsyncClient(timeout=config.metrics_timeout_seconds)
     memo.importer = Importer(config, memo.ctx.kube, post_event)
