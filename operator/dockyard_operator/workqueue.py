@@ -85,6 +85,11 @@ def key_of(body: Body) -> ObjectKey:
     return meta.get("namespace") or "", meta["name"]
 
 
+def version_of(body: Body) -> str | None:
+    version: str | None = body["metadata"].get("resourceVersion")
+    return version
+
+
 class WorkQueue:
     """Coalescing, per-object serialised reconciles of one kind of object."""
 
@@ -116,9 +121,13 @@ class WorkQueue:
     # --- what the watch says ---------------------------------------------------------------------
 
     def observe(self, body: Body) -> None:
-        """A watch event of the object (anything but its deletion): remember it and reconcile."""
+        """A watch event of the object (anything but its deletion): remember it and reconcile, unless it is
+        the version the last reconcile's own write returned (that reconcile already acted on it)."""
         key = key_of(body)
         self._bodies[key] = body
+        written = self._written.get(key)
+        if written is not None and body["metadata"].get("resourceVersion") == version_of(written[1]):
+            return
         self.trigger(key)
 
     def forget(self, body: Body) -> None:

@@ -230,9 +230,11 @@ def test_the_written_object_is_used_until_the_watch_delivers_it() -> None:
         queue.observe(obj("a", "2"))  # the watch delivers the label write: still older than ours
         await settle(queue, 0.02)
         assert rec.seen[-1] == ("a", "3")
-        queue.observe(obj("a", "3", job="IN_PROGRESS"))  # caught up
+        reconciles = len(rec.seen)
+        queue.observe(obj("a", "3", job="IN_PROGRESS"))  # caught up: the echo of its own write
         await settle(queue, 0.02)
         assert queue.body(("ns", "a")) == obj("a", "3", job="IN_PROGRESS")
+        assert len(rec.seen) == reconciles  # not reconciled again for it
         queue.observe(obj("a", "4", job="SUCCESS"))  # someone else's newer change
         await settle(queue, 0.02)
         assert rec.seen[-1] == ("a", "4")
