@@ -102,7 +102,9 @@ class ListWatch:
                     if isinstance(exc, KubeError) and exc.status == 403:
                         log.warning("cannot list %s (%s): every lookup reads the API server", self.path, exc)
                         return
-                log.info("watch of %s failed: %s; listing again in %.1fs", self.path, exc, delay)
+                # a caller that needs the objects waits for them: say so louder when it cannot have them
+                level = logging.WARNING if self.required and not self.synced else logging.INFO
+                log.log(level, "watch of %s failed: %s; listing again in %.1fs", self.path, exc, delay)
                 await asyncio.sleep(delay * (1 + random.random()))
                 delay = min(delay * 2, 30.0)
 
