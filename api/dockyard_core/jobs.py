@@ -16,6 +16,9 @@ from dockyard_core.resources.v1alpha1 import DOCK_STATUS_ID_LABEL, DockJob
 
 PENDING = "Pending"
 """Reason of a job the facade has requested and the operator not yet started."""
+NOT_REPORTED = "the job has not been reported on yet"
+"""Message of a job whose object's status does not have it yet: the operator has not started it, or holds
+back the first status of a new object's rollout while it goes as it should (docs/operator.md)."""
 
 
 def current_job(obj: Mapping[str, Any]) -> DockJob | None:
@@ -57,8 +60,8 @@ def record(obj: Mapping[str, Any], id_key: str) -> dict[str, Any]:
         "jobType": job.job_type if job else ("TOOLS" if id_key == "toolId" else "MODELS"),
         "action": job.action if job else ("EXPORT" if obj.get("kind") == "Model" else "DEPLOY"),
         "status": job.status if job else "IN_PROGRESS",
-        "reason": job.reason if job else "",
-        "message": job.message if job else "",
+        "reason": job.reason if job else PENDING,
+        "message": job.message if job else NOT_REPORTED,
         "startTime": kube_time(job.start_time) if job and job.start_time else None,
         "completionTime": kube_time(job.completion_time) if job and job.completion_time else None,
     }

@@ -381,7 +381,7 @@ async def _wait_for_job(kube: AsyncKube, obj: dict[str, Any], job_id: str, setti
                 record = jobs.record(obj, "toolId")
                 record["message"] = f"{waited}: {job.get('message', '')}; {hint}"
                 return record
-            return jobs.pending(obj, "toolId", job_id, f"{waited}: the operator has not started the job; {hint}")
+            return jobs.pending(obj, "toolId", job_id, f"{waited}: {jobs.NOT_REPORTED}; {hint}")
         await asyncio.sleep(min(settings.sync_deploy_poll_seconds, remaining))
         try:
             obj = await kube.request("GET", path)

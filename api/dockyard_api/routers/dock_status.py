@@ -63,6 +63,6 @@ async def dock_status(
             if record["dockStatusId"] != dock_status_id:
                 # the facade labelled the object with the new job; its status does not have it yet (the operator
                 # has not started it, or holds back the first status of a new object's fast rollout)
-                record = jobs.pending(obj, id_key, dock_status_id, "the job has not been reported on yet")
+                record = jobs.pending(obj, id_key, dock_status_id, jobs.NOT_REPORTED)
             return record
     raise NotFoundError(f"no job {dock_status_id!r} in this environment", {"dockStatusId": dock_status_id})

@@ -1,0 +1,33 @@
+"""The public job record of an object (dockyard_core.jobs.record): what the dock-status lookup answers."""
+
+from __future__ import annotations
+
+from dockyard_core.jobs import NOT_REPORTED, PENDING, record
+
+
+def mdep(status: dict[str, object] | None = None) -> dict[str, object]:
+    return {
+        "kind": "ModelDeployment",
+        "metadata": {"name": "chat", "namespace": "team", "labels": {"dockyard.dev/dock-status-id": "job-1"}},
+        "spec": {"modelRef": "llama"},
+        "status": status or {},
+    }
+
+
+def test_a_labelled_object_whose_status_has_no_job_yet_is_pending() -> None:
+    out = record(mdep(), "modelId")
+    assert (out["dockStatusId"], out["dock-statusId"], out["modelId"]) == ("job-1", "job-1", "llama")
+    assert (out["status"], out["reason"], out["message"]) == ("IN_PROGRESS", PENDING, NOT_REPORTED)
+    assert (out["jobType"], out["action"], out["deploymentName"]) == ("MODELS", "DEPLOY", "chat")
+    assert out["startTime"] is None
+
+
+def test_the_status_job_is_the_record() -> None:
+    job = {
+        "dockStatusId": "job-1", "jobType": "MODELS", "action": "DEPLOY", "status": "SUCCESS", "reason": "Available",
+        "message": "1 replica(s) ready and serving", "startTime": "2026-11-23T19:08:41Z",
+        "completionTime": "2026-11-23T19:08:42Z", "generation": 1, "templateHash": "h",
+    }  # fmt: skip
+    out = record(mdep({"job": job}), "modelId")
+    assert (out["status"], out["reason"], out["message"]) == ("SUCCESS", "Available", "1 replica(s) ready and serving")
+    assert (out["startTime"], out["completionTime"]) == ("2026-11-23T19:08:41Z", "2026-11-23T19:08:42Z")
