@@ -50,7 +50,7 @@ async def tools(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> 
 
 
 def _views(ctx: Context, kw: dict[str, Any]) -> Views:
-    assert ctx.workloads is not None  # started with the context
+    assert ctx.workloads is not None  # built at start-up (handlers/lifecycle.py)
     return Views(
         deployments=ctx.workloads.deployments,
         pods=ctx.workloads.pods,
