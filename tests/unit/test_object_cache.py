@@ -4,13 +4,15 @@ watch's version expires (410) or the connection fails; give up (every lookup liv
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from dockyard_api.cache import Informer
 from dockyard_core.kubeclient import AsyncKube, KubeError
+from tests.support.listwatch import ScriptedKube
+
+MODELS = AsyncKube.all_namespaces_path("models")
 
 
 def model(namespace: str, name: str, phase: str | None, version: str) -> dict[str, Any]:
@@ -20,39 +22,8 @@ def model(namespace: str, name: str, phase: str | None, version: str) -> dict[st
     }
 
 
-class FakeKube:
-    """Answers lists from ``lists`` and watches from ``watches`` (each a list of events or an exception)."""
-
-    def __init__(self, lists: list[Any], watches: list[Any]) -> None:
-        self.lists = lists
-        self.watches = watches
-        self.list_calls = 0
-        self.watch_params: list[dict[str, str]] = []
-        self.done = asyncio.Event()
-
-    async def request(self, method: str, path: str, **_: Any) -> dict[str, Any]:
-        assert (method, path) == ("GET", "/apis/dockyard.dev/v1alpha1/models")
-        self.list_calls += 1
-        answer = self.lists.pop(0)
-        if isinstance(answer, Exception):
-            raise answer
-        result: dict[str, Any] = answer
-        return result
-
-    async def watch(self, path: str, params: dict[str, str]) -> AsyncIterator[dict[str, Any]]:
-        self.watch_params.append(dict(params))
-        if not self.watches:
-            self.done.set()
-            await asyncio.Event().wait()  # a quiet watch: nothing happens any more
-        events = self.watches.pop(0)
-        if isinstance(events, Exception):
-            raise events
-        for event in events:
-            yield event
-
-
-async def follow(kube: FakeKube) -> Informer:
-    cache = Informer(kube, AsyncKube.all_namespaces_path("models"))  # type: ignore[arg-type]
+async def follow(kube: ScriptedKube) -> Informer:
+    cache = Informer(kube, MODELS)  # type: ignore[arg-type]
     cache.start()
     await asyncio.wait_for(kube.done.wait(), timeout=10)
     return cache
@@ -60,7 +31,8 @@ async def follow(kube: FakeKube) -> Informer:
 
 def test_list_then_follow_the_watch() -> None:
     async def scenario() -> None:
-        kube = FakeKube(
+        kube = ScriptedKube(
+            MODELS,
             lists=[{"metadata": {"resourceVersion": "10"}, "items": [model("a", "m1", "Importing", "5")]}],
             watches=[
                 [
@@ -90,7 +62,8 @@ def test_list_then_follow_the_watch() -> None:
 def test_an_expired_watch_lists_again() -> None:
     async def scenario() -> None:
         expired = {"type": "ERROR", "object": {"code": 410, "reason": "Expired", "message": "too old"}}
-        kube = FakeKube(
+        kube = ScriptedKube(
+            MODELS,
             lists=[
                 {"metadata": {"resourceVersion": "1"}, "items": [model("a", "gone", "ReadyToDeploy", "1")]},
                 {"metadata": {"resourceVersion": "50"}, "items": [model("a", "new", "ReadyToDeploy", "49")]},
@@ -109,7 +82,8 @@ def test_an_expired_watch_lists_again() -> None:
 @pytest.mark.parametrize("failure", [KubeError(502, "Unreachable", "down"), ValueError("garbled event")])
 def test_a_failed_watch_backs_off_and_lists_again(failure: Exception) -> None:
     async def scenario() -> None:
-        kube = FakeKube(
+        kube = ScriptedKube(
+            MODELS,
             lists=[
                 {"metadata": {"resourceVersion": "1"}, "items": []},
                 {"metadata": {"resourceVersion": "2"}, "items": [model("a", "m", "ReadyToDeploy", "2")]},
@@ -126,8 +100,10 @@ def test_a_failed_watch_backs_off_and_lists_again(failure: Exception) -> None:
 
 def test_without_permission_to_list_every_lookup_is_live() -> None:
     async def scenario() -> None:
-        kube = FakeKube(lists=[KubeError(403, "Forbidden", "cannot list models at the cluster scope")], watches=[])
-        cache = Informer(kube, AsyncKube.all_namespaces_path("models"))  # type: ignore[arg-type]
+        kube = ScriptedKube(
+            MODELS, lists=[KubeError(403, "Forbidden", "cannot list models at the cluster scope")], watches=[]
+        )
+        cache = Informer(kube, MODELS)  # type: ignore[arg-type]
         cache.start()
         await asyncio.sleep(0.1)
         assert not cache.synced

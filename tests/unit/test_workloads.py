@@ -6,13 +6,14 @@ for (the label selector)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 from dockyard_core.kubeclient import KubeError
 from dockyard_operator.workloads import POD_STATUS, WORKLOAD_SELECTOR, Workloads
+from tests.support.listwatch import ScriptedKube
 
 NS = "team"
+PODS = "/api/v1/pods"
 
 
 def pod(name: str, owner: str, version: str, *, uid: str | None = None, ready: bool = False) -> dict[str, Any]:
@@ -28,44 +29,13 @@ def pod(name: str, owner: str, version: str, *, uid: str | None = None, ready: b
     }  # fmt: skip
 
 
-class FakeKube:
-    """Answers lists from ``lists`` and watches from ``watches`` (each a list of events or an exception)."""
-
-    def __init__(self, lists: list[Any], watches: list[Any]) -> None:
-        self.lists = lists
-        self.watches = watches
-        self.list_params: list[dict[str, str] | None] = []
-        self.watch_params: list[dict[str, str]] = []
-        self.done = asyncio.Event()
-
-    async def request(self, method: str, path: str, params: dict[str, str] | None = None, **_: Any) -> dict[str, Any]:
-        assert (method, path) == ("GET", "/api/v1/pods")
-        self.list_params.append(params)
-        answer = self.lists.pop(0)
-        if isinstance(answer, Exception):
-            raise answer
-        result: dict[str, Any] = answer
-        return result
-
-    async def watch(self, path: str, params: dict[str, str]) -> AsyncIterator[dict[str, Any]]:
-        self.watch_params.append(dict(params))
-        if not self.watches:
-            self.done.set()
-            await asyncio.Event().wait()  # a quiet watch: nothing happens any more
-        events = self.watches.pop(0)
-        if isinstance(events, Exception):
-            raise events
-        for event in events:
-            yield event
-
-
 def listing(version: str, *items: dict[str, Any]) -> dict[str, Any]:
     return {"metadata": {"resourceVersion": version}, "items": list(items)}
 
 
-async def follow(kube: FakeKube) -> tuple[Workloads, list[tuple[str, str, str]]]:
+async def follow(kube: ScriptedKube) -> tuple[Workloads, list[tuple[str, str, str]]]:
     changed: list[tuple[str, str, str]] = []
-    pods = Workloads(kube, "/api/v1/pods", POD_STATUS, changed.append)  # type: ignore[arg-type]
+    pods = Workloads(kube, PODS, POD_STATUS, changed.append)  # type: ignore[arg-type]
     pods.start()
     await asyncio.wait_for(kube.done.wait(), timeout=10)
     await pods.stop()
@@ -74,7 +44,8 @@ async def follow(kube: FakeKube) -> tuple[Workloads, list[tuple[str, str, str]]]
 
 def test_a_list_then_watch_events_keep_slim_copies_by_owner_and_queue_the_owner() -> None:
     async def scenario() -> None:
-        kube = FakeKube(
+        kube = ScriptedKube(
+            PODS,
             lists=[listing("10", pod("a-1", "a", "9"))],
             watches=[[
                 {"type": "ADDED", "object": pod("b-1", "b", "11")},
@@ -105,7 +76,7 @@ def test_a_list_then_watch_events_keep_slim_copies_by_owner_and_queue_the_owner(
 def test_an_object_whose_owner_label_changes_moves_and_both_owners_are_queued() -> None:
     async def scenario() -> None:
         moved = pod("p", "b", "11", uid="u-1")
-        kube = FakeKube(lists=[listing("10", pod("p", "a", "9", uid="u-1"))],
+        kube = ScriptedKube(PODS, lists=[listing("10", pod("p", "a", "9", uid="u-1"))],
                         watches=[[{"type": "MODIFIED", "object": moved}]])  # fmt: skip
         pods, changed = await follow(kube)
         assert changed[-2:] == [(NS, "model-server", "a"), (NS, "model-server", "b")]
@@ -117,7 +88,8 @@ def test_an_object_whose_owner_label_changes_moves_and_both_owners_are_queued() 
 def test_an_expired_watch_lists_again_and_queues_every_owner_before_and_after() -> None:
     async def scenario() -> None:
         expired = {"type": "ERROR", "object": {"code": 410, "reason": "Expired", "message": "too old"}}
-        kube = FakeKube(
+        kube = ScriptedKube(
+            PODS,
             lists=[listing("10", pod("a-1", "a", "9")), listing("20", pod("b-1", "b", "19"))],
             watches=[[expired]],
         )
@@ -132,12 +104,13 @@ def test_an_expired_watch_lists_again_and_queues_every_owner_before_and_after() 
 
 def test_a_failed_watch_keeps_the_objects_while_it_lists_again_and_a_refused_list_is_retried() -> None:
     async def scenario() -> None:
-        kube = FakeKube(
+        kube = ScriptedKube(
+            PODS,
             lists=[listing("10", pod("a-1", "a", "9")), KubeError(403, "Forbidden", "no"), listing("30")],
             watches=[KubeError(503, "Unavailable", "the API server restarts")],
         )
         changed: list[tuple[str, str, str]] = []
-        pods = Workloads(kube, "/api/v1/pods", POD_STATUS, changed.append)  # type: ignore[arg-type]
+        pods = Workloads(kube, PODS, POD_STATUS, changed.append)  # type: ignore[arg-type]
         pods.start()
         while len(kube.list_params) < 2:
             await asyncio.sleep(0.01)
