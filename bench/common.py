@@ -92,14 +92,10 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def control_plane_cpu(cluster: LocalCluster) -> float:
-    """CPU seconds used so far by the cluster's processes (kube-apiserver, etcd, controller manager,
-    scheduler, kwok): what a benchmark phase costs the control plane, whatever else runs on the box."""
-    return sum(control_plane_cpu_by_process(cluster).values())
-
-
 def control_plane_cpu_by_process(cluster: LocalCluster) -> Counter[str]:
-    """:func:`control_plane_cpu` by process (the executable's name, e.g. ``kube-apiserver``)."""
+    """CPU seconds used so far by each of the cluster's processes (kube-apiserver, etcd, controller
+    manager, scheduler, kwok), by executable name: what a benchmark phase costs the control plane,
+    whatever else runs on the box."""
     marker = str(cluster.settings.kwok_workdir)
     total: Counter[str] = Counter()
     for entry in Path("/proc").iterdir():
