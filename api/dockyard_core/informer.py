@@ -95,13 +95,13 @@ class ListWatch:
             except asyncio.CancelledError:
                 raise
             except (KubeError, ValueError) as exc:  # ValueError: a garbled event
+                if not self.required:
+                    self._synced.clear()  # doubtful until the next list (as the facade's cache always had it)
                 if isinstance(exc, KubeError) and exc.status == 410:
                     continue  # the watch's version expired: list again, at once
-                if not self.required:
-                    self._synced.clear()
-                    if isinstance(exc, KubeError) and exc.status == 403:
-                        log.warning("cannot list %s (%s): every lookup reads the API server", self.path, exc)
-                        return
+                if not self.required and isinstance(exc, KubeError) and exc.status == 403:
+                    log.warning("cannot list %s (%s): every lookup reads the API server", self.path, exc)
+                    return
                 # a caller that needs the objects waits for them: say so louder when it cannot have them
                 level = logging.WARNING if self.required and not self.synced else logging.INFO
                 log.log(level, "watch of %s failed: %s; listing again in %.1fs", self.path, exc, delay)
