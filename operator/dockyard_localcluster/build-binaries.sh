@@ -17,7 +17,8 @@ STAGING_VERSION="0.${KUBE_VERSION#1.}"
 KUBE_MINOR="$(cut -d. -f2 <<<"$KUBE_VERSION")"
 KEY="k8s-v${KUBE_VERSION}-kwok-${KWOK_VERSION}-helm-${HELM_VERSION}"
 BIN="$CACHE_ROOT/$KEY/bin"
-STAMP="$CACHE_ROOT/$KEY/.complete"
+# .complete-node: the set includes the real node's kubelet and kube-proxy (docs/real-node.md)
+STAMP="$CACHE_ROOT/$KEY/.complete-node"
 
 if [[ -f "$STAMP" ]]; then
   echo "$BIN"
@@ -33,7 +34,8 @@ gomod_of() { go mod download -json "$1" | python3 -c 'import json,sys;print(json
 BUILD_DATE="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 
 # --- Kubernetes components ------------------------------------------------------------------
-if [[ ! -x "$BIN/kube-apiserver" || ! -x "$BIN/kubectl" || ! -x "$BIN/kube-scheduler" || ! -x "$BIN/kube-controller-manager" ]]; then
+if [[ ! -x "$BIN/kube-apiserver" || ! -x "$BIN/kubectl" || ! -x "$BIN/kube-scheduler" || ! -x "$BIN/kube-controller-manager" \
+      || ! -x "$BIN/kubelet" || ! -x "$BIN/kube-proxy" ]]; then
   SRC="$CACHE_ROOT/src/k8s-v$KUBE_VERSION"
   mkdir -p "$SRC"; cd "$SRC"; rm -f go.mod go.sum
   KGOMOD="$(gomod_of "k8s.io/kubernetes@v$KUBE_VERSION")"
@@ -41,7 +43,7 @@ if [[ ! -x "$BIN/kube-apiserver" || ! -x "$BIN/kubectl" || ! -x "$BIN/kube-sched
   {
     echo 'module example.local/dockyard-k8sbins'; echo; echo 'go 1.26.0'; echo
     echo 'tool ('
-    for c in kube-apiserver kube-controller-manager kube-scheduler kubectl; do printf '\tk8s.io/kubernetes/cmd/%s\n' "$c"; done
+    for c in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy; do printf '\tk8s.io/kubernetes/cmd/%s\n' "$c"; done
     echo ')'; echo; echo "require k8s.io/kubernetes v$KUBE_VERSION"; echo; echo 'replace ('
     # every staging module of the real go.mod, replaced by its published v0.X.Y
     sed -n 's#^[[:space:]]*\(k8s\.io/[^ ]*\) => \./staging/.*#\1#p' "$KGOMOD" | while read -r m; do
@@ -56,10 +58,11 @@ if [[ ! -x "$BIN/kube-apiserver" || ! -x "$BIN/kubectl" || ! -x "$BIN/kube-sched
     LDF+=" -X $p.gitVersion=v$KUBE_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$KUBE_MINOR"
     LDF+=" -X $p.gitTreeState=clean -X $p.buildDate=$BUILD_DATE"
   done
-  log "building kube-apiserver, kube-controller-manager, kube-scheduler, kubectl (slow when cold)"
+  log "building kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet, kube-proxy (slow when cold)"
   go build -p "$JOBS" -trimpath -ldflags "-s -w$LDF" -o "$BIN/" \
     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-    k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl >&2
+    k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl \
+    k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy >&2
 fi
 
 # --- etcd: the version Kubernetes requires -----------------------------------------------------
