@@ -2,7 +2,8 @@
 
 ``POST /time`` with ``{"timezone": "Europe/Paris"}`` answers ``{"timezone", "time", "utcOffset"}``; an
 unknown zone is a 400 with a JSON error. ``GET /time`` (no body) answers for UTC, so the operator's
-reachability check and a browser both get an answer. :data:`PARAMETERS` is the tool's JSON Schema
+reachability check and a browser both get an answer. ``/`` answers the same as ``/time``: an image tool
+(the test image ``tool``, a ToolDeployment) is called at its Service's base URL. :data:`PARAMETERS` is the tool's JSON Schema
 (``Tool.spec.parameters``): the time zones are an enum, so a grammar-constrained tool call can only
 name one that exists.
 
@@ -25,6 +26,7 @@ PARAMETERS: dict[str, Any] = {
     "additionalProperties": False,
 }
 DESCRIPTION = "The current date and time in a time zone."
+ROUTES = ("/", "/time")
 
 
 def time_in(zone: str) -> dict[str, str]:
@@ -47,13 +49,13 @@ class Handler(BaseHTTPRequestHandler):
         self._send(status, {"error": {"code": code, "message": message, "details": None}})
 
     def do_GET(self) -> None:
-        if self.path.split("?")[0] != "/time":
+        if self.path.split("?")[0] not in ROUTES:
             self._error(404, "not_found", f"no route {self.path}; POST /time")
             return
         self._send(200, time_in("UTC"))
 
     def do_POST(self) -> None:
-        if self.path.split("?")[0] != "/time":
+        if self.path.split("?")[0] not in ROUTES:
             self._error(404, "not_found", f"no route {self.path}; POST /time")
             return
         length = int(self.headers.get("Content-Length") or 0)

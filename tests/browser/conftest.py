@@ -26,22 +26,13 @@ from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright
 from dockyard_api.runtime.endpoints import LOCAL_ENDPOINT_ANNOTATION, MODEL_DEPLOYMENT_LABEL
 from dockyard_core import apikeys
 from tests.e2e.conftest import api, cluster, crds, namespace  # noqa: F401 - the same fixtures as e2e
+from tests.support.browser import Site, chromium, serve_site
 from tests.support.cluster import E2ECluster
 from tests.support.dockyard import create, get, hub_model, model_deployment, patch
 from tests.support.runners import run_local_runtime
 from tests.support.scripted_model import ScriptedModel, scripted_model
 from tests.support.waiting import wait_for
 
-CHROMIUM = os.environ.get("DOCKYARD_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 ALLOWED_HOST = "127.0.0.2"
 """A site listed in the environment's spec.widget.allowedOrigins."""
 OTHER_HOST = "127.0.0.3"
@@ -59,12 +50,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def browser() -> Iterator[Browser]:
     """One Chromium for the browser tests, stopped after them: Playwright's sync API keeps an event loop
     running in this thread while it lives, and the later tests' asyncio.run() would refuse to start."""
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (.ci/run does)")
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    with chromium() as launched:
         yield launched
-        launched.close()
 
 
 @dataclass
@@ -163,45 +150,6 @@ def api_key(api: client.ApiClient, namespace: str, environment: str) -> str:  # 
     secret = apikeys.key_secret(key=key, name="site", environment=env, created_by="test", created_at=datetime.now(UTC))
     client.CoreV1Api(api).create_namespaced_secret(namespace, secret)
     return key.value
-
-
-@dataclass
-class Site:
-    """A web site on its own loopback origin: ``pages`` maps a path to its HTML."""
-
-    origin: str
-    pages: dict[str, str]
-
-    def url(self, path: str = "/") -> str:
-        return self.origin + path
-
-
-@contextmanager
-def serve_site(host: str) -> Iterator[Site]:
-    site = Site("", {})
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            page = site.pages.get(self.path.split("?")[0])
-            body = (page or "not found").encode()
-            self.send_response(200 if page else 404)
-            self.send_header("Content-Type", "text/html; charset=utf-8")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: object) -> None:
-            return
-
-    server = ThreadingHTTPServer((host, 0), Handler)
-    site.origin = f"http://{host}:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield site
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 @pytest.fixture
