@@ -4,32 +4,47 @@
 #   docker build -t ghcr.io/dockyard-dev/dockyard:0.1.0 .
 #
 # And the image of Dockyard's CTranslate2 server (the runtime catalog's `ctranslate2` entry), the
-# target ct2-server: `dockyard-ct2-server` with CTranslate2, tokenizers and cuBLAS for NVIDIA GPUs.
+# target ct2-server: `dockyard-ct2-server` with CTranslate2, tokenizers and cuBLAS for NVIDIA GPUs
+# (CT2_EXTRAS=ct2 leaves cuBLAS out: a CPU-only image without the ~600 MB wheel).
 #
 #   docker build --target ct2-server -t ghcr.io/dockyard-dev/dockyard-ct2-server:0.1.0 .
 #
+# And llama.cpp's OpenAI-compatible server from llama-cpp-python (CPU), the target llama-cpp, for
+# test beds: its wheel is compiled outside the build (`make engines`) and given as a named context.
+#
+#   docker build --target llama-cpp --build-context engine-wheels=$HOME/.cache/dockyard/wheels \
+#     -t localhost/dockyard-llama-cpp:dev .
+#
 # Stage 1 builds wheels (Dockyard's own and every dependency, pinned in pyproject.toml); stage 2 is
-# a slim runtime that installs them from that local directory only, removes pip/setuptools/wheel and
-# runs as a numeric non-root user. How this file is checked without a container engine:
-# docs/install.md ("The image").
+# a slim runtime that installs them from that local directory only into a virtual environment
+# (/opt/dockyard, first on PATH), removes pip/setuptools/wheel and runs as a numeric non-root user.
+# PYTHON_IMAGE may be the official Python image or a Debian bookworm with python3 and python3-venv
+# (`make images` builds one with mmdebstrap, docs/real-node.md). How this file is checked without a
+# container engine: docs/install.md ("The image").
 
 ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
+# The CTranslate2 server's extras: ct2 (CTranslate2, tokenizers) and ct2-gpu (cuBLAS for NVIDIA GPUs).
+ARG CT2_EXTRAS=ct2,ct2-gpu
 
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PATH=/opt/dockyard/bin:$PATH
+RUN python3 -m venv /opt/dockyard
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY api ./api
 COPY operator ./operator
 RUN pip wheel --wheel-dir /wheels --prefer-binary .
 
-# The CTranslate2 server's wheels: the same project with its ct2 and ct2-gpu extras.
+# The CTranslate2 server's wheels: the same project with its ct2 and (by default) ct2-gpu extras.
 FROM build AS ct2-build
-RUN pip wheel --wheel-dir /wheels --prefer-binary ".[ct2,ct2-gpu]"
+ARG CT2_EXTRAS
+RUN pip wheel --wheel-dir /wheels --prefer-binary ".[${CT2_EXTRAS}]"
 
 FROM ${PYTHON_IMAGE} AS ct2-server
 ARG DOCKYARD_VERSION=0.1.0
+ARG CT2_EXTRAS
 LABEL org.opencontainers.image.title="dockyard-ct2-server" \
       org.opencontainers.image.description="Dockyard's OpenAI-compatible CTranslate2 server" \
       org.opencontainers.image.version="${DOCKYARD_VERSION}" \
@@ -39,17 +54,58 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    LD_LIBRARY_PATH=/usr/local/lib/python3.11/site-packages/nvidia/cublas/lib
+    PATH=/opt/dockyard/bin:$PATH \
+    LD_LIBRARY_PATH=/opt/dockyard/lib/python3.11/site-packages/nvidia/cublas/lib
 RUN groupadd --system --gid 10001 dockyard \
     && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
        --shell /usr/sbin/nologin dockyard
 RUN --mount=type=bind,from=ct2-build,source=/wheels,target=/wheels \
-    pip install --no-index --find-links=/wheels "dockyard[ct2,ct2-gpu]==${DOCKYARD_VERSION}" \
+    python3 -m venv /opt/dockyard \
+    && pip install --no-index --find-links=/wheels "dockyard[${CT2_EXTRAS}]==${DOCKYARD_VERSION}" \
     && pip uninstall --yes setuptools wheel pip
 USER 10001:10001
 EXPOSE 8000
 # The operator passes the flags (runtimes.ctranslate2_args); docs/runtimes.md lists them.
 ENTRYPOINT ["dockyard-ct2-server"]
+CMD ["--help"]
+
+# llama.cpp's OpenAI-compatible server (llama-cpp-python[server], CPU) for test beds. Its wheel is
+# never compiled here: the named context engine-wheels holds the one `make engines` compiled.
+FROM ${PYTHON_IMAGE} AS llama-cpp-build
+ARG LLAMA_CPP_PYTHON_VERSION=0.3.36
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PATH=/opt/dockyard/bin:$PATH
+RUN --mount=type=bind,from=engine-wheels,target=/engine-wheels \
+    python3 -m venv /opt/dockyard \
+    && pip wheel --wheel-dir /wheels --prefer-binary --only-binary=llama-cpp-python --find-links=/engine-wheels \
+       "llama-cpp-python[server]==${LLAMA_CPP_PYTHON_VERSION}"
+
+FROM ${PYTHON_IMAGE} AS llama-cpp
+ARG LLAMA_CPP_PYTHON_VERSION=0.3.36
+LABEL org.opencontainers.image.title="dockyard-llama-cpp" \
+      org.opencontainers.image.description="llama.cpp's OpenAI-compatible server (llama-cpp-python, CPU)" \
+      org.opencontainers.image.version="${LLAMA_CPP_PYTHON_VERSION}"
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PATH=/opt/dockyard/bin:$PATH
+# llama.cpp's threads are OpenMP's (libgomp1: in the mmdebstrap base, not in the official Python image)
+# hadolint ignore=DL3008
+RUN dpkg-query --show libgomp1 >/dev/null 2>&1 \
+    || { apt-get update && apt-get install -y --no-install-recommends libgomp1 && rm -rf /var/lib/apt/lists/*; } \
+    && groupadd --system --gid 10001 dockyard \
+    && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
+       --shell /usr/sbin/nologin dockyard
+RUN --mount=type=bind,from=llama-cpp-build,source=/wheels,target=/wheels \
+    python3 -m venv /opt/dockyard \
+    && pip install --no-index --find-links=/wheels "llama-cpp-python[server]==${LLAMA_CPP_PYTHON_VERSION}" \
+    && pip uninstall --yes setuptools wheel pip
+USER 10001:10001
+EXPOSE 8080
+# llama_cpp.server's flags (--model, --host, --port, ...), not llama-server's.
+ENTRYPOINT ["python", "-m", "llama_cpp.server"]
 CMD ["--help"]
 
 # The default target (last stage): the operator and the facade.
@@ -62,13 +118,15 @@ LABEL org.opencontainers.image.title="dockyard" \
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PATH=/opt/dockyard/bin:$PATH
 RUN groupadd --system --gid 10001 dockyard \
     && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
        --shell /usr/sbin/nologin dockyard
 # The wheels are bind-mounted from the build stage, so they never become a layer of this image.
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
-    pip install --no-index --find-links=/wheels "dockyard==${DOCKYARD_VERSION}" \
+    python3 -m venv /opt/dockyard \
+    && pip install --no-index --find-links=/wheels "dockyard==${DOCKYARD_VERSION}" \
     && pip uninstall --yes setuptools wheel pip
 USER 10001:10001
 EXPOSE 8080 8081 9443

@@ -33,6 +33,12 @@ engines:
 binaries:
 	bash operator/dockyard_localcluster/build-binaries.sh
 
+## images: every image the chart and the in-cluster tests use, built with podman from a Debian base, no
+## registry (cached by content key in ~/.cache/dockyard; docs/real-node.md)
+.PHONY: images
+images: venv
+	$(PY) -m dockyard_localcluster images
+
 ## minio: build MinIO from its Go module (cached in ~/.cache/dockyard) for the S3 model-store tests
 minio:
 	bash operator/dockyard_localcluster/build-minio.sh

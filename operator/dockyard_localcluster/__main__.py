@@ -5,8 +5,11 @@ down     delete the cluster
 status   print whether the cluster serves, and its kubeconfig
 run      up + CRDs + operator + facade on 127.0.0.1:8080 + local engines + the demo, until interrupted
 engines  the local engine runner alone (real engines for model pods; see dockyard_localcluster.engines)
-toolserver  the demo's HTTP tool (--port)
+toolserver  the demo's HTTP tool (--port, --host)
 tinymodel   write the tiny random-weight GGUF model to --output
+images      build the container images with podman, no registry (cached; NAME... for some; --archive)
+testbed up|down|status  the real-node test bed: a real kubelet node beside kwok's GPU pools in its own
+            network namespace, reached through loopback only (root; docs/real-node.md)
 """
 
 from __future__ import annotations
@@ -21,10 +24,27 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="dockyard-localcluster", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("command", choices=["up", "down", "status", "run", "engines", "toolserver", "tinymodel"])
-    parser.add_argument("--port", type=int, default=18090, help="toolserver: the port on 127.0.0.1")
+    parser.add_argument(
+        "command", choices=["up", "down", "status", "run", "engines", "toolserver", "tinymodel", "images", "testbed"]
+    )
+    parser.add_argument("names", nargs="*", metavar="NAME", help="images: the images to build (default: all)")
+    parser.add_argument("--port", type=int, default=18090, help="toolserver: the port")
+    parser.add_argument("--host", default="127.0.0.1", help="toolserver: the address to listen on")
     parser.add_argument("--output", default="tiny.gguf", help="tinymodel: the file to write")
+    parser.add_argument("--archive", action="store_true", help="images: also write (cached) oci-archives")
     args = parser.parse_args(argv)
+    if args.names and args.command not in ("images", "testbed"):
+        parser.error(f"{args.command} takes no positional arguments")
+    if args.command == "testbed":
+        if len(args.names) != 1 or args.names[0] not in ("up", "down", "status"):
+            parser.error("testbed takes one of: up, down, status")
+        from dockyard_localcluster.testbed.cli import main as testbed_main
+
+        return testbed_main(args.names[0])
+    if args.command == "images":
+        from dockyard_localcluster.images import main as images_main
+
+        return images_main(args.names, archives=args.archive)
     if args.command == "engines":
         from dockyard_localcluster.engines import main as engines_main
 
@@ -32,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "toolserver":
         from dockyard_localcluster.toolserver import serve
 
-        serve(args.port)
+        serve(args.port, args.host)
         return 0
     if args.command == "tinymodel":
         from pathlib import Path

@@ -100,7 +100,7 @@ def stage(dockerfile: tuple[dict[str, str], list[Stage]], name: str) -> Stage:
 def test_stages_on_an_exactly_pinned_slim_python(dockerfile: tuple[dict[str, str], list[Stage]]) -> None:
     global_args, stages = dockerfile
     # runtime stays last: a plain `docker build .` makes the operator/facade image
-    assert [s.name for s in stages] == ["build", "ct2-build", "ct2-server", "runtime"]
+    assert [s.name for s in stages] == ["build", "ct2-build", "ct2-server", "llama-cpp-build", "llama-cpp", "runtime"]
     image = global_args["PYTHON_IMAGE"]
     # an exact patch release of 3.11 on Debian bookworm slim, optionally also pinned by digest
     assert re.fullmatch(r"python:3\.11\.\d+-slim-bookworm(@sha256:[0-9a-f]{64})?", image), image
@@ -159,20 +159,64 @@ def test_ct2_server_target_runs_the_ct2_server(dockerfile: tuple[dict[str, str],
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert project["scripts"]["dockyard-ct2-server"] == "dockyard_ct2.__main__:main"
     (install,) = [r for r in ct2.all("RUN") if "pip install" in r]
-    assert '"dockyard[ct2,ct2-gpu]==${DOCKYARD_VERSION}"' in install
+    assert '"dockyard[${CT2_EXTRAS}]==${DOCKYARD_VERSION}"' in install
+    # the extras are a build argument: by default with cuBLAS (ct2-gpu); `make images` builds CT2_EXTRAS=ct2
+    assert dockerfile[0]["CT2_EXTRAS"] == "ct2,ct2-gpu"
+    assert "CT2_EXTRAS" in ct2.all("ARG")
+    assert "CT2_EXTRAS" in stage(dockerfile, "ct2-build").all("ARG")
     assert any(
-        'pip wheel --wheel-dir /wheels --prefer-binary ".[ct2,ct2-gpu]"' in r
+        'pip wheel --wheel-dir /wheels --prefer-binary ".[${CT2_EXTRAS}]"' in r
         for r in stage(dockerfile, "ct2-build").all("RUN")
     )
-    # CTranslate2 dlopens libcublas.so.12: the nvidia-cublas-cu12 wheel's directory is on the library path
+    # CTranslate2 dlopens libcublas.so.12: the nvidia-cublas-cu12 wheel's directory (in the image's virtual
+    # environment) is on the library path
     env = " ".join(ct2.all("ENV"))
-    assert "LD_LIBRARY_PATH=/usr/local/lib/python3.11/site-packages/nvidia/cublas/lib" in env
+    assert "LD_LIBRARY_PATH=/opt/dockyard/lib/python3.11/site-packages/nvidia/cublas/lib" in env
     assert any(d.startswith("nvidia-cublas-cu12==") for d in project["optional-dependencies"]["ct2-gpu"])
     from dockyard_operator.runtimes import DEFAULT_CATALOG
 
     assert ct2.all("EXPOSE") == [str(DEFAULT_CATALOG.runtimes["ctranslate2"].port)]
     (arg,) = [a for a in ct2.all("ARG") if a.startswith("DOCKYARD_VERSION=")]
     assert DEFAULT_CATALOG.runtimes["ctranslate2"].image.endswith(":" + arg.split("=", 1)[1])
+
+
+@pytest.mark.parametrize("name", ["runtime", "ct2-server", "llama-cpp"])
+def test_images_install_into_a_virtual_environment_first_on_path(
+    dockerfile: tuple[dict[str, str], list[Stage]], name: str
+) -> None:
+    """The same file builds on the official Python image and on a Debian bookworm with python3-venv
+    (`make images`), where PEP 668 forbids pip in the system Python: /opt/dockyard, first on PATH."""
+    image = stage(dockerfile, name)
+    assert "PATH=/opt/dockyard/bin:$PATH" in " ".join(image.all("ENV"))
+    (install,) = [r for r in image.all("RUN") if "pip install" in r]
+    assert "python3 -m venv /opt/dockyard" in install
+    assert "PYTHONDONTWRITEBYTECODE=1" in " ".join(image.all("ENV"))  # read-only root filesystem
+    for build in ("build", "llama-cpp-build"):
+        assert "PATH=/opt/dockyard/bin:$PATH" in " ".join(stage(dockerfile, build).all("ENV"))
+
+
+def test_llama_cpp_target_installs_a_prebuilt_wheel_and_runs_as_non_root(
+    dockerfile: tuple[dict[str, str], list[Stage]],
+) -> None:
+    """llama.cpp is never compiled in the image build: the wheel comes from the named context engine-wheels
+    (`make engines` compiles it), and --only-binary makes pip refuse the source distribution."""
+    build = stage(dockerfile, "llama-cpp-build")
+    (wheel,) = build.all("RUN")
+    assert "--mount=type=bind,from=engine-wheels" in wheel
+    assert "--only-binary=llama-cpp-python" in wheel
+    assert '"llama-cpp-python[server]==${LLAMA_CPP_PYTHON_VERSION}"' in wheel
+    engines = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["engines"]
+    (arg,) = build.all("ARG")
+    assert f"llama-cpp-python[server]=={arg.split('=', 1)[1]}" in engines
+    llama = stage(dockerfile, "llama-cpp")
+    assert llama.all("ARG") == build.all("ARG")
+    runs = " ".join(llama.all("RUN"))
+    assert "--mount=type=bind,from=llama-cpp-build,source=/wheels" in runs
+    assert "--no-index --find-links=/wheels" in runs
+    assert "pip uninstall --yes setuptools wheel pip" in runs
+    assert not llama.all("COPY")
+    assert llama.all("USER") == stage(dockerfile, "runtime").all("USER")
+    assert llama.all("ENTRYPOINT") == ['["python", "-m", "llama_cpp.server"]']
 
 
 def _chart_templates() -> str:
@@ -189,7 +233,7 @@ def test_image_user_matches_the_chart_security_context(dockerfile: tuple[dict[st
 def test_image_version_is_the_project_version(dockerfile: tuple[dict[str, str], list[Stage]]) -> None:
     runtime = stage(dockerfile, "runtime")
     (arg,) = [a for a in runtime.all("ARG") if a.startswith("DOCKYARD_VERSION=")]
-    assert stage(dockerfile, "ct2-server").all("ARG") == runtime.all("ARG")
+    assert [a for a in stage(dockerfile, "ct2-server").all("ARG") if a != "CT2_EXTRAS"] == runtime.all("ARG")
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     assert arg == f"DOCKYARD_VERSION={version}"
     chart = yaml.safe_load((ROOT / "charts/dockyard/Chart.yaml").read_text())
