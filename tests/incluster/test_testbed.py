@@ -134,11 +134,8 @@ def test_a_pod_runs_a_real_container_and_a_service_reaches_it_from_another_pod(
     pod = _get(bed, "-n", ns, "pod", "web")
     assert pod["spec"]["nodeName"] == bed.layout.node_name
     assert pod["status"]["containerStatuses"][0]["containerID"].startswith("containerd://")
-    client = _pod(
-        "client",
-        python_image,
-        ["python3", "-c", f"import urllib.request; print(urllib.request.urlopen('http://{web}:80/', timeout=10).read().decode())"],
-    )  # fmt: skip
+    script = f"import urllib.request; print(urllib.request.urlopen('http://{web}:80/', timeout=10).read().decode())"
+    client = _pod("client", python_image, ["python3", "-c", script])
     assert _run_to_completion(bed, ns, client).strip() == "hello from web"
 
 
@@ -214,7 +211,8 @@ def test_zz_the_host_network_is_the_same_before_during_and_after(testbed: Sessio
             assert route_to(address) == route  # the host's own default route, as before: no test bed device
         assert all(dev not in route_to(a) for a in routes_before for dev in ("tbcni0", "tb0"))
         host_routes = before["route"] + before["route6"]
-        assert SERVICE_CIDR not in host_routes and CLUSTER_CIDR.rsplit(".", 2)[0] not in host_routes
+        assert SERVICE_CIDR not in host_routes
+        assert CLUSTER_CIDR.rsplit(".", 2)[0] not in host_routes
     finally:
         bed.down()
     after = host_network_snapshot()

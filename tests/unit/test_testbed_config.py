@@ -34,9 +34,11 @@ def test_addresses_are_consistent() -> None:
     assert ipaddress.ip_address(config.DNS_SERVICE_IP) in services
     node_pods = ipaddress.ip_network(config.NODE_POD_CIDR)
     kwok_pods = ipaddress.ip_network(config.KWOK_POD_CIDR)
-    assert node_pods.subnet_of(cluster) and kwok_pods.subnet_of(cluster)  # type: ignore[arg-type]
+    assert node_pods.subnet_of(cluster)
+    assert kwok_pods.subnet_of(cluster)
     assert not node_pods.overlaps(kwok_pods)
-    assert ipaddress.ip_address(config.NODE_IP) not in cluster and ipaddress.ip_address(config.NODE_IP) not in services
+    assert ipaddress.ip_address(config.NODE_IP) not in cluster
+    assert ipaddress.ip_address(config.NODE_IP) not in services
 
 
 def test_containerd_config_keeps_state_in_the_work_dir_and_restricts_oom_score_adj() -> None:
@@ -55,7 +57,8 @@ def test_containerd_config_keeps_state_in_the_work_dir_and_restricts_oom_score_a
 
 def test_cni_is_a_bridge_on_the_node_pod_cidr() -> None:
     bridge = config.cni_conflist(LAYOUT)["plugins"][0]
-    assert bridge["type"] == "bridge" and bridge["bridge"] == config.BRIDGE
+    assert bridge["type"] == "bridge"
+    assert bridge["bridge"] == config.BRIDGE
     assert bridge["ipMasq"] is False  # nothing leaves the namespace: no NAT rules needed
     assert bridge["ipam"]["ranges"] == [[{"subnet": config.NODE_POD_CIDR}]]
     assert bridge["ipam"]["dataDir"] == "/w/tb/cni/ipam"
@@ -63,20 +66,25 @@ def test_cni_is_a_bridge_on_the_node_pod_cidr() -> None:
 
 def test_kubelet_config_handles_the_machine_quirks() -> None:
     cfg = config.kubelet_config(LAYOUT)
-    assert cfg["cgroupDriver"] == "cgroupfs" and cfg["cgroupRoot"] == "/dockyard-tb"
+    assert cfg["cgroupDriver"] == "cgroupfs"
+    assert cfg["cgroupRoot"] == "/dockyard-tb"
     assert cfg["failCgroupV1"] is False
     assert cfg["protectKernelDefaults"] is False  # it would refuse to start; its writes are contained
-    assert cfg["clusterDNS"] == [config.DNS_SERVICE_IP] and cfg["clusterDomain"] == "cluster.local"
+    assert cfg["clusterDNS"] == [config.DNS_SERVICE_IP]
+    assert cfg["clusterDomain"] == "cluster.local"
     assert cfg["address"] == config.NODE_IP
     assert cfg["authentication"]["anonymous"]["enabled"] is False
-    assert "systemReserved" not in cfg and "kubeReserved" not in cfg
+    assert "systemReserved" not in cfg
+    assert "kubeReserved" not in cfg
 
 
 def test_kube_proxy_never_touches_the_global_conntrack_table() -> None:
     cfg = config.kube_proxy_config(LAYOUT)
     assert cfg["mode"] == "iptables"
-    assert cfg["conntrack"]["maxPerCore"] == 0 and cfg["conntrack"]["min"] == 0
-    assert cfg["clusterCIDR"] == config.CLUSTER_CIDR and cfg["hostnameOverride"] == "tb-node"
+    assert cfg["conntrack"]["maxPerCore"] == 0
+    assert cfg["conntrack"]["min"] == 0
+    assert cfg["clusterCIDR"] == config.CLUSTER_CIDR
+    assert cfg["hostnameOverride"] == "tb-node"
 
 
 def test_apiserver_args() -> None:
@@ -141,7 +149,8 @@ def test_gpu_capacity_patch_escapes_the_resource_name() -> None:
 
 def test_kwok_pools_leave_g5_xlarge_to_the_real_node() -> None:
     pools = addons.kwok_pools(1)
-    assert pools["g5.xlarge"] == 0 and sum(pools.values()) == len(DEVICE_TYPES) - 1
+    assert pools["g5.xlarge"] == 0
+    assert sum(pools.values()) == len(DEVICE_TYPES) - 1
     nodes = addons.kwok_nodes(pools)
     assert len(nodes) == 7
     assert all(n["metadata"]["annotations"]["kwok.x-k8s.io/node"] == "fake" for n in nodes)

@@ -106,7 +106,11 @@ def coredns_objects(image: str, node_name: str) -> list[dict[str, Any]]:
             "kind": "ClusterRole",
             "metadata": {"name": "system:coredns"},
             "rules": [
-                {"apiGroups": [""], "resources": ["endpoints", "services", "pods", "namespaces"], "verbs": ["list", "watch"]},
+                {
+                    "apiGroups": [""],
+                    "resources": ["endpoints", "services", "pods", "namespaces"],
+                    "verbs": ["list", "watch"],
+                },
                 {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]},
             ],
         },

@@ -277,7 +277,8 @@ class TestBed:
         self._save_state(api_port=port)
         self._write_host_kubeconfig(port)
         self._wait("the API server was not ready", self.api_ready)
-        self._daemon(holder, "kube-controller-manager", [str(b / "kube-controller-manager"), *config.controller_manager_args(lay)])  # fmt: skip
+        cm = [str(b / "kube-controller-manager"), *config.controller_manager_args(lay)]
+        self._daemon(holder, "kube-controller-manager", cm)
         self._daemon(holder, "kube-scheduler", [str(b / "kube-scheduler"), *config.scheduler_args(lay)])
         self._daemon(holder, "containerd", ["containerd", f"--config={lay.containerd / 'config.toml'}"])
         self._wait("containerd did not open its socket", lay.containerd_socket.exists, 60)
@@ -291,8 +292,8 @@ class TestBed:
         Provisioner(LocalCluster(), self.kubeconfig).ensure_nodes(
             addons.kwok_pools(self.settings.nodes_per_type), 0, self.settings.wait_seconds
         )
-        self.kubectl("-n", "kube-system", "rollout", "status", "deployment/coredns", f"--timeout={self.settings.wait_seconds}s",
-                     timeout="0")  # fmt: skip
+        wait = f"--timeout={self.settings.wait_seconds}s"
+        self.kubectl("-n", "kube-system", "rollout", "status", "deployment/coredns", wait, timeout="0")
         elapsed = round(time.monotonic() - started, 1)
         self._save_state(up_seconds=elapsed)
         log(f"test bed up in {elapsed}s; KUBECONFIG={self.kubeconfig}")

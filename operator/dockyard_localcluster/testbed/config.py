@@ -46,8 +46,9 @@ SYSCTL_OVERRIDES = {
 values are bind-mounted over the ``/proc/sys`` entries in the daemons' private mount namespace, so
 kubelet finds them as it wants them and the host keeps its own (REAL-NODE.md, quirk 3)."""
 
-CGROUP_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "devices", "freezer", "blkio", "pids", "systemd")
-"""The cgroup v1 hierarchies the kubelet's cgroupRoot is pre-created in (hybrid mode, cgroupfs)."""
+CGROUP_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "devices", "freezer", "blkio", "pids", "systemd", "unified")
+"""The hierarchies the kubelet's cgroupRoot is pre-created in and removed from: the v1 controllers, the
+named systemd one and the (controller-less) unified one, which runc also joins in hybrid mode."""
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,9 @@ def kubeconfig(server: str, ca_pem: bytes, cert_pem: bytes, key_pem: bytes, user
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": "testbed", "cluster": {"server": server, "certificate-authority-data": _b64(ca_pem)}}],
-        "users": [{"name": user, "user": {"client-certificate-data": _b64(cert_pem), "client-key-data": _b64(key_pem)}}],
+        "users": [
+            {"name": user, "user": {"client-certificate-data": _b64(cert_pem), "client-key-data": _b64(key_pem)}}
+        ],
         "contexts": [{"name": "testbed", "context": {"cluster": "testbed", "user": user}}],
         "current-context": "testbed",
     }

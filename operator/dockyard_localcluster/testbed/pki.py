@@ -59,7 +59,9 @@ def _new_key() -> ec.EllipticCurvePrivateKey:
 
 
 def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
 
 
 def _name(common_name: str, organizations: Iterable[str] = ()) -> x509.Name:
@@ -154,9 +156,7 @@ def issue(ca: KeyPair, spec: CertSpec, now: datetime.datetime | None = None) -> 
 def service_account_key() -> tuple[bytes, bytes]:
     """The service-account token signing key: (private PEM, public PEM)."""
     key = _new_key()
-    public = key.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-    )
+    public = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
     return _key_pem(key), public
 
 

@@ -22,8 +22,8 @@ import asyncio
 import contextlib
 import ctypes
 import ctypes.util
-import os
 import json
+import os
 import socket
 import ssl
 import sys
