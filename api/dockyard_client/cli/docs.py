@@ -10,7 +10,8 @@ from typing import Any
 
 import typer.main
 
-from dockyard_client.cli.app import EXIT_CODES, app
+from dockyard_client.cli.app import app
+from dockyard_client.cli.exits import EXIT_CODES
 
 HEADER = """# The `dockyard` command
 
