@@ -17,10 +17,10 @@ import pytest
 from typer.testing import CliRunner
 
 from dockyard_client import AsyncDockyardClient, DockyardClient
+from dockyard_client._base import split_url
 from dockyard_client.cli.app import app
 from dockyard_client.cli.docs import render
 from dockyard_client.cli.exits import EXIT_CODES
-from dockyard_client.client import split_url
 from dockyard_client.config import kubeconfig_token, management_token, resolve
 from dockyard_client.errors import (
     ApiError,
