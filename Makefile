@@ -6,15 +6,25 @@ PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-16)
 WHEELS := $(or $(DOCKYARD_CACHE),$(HOME)/.cache/dockyard)/wheels
 
-.PHONY: run test venv engines binaries minio cluster cluster-down lint unit e2e chaos crds crds-check bench clean cli-docs
+.PHONY: run run-incluster test test-incluster venv engines binaries minio cluster cluster-down testbed testbed-down lint unit e2e chaos crds bench clean cli-docs
 
 ## run: start the local control plane and Dockyard (operator + facade on 127.0.0.1:8080)
 run: venv
 	$(PY) -m dockyard_localcluster run
 
-## test: lint, type-check and the whole suite (unit + e2e on the local control plane)
+## run-incluster: the same, with Dockyard installed from its chart into the real-node test bed (its own
+## images, pods on a real kubelet node; docs/real-node.md); the facade relayed to 127.0.0.1:8080
+run-incluster: venv
+	$(PY) -m dockyard_localcluster run --in-cluster
+
+## test: lint, type-check and the whole suite (unit, e2e and browser on the local control plane, then the
+## in-cluster part: Dockyard installed from its chart on the real-node test bed); the 20 slowest tests
 test: venv lint minio
-	$(PY) -m pytest
+	$(PY) -m pytest --durations=20
+
+## test-incluster: the in-cluster part alone (marker incluster: tests/incluster)
+test-incluster: venv
+	$(PY) -m pytest --durations=20 tests/incluster
 
 venv: $(INSTALLED)
 
@@ -49,6 +59,14 @@ cluster: venv
 
 cluster-down: venv
 	$(PY) -m dockyard_localcluster down
+
+## testbed / testbed-down: the real-node test bed alone (a real kubelet node beside kwok's GPU pools, in the
+## network namespace dockyard-tb; idempotent), and its removal (host state restored; docs/real-node.md)
+testbed: venv
+	$(PY) -m dockyard_localcluster testbed up
+
+testbed-down: venv
+	$(PY) -m dockyard_localcluster testbed down
 
 lint: venv
 	$(VENV)/bin/ruff check .
