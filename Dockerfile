@@ -33,14 +33,19 @@ ENV PIP_NO_CACHE_DIR=1 \
 RUN python3 -m venv /opt/dockyard
 WORKDIR /src
 COPY pyproject.toml README.md ./
+# The pinned dependencies first: this layer stays cached until pyproject.toml changes.
+RUN python3 -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))' \
+    > /tmp/requirements.txt \
+    && pip wheel --wheel-dir /wheels --prefer-binary --requirement /tmp/requirements.txt
 COPY api ./api
 COPY operator ./operator
-RUN pip wheel --wheel-dir /wheels --prefer-binary .
+RUN pip wheel --wheel-dir /wheels --prefer-binary --no-deps .
 
 # The CTranslate2 server's wheels: the same project with its ct2 and (by default) ct2-gpu extras.
 FROM build AS ct2-build
 ARG CT2_EXTRAS
-RUN pip wheel --wheel-dir /wheels --prefer-binary ".[${CT2_EXTRAS}]"
+# --find-links: the build stage's wheels of the same pinned versions are used, not fetched again
+RUN pip wheel --wheel-dir /wheels --prefer-binary ".[${CT2_EXTRAS}]" --find-links=/wheels
 
 FROM ${PYTHON_IMAGE} AS ct2-server
 ARG DOCKYARD_VERSION=0.1.0
@@ -59,6 +64,9 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 RUN groupadd --system --gid 10001 dockyard \
     && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
        --shell /usr/sbin/nologin dockyard
+# podman/buildah (1.28) reuses a cached RUN whose --mount from= stage changed: `make images` passes the
+# content key as CACHE_KEY so that it runs again (BuildKit needs no such help; it may stay empty).
+ARG CACHE_KEY
 RUN --mount=type=bind,from=ct2-build,source=/wheels,target=/wheels \
     python3 -m venv /opt/dockyard \
     && pip install --no-index --find-links=/wheels "dockyard[${CT2_EXTRAS}]==${DOCKYARD_VERSION}" \
@@ -76,6 +84,7 @@ ARG LLAMA_CPP_PYTHON_VERSION=0.3.36
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PATH=/opt/dockyard/bin:$PATH
+ARG CACHE_KEY
 RUN --mount=type=bind,from=engine-wheels,target=/engine-wheels \
     python3 -m venv /opt/dockyard \
     && pip wheel --wheel-dir /wheels --prefer-binary --only-binary=llama-cpp-python --find-links=/engine-wheels \
@@ -98,6 +107,7 @@ RUN dpkg-query --show libgomp1 >/dev/null 2>&1 \
     && groupadd --system --gid 10001 dockyard \
     && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
        --shell /usr/sbin/nologin dockyard
+ARG CACHE_KEY
 RUN --mount=type=bind,from=llama-cpp-build,source=/wheels,target=/wheels \
     python3 -m venv /opt/dockyard \
     && pip install --no-index --find-links=/wheels "llama-cpp-python[server]==${LLAMA_CPP_PYTHON_VERSION}" \
@@ -124,6 +134,8 @@ RUN groupadd --system --gid 10001 dockyard \
     && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
        --shell /usr/sbin/nologin dockyard
 # The wheels are bind-mounted from the build stage, so they never become a layer of this image.
+# CACHE_KEY: see the ct2-server stage.
+ARG CACHE_KEY
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
     python3 -m venv /opt/dockyard \
     && pip install --no-index --find-links=/wheels "dockyard==${DOCKYARD_VERSION}" \

@@ -4,6 +4,8 @@ up       build the binaries (cached), start the cluster, stages and GPU node poo
 down     delete the cluster
 status   print whether the cluster serves, and its kubeconfig
 run      up + CRDs + operator + facade on 127.0.0.1:8080 + local engines + the demo, until interrupted
+run --in-cluster  the same with Dockyard installed from its chart into the real-node test bed (pods on a
+            real kubelet node, its own images), the facade relayed to 127.0.0.1:8080 (root; docs/real-node.md)
 engines  the local engine runner alone (real engines for model pods; see dockyard_localcluster.engines)
 toolserver  the demo's HTTP tool (--port, --host)
 tinymodel   write the tiny random-weight GGUF model to --output
@@ -32,9 +34,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1", help="toolserver: the address to listen on")
     parser.add_argument("--output", default="tiny.gguf", help="tinymodel: the file to write")
     parser.add_argument("--archive", action="store_true", help="images: also write (cached) oci-archives")
+    parser.add_argument("--in-cluster", action="store_true", help="run: install the chart into the test bed")
     args = parser.parse_args(argv)
     if args.names and args.command not in ("images", "testbed"):
         parser.error(f"{args.command} takes no positional arguments")
+    if args.in_cluster and args.command != "run":
+        parser.error("--in-cluster goes with run")
+    if args.command == "run" and args.in_cluster:
+        from dockyard_localcluster.incluster import run as run_incluster
+
+        return run_incluster()
     if args.command == "testbed":
         if len(args.names) != 1 or args.names[0] not in ("up", "down", "status"):
             parser.error("testbed takes one of: up, down, status")
@@ -50,8 +59,12 @@ def main(argv: list[str] | None = None) -> int:
 
         return engines_main()
     if args.command == "toolserver":
+        import signal
+
         from dockyard_localcluster.toolserver import serve
 
+        # as a container's PID 1 (the tool image), SIGTERM would otherwise be ignored
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
         serve(args.port, args.host)
         return 0
     if args.command == "tinymodel":

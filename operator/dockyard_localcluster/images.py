@@ -40,7 +40,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dockyard_localcluster.podman import build_volumes, cache_root, podman, podman_text
+from dockyard_localcluster.podman import build_volumes, cache_root, env, podman, podman_text
 
 KUBE_VERSION = "1.36.3"
 PAUSE_VERSION = "3.10.2"
@@ -625,9 +625,12 @@ def build(plan: Plan, store: Store) -> None:
             args += ["--target", plan.target]
         for name, value in plan.build_args.items():
             args += ["--build-arg", f"{name}={value}"]
+        # buildah 1.28 reuses a cached `RUN --mount=type=bind,from=<stage>` after that stage changed; the
+        # Dockerfile declares CACHE_KEY before those steps, so the key makes them run again when it changes
+        args += ["--build-arg", f"CACHE_KEY={plan.key}"]
         for name, path in plan.build_contexts.items():
             args += ["--build-context", f"{name}={path}"]
-        podman(*args, str(plan.recipe_path.parent), capture=False)
+        _podman_build(plan, [*args, str(plan.recipe_path.parent)])
     else:
         with tempfile.TemporaryDirectory(dir=images_dir(), prefix=f".{plan.name}-") as work:
             context = Path(work)
@@ -636,10 +639,39 @@ def build(plan: Plan, store: Store) -> None:
                 build_pause(plan.context_files["pause.c"], context / "pause")
             elif plan.name == "coredns":
                 shutil.copy2(coredns_binary(), context / "coredns")
-            podman(*common, "--network", "none", "-f", str(context / "Containerfile"), str(context), capture=False)
+            _podman_build(plan, [*common, "--network", "none", "-f", str(context / "Containerfile"), str(context)])
     image_id = store.refresh(plan.ref)
     for tag in tags:
         store.ids[tag] = image_id
+    prune_superseded(plan, store)
+
+
+def _podman_build(plan: Plan, args: Sequence[str]) -> None:
+    """``podman build`` with its output in ``~/.cache/dockyard/images/logs/<name>.log`` (the tail on failure)."""
+    logs = images_dir() / "logs"
+    logs.mkdir(exist_ok=True)
+    path = logs / f"{plan.name}.log"
+    with path.open("wb") as out:
+        proc = subprocess.run(["podman", *args], env=env(), stdout=out, stderr=subprocess.STDOUT, check=False)
+    if proc.returncode != 0:
+        tail = path.read_text(errors="replace").splitlines()[-40:]
+        raise RuntimeError(f"podman build of {plan.name} failed ({path}):\n" + "\n".join(tail))
+
+
+def prune_superseded(plan: Plan, store: Store) -> None:
+    """Untag the older content-key tags of the image (their layers stay while anything uses them)."""
+    old = [
+        ref
+        for ref in store.ids
+        if ref.startswith(plan.image + ":")
+        and re.fullmatch(f"[0-9a-f]{{{KEY_LENGTH}}}", ref.rpartition(":")[2])
+        and ref != plan.ref
+        and store.ids[ref] != store.ids[plan.ref]
+    ]
+    if old:
+        podman("rmi", *old, check=False)
+        for ref in old:
+            store.ids.pop(ref, None)
 
 
 @contextmanager

@@ -206,7 +206,7 @@ def test_llama_cpp_target_installs_a_prebuilt_wheel_and_runs_as_non_root(
     assert "--only-binary=llama-cpp-python" in wheel
     assert '"llama-cpp-python[server]==${LLAMA_CPP_PYTHON_VERSION}"' in wheel
     engines = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["engines"]
-    (arg,) = build.all("ARG")
+    (arg,) = [a for a in build.all("ARG") if a.startswith("LLAMA_CPP_PYTHON_VERSION=")]
     assert f"llama-cpp-python[server]=={arg.split('=', 1)[1]}" in engines
     llama = stage(dockerfile, "llama-cpp")
     assert llama.all("ARG") == build.all("ARG")
@@ -217,6 +217,18 @@ def test_llama_cpp_target_installs_a_prebuilt_wheel_and_runs_as_non_root(
     assert not llama.all("COPY")
     assert llama.all("USER") == stage(dockerfile, "runtime").all("USER")
     assert llama.all("ENTRYPOINT") == ['["python", "-m", "llama_cpp.server"]']
+
+
+@pytest.mark.parametrize("name", ["ct2-server", "llama-cpp-build", "llama-cpp", "runtime"])
+def test_a_cache_key_precedes_every_install_from_another_stage(
+    dockerfile: tuple[dict[str, str], list[Stage]], name: str
+) -> None:
+    """podman/buildah 1.28 reuses a cached `RUN --mount=type=bind,from=<stage>` although that stage changed;
+    `make images` passes its content key as CACHE_KEY, declared right before such a RUN."""
+    instructions = stage(dockerfile, name).instructions
+    for i, (keyword, args) in enumerate(instructions):
+        if keyword == "RUN" and "--mount=type=bind,from=" in args:
+            assert instructions[i - 1] == ("ARG", "CACHE_KEY")
 
 
 def _chart_templates() -> str:
@@ -234,6 +246,7 @@ def test_image_version_is_the_project_version(dockerfile: tuple[dict[str, str], 
     runtime = stage(dockerfile, "runtime")
     (arg,) = [a for a in runtime.all("ARG") if a.startswith("DOCKYARD_VERSION=")]
     assert [a for a in stage(dockerfile, "ct2-server").all("ARG") if a != "CT2_EXTRAS"] == runtime.all("ARG")
+    assert [a for a in runtime.all("ARG") if a != "CACHE_KEY"] == [arg]
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     assert arg == f"DOCKYARD_VERSION={version}"
     chart = yaml.safe_load((ROOT / "charts/dockyard/Chart.yaml").read_text())
