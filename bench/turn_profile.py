@@ -70,7 +70,7 @@ class Meter:
                     self.calls["SQLite thread: whole hop"].append(time.perf_counter() - started)
 
             store._sqlite_tx = timed_tx  # type: ignore[method-assign]
-        for name in ("check_rate_limit", "start_turn", "finish_turn", "abort_turn", "record_usage"):
+        for name in ("start_turn", "finish_turn", "abort_turn"):
             method = getattr(store, name)
             setattr(store, name, self._wrap(name, method))
         self._began: dict[int, float] = {}

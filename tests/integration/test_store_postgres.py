@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any, TypeVar
 
 import pytest
@@ -16,6 +16,7 @@ from sqlalchemy import func, select, text
 from dockyard_api.store import ConversationStore, Turn, migrate
 from dockyard_api.store.schema import messages, sessions
 from dockyard_core.errors import ConflictError, DatabaseUnavailableError, NotFoundError, RateLimitedError
+from tests.support.conversations import admitted, counted_request, stored_messages
 from tests.support.postgres import Postgres, postgres_server
 
 T = TypeVar("T")
@@ -122,7 +123,7 @@ def test_many_concurrent_turns_through_two_replicas_never_overlap_nor_get_lost(p
 
         await asyncio.gather(*(one(a if i % 2 else b, i) for i in range(30)))
         assert overlaps == 0
-        stored = await a.stored_messages(**WHERE, session_id="session-1")
+        stored = await stored_messages(a, **WHERE, session_id="session-1")
         assert len(stored) == 60
         users = [m.content for m in stored if m.role == "user"]
         assert sorted(users) == sorted(f"m{i}" for i in range(30))  # nothing lost, nothing duplicated
@@ -172,7 +173,7 @@ def test_requests_per_minute_hold_across_two_replicas(pg: Postgres) -> None:
 
         async def call(store: ConversationStore) -> int | None:
             try:
-                await store.check_rate_limit(**WHERE, key_id="key1", limits=limits)
+                await admitted(store, **WHERE, key_id="key1", limits=limits)
                 return None
             except RateLimitedError as exc:
                 return exc.retry_after
@@ -195,10 +196,9 @@ def test_tokens_per_day_hold_across_two_replicas(pg: Postgres) -> None:
     async def main() -> None:
         a, b = await replicas(pg, 2)
         limits = {"tokensPerDay": 50}
-        await a.check_rate_limit(**WHERE, key_id="key1", limits=limits)
-        await a.record_usage(**WHERE, key_id="key1", ok=True, tokens_in=40, tokens_out=10)
+        await counted_request(a, **WHERE, key_id="key1", ok=True, tokens_in=40, tokens_out=10, limits=limits)
         with pytest.raises(RateLimitedError, match="tokensPerDay"):
-            await b.check_rate_limit(**WHERE, key_id="key2", limits=limits)
+            await admitted(b, **WHERE, key_id="key2", limits=limits)
         await close(a, b)
 
     run(main())
@@ -209,8 +209,8 @@ def test_usage_counts_from_two_replicas_add_up(pg: Postgres) -> None:
         a, b = await replicas(pg, 2)
         await asyncio.gather(
             *(
-                (a if i % 2 else b).record_usage(
-                    **WHERE, key_id=f"key{i % 3}", ok=i % 5 != 0, tokens_in=i, tokens_out=2 * i
+                counted_request(
+                    a if i % 2 else b, **WHERE, key_id=f"key{i % 3}", ok=i % 5 != 0, tokens_in=i, tokens_out=2 * i
                 )
                 for i in range(60)
             )
@@ -242,7 +242,7 @@ def test_postgres_stopped_answers_503_with_the_reason_and_recovers_without_resta
             assert time.monotonic() - started < 15  # an answer, not a hang
             assert caught.value.status_code == 503
             with pytest.raises(DatabaseUnavailableError):
-                await store.record_usage(**WHERE, key_id="key1", ok=True, tokens_in=1, tokens_out=1)
+                await store.usage(**WHERE, since=date(2020, 1, 1), until=date(2020, 1, 31))
         finally:
             pg.start()
         t = await turn(store)  # the same store: its pool reconnects

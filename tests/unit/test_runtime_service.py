@@ -20,6 +20,7 @@ from dockyard_api.runtime.service import Runtime, RuntimeSettings
 from dockyard_api.store import ConversationStore
 from dockyard_core.errors import DockyardError, NotFoundError
 from dockyard_core.kubeclient import AsyncKube, KubeError
+from tests.support.conversations import stored_messages
 from tests.support.scripted_model import Reply, ScriptedModel, scripted_model
 
 NS = "team"
@@ -184,7 +185,7 @@ def test_the_turn_deadline_is_a_504_and_a_failed_turn_keeps_nothing(
             answer = await turn(rt, store, "now?", session="s")  # the session was released each time
             assert answer["response"] == "fine"
             assert [m["role"] for m in model.bodies()[-1]["messages"]] == ["system", "user"]  # nothing kept
-            stored = await store.stored_messages(namespace=NS, environment="bot-draft", session_id="s")
+            stored = await stored_messages(store, namespace=NS, environment="bot-draft", session_id="s")
             assert [(m.role, m.content) for m in stored] == [("user", "now?"), ("assistant", "fine")]
             today = datetime.now(UTC).date()
             totals = (await store.usage(namespace=NS, environment="bot-draft", since=today, until=today)).totals

@@ -19,6 +19,7 @@ from sqlalchemy import select
 from dockyard_api.store import ConversationStore, RateLimits, Turn, default_url, migrate
 from dockyard_api.store.schema import metadata, rate_windows, sessions
 from dockyard_core.errors import ConflictError, DatabaseUnavailableError, InvalidError, NotFoundError, RateLimitedError
+from tests.support.conversations import admitted, counted_request, stored_messages
 
 T = TypeVar("T")
 WHERE = {"namespace": "shop", "environment": "bot-production"}
@@ -109,7 +110,7 @@ def test_a_new_session_is_created_with_the_id_the_client_chose_and_pinned(tmp_pa
         assert second.history[1].agent == "helper"
         assert second.history[1].tools_used == ("weather",)
         await finish(store, second, "again")
-        stored = await store.stored_messages(**WHERE, session_id="session-1")
+        stored = await stored_messages(store, **WHERE, session_id="session-1")
         assert [m.content for m in stored] == ["hello", "re: hello", "again", "re: again"]
 
     with_store(tmp_path, body)
@@ -171,7 +172,7 @@ def test_one_turn_at_a_time_a_concurrent_turn_gets_409(tmp_path: Path) -> None:
         assert caught.value.status_code == 409
         await finish(store, first, "one")
         await finish(store, await turn(store), "two")  # free again
-        assert len(await store.stored_messages(**WHERE, session_id="session-1")) == 4
+        assert len(await stored_messages(store, **WHERE, session_id="session-1")) == 4
 
     with_store(tmp_path, body, busy_wait_seconds=0.2)
 
@@ -206,7 +207,7 @@ def test_many_concurrent_turns_on_one_session_never_overlap(tmp_path: Path) -> N
 
         await asyncio.gather(*(one(i) for i in range(20)))
         assert overlaps == 0
-        stored = await store.stored_messages(**WHERE, session_id="session-1")
+        stored = await stored_messages(store, **WHERE, session_id="session-1")
         assert len(stored) == 40
         assert sorted(m.content for m in stored if m.role == "user") == sorted(f"m{i}" for i in range(20))
         # every user message is directly followed by its reply: no interleaving
@@ -223,7 +224,7 @@ def test_an_aborted_turn_stores_nothing_and_frees_the_session(tmp_path: Path) ->
         again = await turn(store)
         assert [m.content for m in again.history] == ["kept", "re: kept"]
         await store.abort_turn(again, error="x")
-        assert len(await store.stored_messages(**WHERE, session_id="session-1")) == 2
+        assert len(await stored_messages(store, **WHERE, session_id="session-1")) == 2
 
     with_store(tmp_path, body, busy_wait_seconds=0)
 
@@ -236,7 +237,7 @@ def test_a_turn_that_lost_its_lease_stores_nothing(tmp_path: Path) -> None:
         await finish(store, fast, "fast")
         with pytest.raises(ConflictError, match="lost the session"):
             await finish(store, slow, "slow")
-        assert [m.content for m in await store.stored_messages(**WHERE, session_id="session-1")] == [
+        assert [m.content for m in await stored_messages(store, **WHERE, session_id="session-1")] == [
             "fast",
             "re: fast",
         ]
@@ -304,11 +305,11 @@ def test_history_is_bounded_by_count_and_characters(tmp_path: Path) -> None:
 
 def test_usage_is_counted_per_key_and_day(tmp_path: Path) -> None:
     async def body(store: ConversationStore) -> None:
-        await store.record_usage(**WHERE, key_id="key1", ok=True, tokens_in=100, tokens_out=20)
-        await store.record_usage(**WHERE, key_id="key1", ok=False, tokens_in=7, tokens_out=0)
-        await store.record_usage(**WHERE, key_id="key2", ok=True, tokens_in=1, tokens_out=2)
-        await store.record_usage(namespace="shop", environment="other", key_id="key3", ok=True, tokens_in=9,
-                                 tokens_out=9)  # fmt: skip
+        await counted_request(store, **WHERE, key_id="key1", ok=True, tokens_in=100, tokens_out=20)
+        await counted_request(store, **WHERE, key_id="key1", ok=False, tokens_in=7, tokens_out=0)
+        await counted_request(store, **WHERE, key_id="key2", ok=True, tokens_in=1, tokens_out=2)
+        await counted_request(store, namespace="shop", environment="other", key_id="key3", ok=True, tokens_in=9,
+                              tokens_out=9)  # fmt: skip
         today = datetime.now(UTC).date()
         report = (await store.usage(**WHERE, since=today - timedelta(days=29), until=today)).view()
         assert report["totals"] == {"requests": 3, "errors": 1, "rateLimited": 0, "tokensIn": 108, "tokensOut": 22}
@@ -333,7 +334,7 @@ def test_requests_per_minute_per_key_answers_429_with_retry_after(tmp_path: Path
         errors: list[RateLimitedError] = []
         for _ in range(5):
             try:
-                await store.check_rate_limit(**WHERE, key_id="key1", limits=limits)
+                await admitted(store, **WHERE, key_id="key1", limits=limits)
                 allowed += 1
             except RateLimitedError as exc:
                 errors.append(exc)
@@ -347,7 +348,7 @@ def test_requests_per_minute_per_key_answers_429_with_retry_after(tmp_path: Path
             assert (allowed, refused) == (3, 2)
         assert all(1 <= r <= 60 for r in retry_after)
         # per key: another key of the environment has its own window
-        await store.check_rate_limit(**WHERE, key_id="key2", limits=limits)
+        await admitted(store, **WHERE, key_id="key2", limits=limits)
         today = datetime.now(UTC).date()
         report = await store.usage(**WHERE, since=today, until=today)
         assert report.keys["key1"].rate_limited == refused
@@ -358,17 +359,16 @@ def test_requests_per_minute_per_key_answers_429_with_retry_after(tmp_path: Path
 def test_tokens_per_day_per_environment_answers_429_until_midnight(tmp_path: Path) -> None:
     async def body(store: ConversationStore) -> None:
         limits = RateLimits(tokens_per_day=100)
-        await store.check_rate_limit(**WHERE, key_id="key1", limits=limits)
-        await store.record_usage(**WHERE, key_id="key1", ok=True, tokens_in=60, tokens_out=30)
-        await store.check_rate_limit(**WHERE, key_id="key2", limits=limits)  # 90 < 100: allowed
-        await store.record_usage(**WHERE, key_id="key2", ok=True, tokens_in=10, tokens_out=5)  # crosses it
+        await counted_request(store, **WHERE, key_id="key1", ok=True, tokens_in=60, tokens_out=30, limits=limits)
+        # 90 < 100: allowed; its tokens cross the limit
+        await counted_request(store, **WHERE, key_id="key2", ok=True, tokens_in=10, tokens_out=5, limits=limits)
         with pytest.raises(RateLimitedError, match="105 tokens today") as caught:
-            await store.check_rate_limit(**WHERE, key_id="key3", limits=limits)  # any key of the environment
+            await admitted(store, **WHERE, key_id="key3", limits=limits)  # any key of the environment
         now = datetime.now(UTC)
         midnight = datetime.combine(now.date() + timedelta(days=1), datetime.min.time(), UTC)
         assert abs(caught.value.retry_after - (midnight - now).total_seconds()) <= 3
         # other environments are not affected
-        await store.check_rate_limit(namespace="shop", environment="other", key_id="key1", limits=limits)
+        await admitted(store, namespace="shop", environment="other", key_id="key1", limits=limits)
 
     with_store(tmp_path, body)
 
@@ -377,7 +377,9 @@ def test_no_limits_cost_nothing(tmp_path: Path) -> None:
     async def body(store: ConversationStore) -> None:
         for limits in (None, {}, {"requestsPerMinute": None}, RateLimits()):
             for _ in range(3):
-                await store.check_rate_limit(**WHERE, key_id="key1", limits=limits)
+                await admitted(store, **WHERE, key_id="key1", limits=limits)
+        hits = await store.run(lambda c: c.execute(select(rate_windows.c.hits)).scalars().all())
+        assert hits == []  # nothing counted against a limit
 
     with_store(tmp_path, body)
 
@@ -407,7 +409,7 @@ def test_an_unreachable_database_is_503_with_the_reason_and_recovers(tmp_path: P
             await turn(store)
         assert caught.value.status_code == 503
         with pytest.raises(DatabaseUnavailableError):
-            await store.record_usage(**WHERE, key_id="k", ok=True, tokens_in=1, tokens_out=1)
+            await store.usage(**WHERE, since=date(2020, 1, 1), until=date(2020, 1, 31))
         (tmp_path / "later").unlink()
         (tmp_path / "later").mkdir()  # back: the store migrates in the background, no restart
         for _ in range(100):
@@ -463,7 +465,7 @@ def test_a_turn_with_limits_and_usage_takes_two_transactions(tmp_path: Path) -> 
         today = datetime.now(UTC).date()
         key = (await store.usage(**WHERE, since=today, until=today)).keys["key1"]
         assert (key.requests, key.errors, key.tokens_in, key.tokens_out, key.rate_limited) == (4, 1, 25, 9, 0)
-        assert len(await store.stored_messages(**WHERE, session_id="session-1")) == 4
+        assert len(await stored_messages(store, **WHERE, session_id="session-1")) == 4
         hits = await store.run(lambda c: c.execute(select(rate_windows.c.hits)).scalars().all())
         assert sum(hits) == 4  # every start counted once
 
@@ -482,7 +484,7 @@ def test_over_a_limit_the_session_is_not_taken_and_429_comes_before_404_and_409(
         assert caught.value.retry_after >= 1
         with pytest.raises(RateLimitedError):  # over: 429 before 404, and no session is created
             await store.start_turn(**start, session_id="other", user_id="u")
-        assert [m.id for m in await store.stored_messages(**WHERE, session_id="other")] == []
+        assert [m.id for m in await stored_messages(store, **WHERE, session_id="other")] == []
         ids = await store.run(lambda c: c.execute(select(sessions.c.session_id)).scalars().all())
         assert ids == ["mine"]
         await store.finish_turn(

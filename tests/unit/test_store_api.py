@@ -24,6 +24,7 @@ from dockyard_core.errors import DatabaseUnavailableError, ForbiddenError, RateL
 from dockyard_core.kubeclient import KubeError, User
 from dockyard_core.resources.v1alpha1 import Environment, UsageSummary
 from dockyard_operator import environments as envs
+from tests.support.conversations import counted_request
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -61,10 +62,10 @@ def usage_app(store: ConversationStore | None, auth: FakeAuth) -> TestClient:
 
 def test_usage_endpoint_reads_per_day_and_key_and_checks_rbac(store: ConversationStore) -> None:
     async def record() -> None:
-        await store.record_usage(namespace="shop", environment="bot-prod", key_id="k1", ok=True, tokens_in=5,
-                                 tokens_out=7)  # fmt: skip
-        await store.record_usage(namespace="shop", environment="bot-prod", key_id="k2", ok=False, tokens_in=1,
-                                 tokens_out=0)  # fmt: skip
+        await counted_request(store, namespace="shop", environment="bot-prod", key_id="k1", ok=True, tokens_in=5,
+                              tokens_out=7)  # fmt: skip
+        await counted_request(store, namespace="shop", environment="bot-prod", key_id="k2", ok=False, tokens_in=1,
+                              tokens_out=0)  # fmt: skip
 
     # the store runs on its own event loop in this test: a fresh engine connection per loop
     asyncio.run(record())
@@ -161,10 +162,10 @@ def test_usage_summary_is_written_to_used_environments_status(tmp_path: Path) ->
         store = ConversationStore(f"sqlite:///{tmp_path / 'dockyard.db'}")
         await store.start()
         before = datetime.now(UTC) - timedelta(seconds=1)
-        await store.record_usage(namespace="shop", environment="bot-prod", key_id="k1", ok=True, tokens_in=5,
-                                 tokens_out=7)  # fmt: skip
-        await store.record_usage(namespace="shop", environment="deleted", key_id="k1", ok=True, tokens_in=5,
-                                 tokens_out=7)  # fmt: skip
+        await counted_request(store, namespace="shop", environment="bot-prod", key_id="k1", ok=True, tokens_in=5,
+                              tokens_out=7)  # fmt: skip
+        await counted_request(store, namespace="shop", environment="deleted", key_id="k1", ok=True, tokens_in=5,
+                              tokens_out=7)  # fmt: skip
         kube = RecordingKube(gone={"deleted"})
         assert await write_summaries(store, kube, before) == 1  # type: ignore[arg-type]
         [(path, patch)] = kube.patches

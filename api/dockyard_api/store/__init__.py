@@ -6,15 +6,9 @@ PostgreSQL when ``DOCKYARD_API_DATABASE_URL`` is set (any number of replicas). A
 (``migrations/``) run at start.
 """
 
-from dockyard_api.store.store import (
-    ConversationStore,
-    Counters,
-    RateLimits,
-    StoredMessage,
-    Turn,
-    UsageReport,
-    default_url,
-)
+from dockyard_api.store.database import default_url
+from dockyard_api.store.records import Counters, RateLimits, StoredMessage, Turn, UsageReport
+from dockyard_api.store.store import ConversationStore
 from dockyard_core.errors import DatabaseUnavailableError, RateLimitedError
 
 __all__ = [

@@ -16,7 +16,11 @@ database (SQLAlchemy 2 async; SQLite by default, PostgreSQL for several facade r
   with the environment (SPEC: "usage statistics are preserved").
 - Rate limits (Environment ``spec.rateLimits``) are counted in the database, so they hold across
   replicas sharing PostgreSQL: requests per minute per key in fixed one-minute windows, tokens per day
-  per environment from the usage counters.
+  per environment from the usage counters (:mod:`dockyard_api.store.limits`).
+
+The connections, the process's life cycle in the database and ``run()`` are in
+:mod:`dockyard_api.store.database`; the values (``Turn``, ``StoredMessage``, ``UsageReport``...) in
+:mod:`dockyard_api.store.records`.
 
 Every failure of the database is a :class:`DatabaseUnavailableError` (503) naming the reason.
 """
@@ -24,163 +28,36 @@ Every failure of the database is a :class:`DatabaseUnavailableError` (503) namin
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import fcntl
 import functools
 import logging
-import os
-import re
-import socket
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, timedelta
-from pathlib import Path
-from typing import IO, Any, TypeVar
+from collections.abc import Sequence
+from datetime import date, datetime, timedelta
+from typing import Any
 
-from sqlalchemy import Connection, Engine, bindparam, create_engine, delete, event, func, insert, select, update
-from sqlalchemy import exc as sa_exc
-from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy import Connection, select
 
-from dockyard_api.store import migrate
-from dockyard_api.store.schema import instances, messages, rate_windows, sessions, usage_daily
-from dockyard_core.errors import (
-    ConflictError,
-    DatabaseUnavailableError,
-    DockyardError,
-    InvalidError,
-    NotFoundError,
-    RateLimitedError,
+from dockyard_api.store.database import Database
+from dockyard_api.store.limits import count_request, count_usage
+from dockyard_api.store.records import (
+    SESSION_ID_PATTERN,
+    Counters,
+    RateLimits,
+    StoredMessage,
+    Turn,
+    UsageReport,
 )
+from dockyard_api.store.schema import usage_daily
+from dockyard_core.clock import utcnow
+from dockyard_core.errors import ConflictError, DatabaseUnavailableError, DockyardError, InvalidError, NotFoundError
 
 log = logging.getLogger("dockyard.store")
-T = TypeVar("T")
 
 _RACE = object()
 
-SESSION_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
-"""Session ids a client may choose: 1 to 128 letters, digits and ``. _ : @ -``."""
 
-
-@dataclass(frozen=True)
-class StoredMessage:
-    role: str
-    """user or assistant."""
-    content: str
-    id: str = ""
-    agent: str | None = None
-    tools_used: tuple[str, ...] = ()
-    created_at: datetime | None = None
-
-
-@dataclass(frozen=True)
-class Turn:
-    """A turn in progress on a session: the session is held until finish_turn or abort_turn."""
-
-    session_id: str
-    version: str
-    """The app version the session is pinned to (the one ACTIVE when it started)."""
-    history: list[StoredMessage]
-    """Earlier messages, oldest first, bounded (history_messages, history_max_chars)."""
-    created: bool
-    """True when this turn created the session."""
-    namespace: str
-    environment: str
-    app: str
-    user_id: str | None
-    key_id: str
-    token: str = field(repr=False)
-    session_pk: int = field(repr=False)
-
-
-@dataclass(frozen=True)
-class RateLimits:
-    """Environment ``spec.rateLimits``: None means no limit."""
-
-    requests_per_minute: int | None = None
-    tokens_per_day: int | None = None
-
-    @classmethod
-    def of(cls, limits: Any) -> RateLimits:
-        """From the spec's dict (camelCase), a pydantic model with the same attributes, or None."""
-        if limits is None:
-            return cls()
-        if isinstance(limits, RateLimits):
-            return limits
-        if isinstance(limits, Mapping):
-            return cls(limits.get("requestsPerMinute"), limits.get("tokensPerDay"))
-        return cls(getattr(limits, "requests_per_minute", None), getattr(limits, "tokens_per_day", None))
-
-
-@dataclass
-class Counters:
-    requests: int = 0
-    errors: int = 0
-    rate_limited: int = 0
-    tokens_in: int = 0
-    tokens_out: int = 0
-
-    def add(self, other: Counters) -> None:
-        self.requests += other.requests
-        self.errors += other.errors
-        self.rate_limited += other.rate_limited
-        self.tokens_in += other.tokens_in
-        self.tokens_out += other.tokens_out
-
-    def view(self) -> dict[str, int]:
-        return {
-            "requests": self.requests,
-            "errors": self.errors,
-            "rateLimited": self.rate_limited,
-            "tokensIn": self.tokens_in,
-            "tokensOut": self.tokens_out,
-        }
-
-
-@dataclass
-class UsageReport:
-    """Usage of one environment over [since, until] (UTC days, both included)."""
-
-    namespace: str
-    environment: str
-    since: date
-    until: date
-    totals: Counters
-    days: dict[date, Counters]
-    keys: dict[str, Counters]
-
-    def view(self) -> dict[str, Any]:
-        return {
-            "namespace": self.namespace,
-            "environment": self.environment,
-            "from": self.since.isoformat(),
-            "to": self.until.isoformat(),
-            "totals": self.totals.view(),
-            "days": [{"day": d.isoformat(), **c.view()} for d, c in sorted(self.days.items())],
-            "keys": [{"keyId": k, **c.view()} for k, c in sorted(self.keys.items())],
-        }
-
-
-def default_url(model_store: Path) -> str:
-    """The embedded default: a SQLite file on the model store volume (one facade replica)."""
-    return f"sqlite:///{model_store / 'conversations' / 'dockyard.db'}"
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
-def _reason(exc: BaseException) -> str:
-    orig = getattr(exc, "orig", None) or exc
-    text = str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
-    return f"{type(orig).__name__}: {text}"[:300]
-
-
-class ConversationStore:
+class ConversationStore(Database):
     """Contract 3 of the runtime: see the module docstring."""
 
     def __init__(
@@ -195,218 +72,30 @@ class ConversationStore:
         connect_timeout_seconds: float = 5.0,
         statement_timeout_seconds: float = 10.0,
     ) -> None:
-        self.url = make_url(url)
+        super().__init__(
+            url,
+            heartbeat_seconds=heartbeat_seconds,
+            connect_timeout_seconds=connect_timeout_seconds,
+            statement_timeout_seconds=statement_timeout_seconds,
+        )
         self.history_messages = history_messages
         self.history_max_chars = history_max_chars
         self.busy_wait_seconds = busy_wait_seconds
         self.turn_lease = timedelta(seconds=turn_lease_seconds)
-        self.heartbeat_seconds = heartbeat_seconds
-        self.stale_after = timedelta(seconds=3 * heartbeat_seconds + 1)
-        self.instance_id = str(uuid.uuid4())
-        self.dialect = self.url.get_backend_name()
-        if self.dialect not in ("sqlite", "postgresql"):
-            raise ValueError(f"unsupported database {self.dialect!r}: use sqlite or postgresql+asyncpg")
-        self.engine: AsyncEngine | None = None
-        self.sync_engine: Engine | None = None
-        self._sqlite_conn: Connection | None = None
-        """The SQLite writer thread's connection (used in that thread only)."""
-        self._executor: ThreadPoolExecutor | None = None
-        if self.dialect == "sqlite":
-            # SQLite: a plain (sync) engine in ONE thread; a whole transaction is one hop to that thread, and
-            # the one thread also serialises this process's writers (SQLite has one writer anyway)
-            database = self.url.database
-            if database and database != ":memory:":
-                Path(database).parent.mkdir(parents=True, exist_ok=True)
-            self.sync_engine = create_engine(
-                self.url.set(drivername="sqlite+pysqlite"),
-                connect_args={"timeout": statement_timeout_seconds, "check_same_thread": False},
-            )
-            _sqlite_setup(self.sync_engine)
-            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dockyard-sqlite")
-        else:
-            self.engine = create_async_engine(
-                self.url,
-                pool_pre_ping=True,  # a connection cut by a database restart is replaced, not used
-                pool_size=10,
-                max_overflow=20,
-                pool_timeout=connect_timeout_seconds,
-                connect_args={"timeout": connect_timeout_seconds, "command_timeout": statement_timeout_seconds},
-            )
-        self._sql = _Statements(self.dialect)
         self._unreleased: dict[int, str] = {}
         """Turns whose release failed (database away): session pk -> turn token, retried by _maintain."""
-        self._closed = False
-        self._ready = False
-        self._last_error = "not started"
-        self._task: asyncio.Task[None] | None = None
-        self._owner: IO[bytes] | None = None
-        database = self.url.database if self.dialect == "sqlite" else None
-        self._owner_path = Path(f"{database}.owner") if database and database != ":memory:" else None
 
-    # --- life cycle ------------------------------------------------------------------------------
-
-    @property
-    def ready(self) -> bool:
-        return self._ready
-
-    async def start(self) -> None:
-        """Migrate and register this process; when the database is away, keep trying in the background
-        (calls answer 503 until then): the facade starts and serves its other APIs regardless."""
-        try:
-            await self._prepare()
-        except Exception as exc:  # the database away, or anything else: the loop below retries
-            if not isinstance(exc, DockyardError):  # run() recorded the reason of a DockyardError
-                self._last_error = _reason(exc)
-            log.warning("conversation database not ready: %s (retrying)", self._last_error)
-        self._task = asyncio.create_task(self._maintain())
-
-    def _own_sqlite_file(self) -> None:
-        """One facade process per SQLite file: an exclusive lock on ``<db>.owner`` (released by the kernel
-        when the process dies, so a restarted facade takes over at once). A second process does not get
-        it: its store stays not ready (503) and keeps trying, e.g. until the old pod of a rollout is gone."""
-        if self._owner_path is None or self._owner is not None:
-            return
-        owner = open(self._owner_path, "a+b")  # noqa: SIM115 - held for the process's lifetime
-        try:
-            fcntl.flock(owner.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            owner.seek(0)
-            holder = owner.read(200).decode(errors="replace").strip() or "another process"
-            owner.close()
-            raise OSError(
-                f"the SQLite file is used by another facade process ({holder}); several facade replicas need "
-                "PostgreSQL (DOCKYARD_API_DATABASE_URL)"
-            ) from None
-        owner.truncate(0)
-        owner.write(f"{socket.gethostname()} pid {os.getpid()}".encode())
-        owner.flush()
-        self._owner = owner
-
-    async def _prepare(self) -> None:
-        self._own_sqlite_file()
-        await self.run(migrate.upgrade_connection)
-        now = _now()
-
-        def register(conn: Connection) -> None:
-            conn.execute(
-                insert(instances).values(
-                    id=self.instance_id, started_at=now, heartbeat_at=now, stopped=False, host=socket.gethostname()
-                )
-            )
-            if self.dialect == "sqlite":
-                # this process owns the SQLite file (above): any other instance is a dead predecessor
-                conn.execute(update(instances).where(instances.c.id != self.instance_id).values(stopped=True))
-
-        await self.run(register)
-        self._ready = True
-        log.info("conversation database ready (%s)", self.url.render_as_string(hide_password=True))
-
-    async def _maintain(self) -> None:
-        last_sweep = 0.0
-        while True:
-            await asyncio.sleep(self.heartbeat_seconds)
-            try:
-                if not self._ready:
-                    await self._prepare()
-                    continue
-                await self.run(self._heartbeat)
-                if self._unreleased:
-                    pending = dict(self._unreleased)
-                    await self.run(functools.partial(self._release_all, pending=pending))
-                    for pk, token in pending.items():  # forgotten once committed
-                        if self._unreleased.get(pk) == token:
-                            del self._unreleased[pk]
-                if time.monotonic() - last_sweep > 60:
-                    await self.run(_sweep)
-                    last_sweep = time.monotonic()
-            except Exception as exc:  # keep the heartbeat alive whatever happened
-                if not isinstance(exc, DockyardError):
-                    self._last_error = _reason(exc)
-                log.warning("conversation database: %s", self._last_error)
+    async def _after_heartbeat(self) -> None:
+        if self._unreleased:
+            pending = dict(self._unreleased)
+            await self.run(functools.partial(self._release_all, pending=pending))
+            for pk, token in pending.items():  # forgotten once committed
+                if self._unreleased.get(pk) == token:
+                    del self._unreleased[pk]
 
     def _release_all(self, conn: Connection, *, pending: dict[int, str]) -> None:
         for pk, token in pending.items():
             conn.execute(self._sql.release, {"b_pk": pk, "b_token": token})
-
-    def _heartbeat(self, conn: Connection) -> None:
-        conn.execute(update(instances).where(instances.c.id == self.instance_id).values(heartbeat_at=_now()))
-
-    async def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-        if self._ready:
-
-            def stopped(conn: Connection) -> None:
-                conn.execute(update(instances).where(instances.c.id == self.instance_id).values(stopped=True))
-
-            with contextlib.suppress(DockyardError, OSError, TimeoutError):
-                await self.run(stopped)
-        await self.dispose()
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
-        if self._owner is not None:
-            self._owner.close()  # releases the lock
-            self._owner = None
-
-    async def run(self, fn: Callable[[Connection], T]) -> T:
-        """``fn(connection)`` in one transaction; database failures become DatabaseUnavailableError (503)."""
-        try:
-            if self._executor is not None:
-                return await asyncio.get_running_loop().run_in_executor(self._executor, self._sqlite_tx, fn)
-            assert self.engine is not None
-            async with self.engine.begin() as conn:
-                return await conn.run_sync(fn)
-        except DockyardError:
-            raise
-        except sa_exc.IntegrityError:
-            raise
-        except (sa_exc.SQLAlchemyError, OSError, TimeoutError) as exc:
-            self._last_error = _reason(exc)
-            raise DatabaseUnavailableError(f"the conversation database is unavailable: {self._last_error}") from exc
-
-    def _sqlite_tx(self, fn: Callable[[Connection], T]) -> T:
-        """In the writer thread: ``fn`` in one transaction on the thread's own connection, kept open between
-        transactions (a pool checkout and its reset cost more than a short transaction); a connection that
-        failed for any reason other than the transaction's own (a DockyardError, a constraint) is dropped and
-        the next transaction opens a new one."""
-        assert self.sync_engine is not None
-        conn = self._sqlite_conn
-        if conn is None or conn.closed or conn.invalidated:
-            conn = self._sqlite_conn = self.sync_engine.connect()
-        try:
-            with conn.begin():
-                return fn(conn)
-        except (DockyardError, sa_exc.IntegrityError):
-            raise
-        except BaseException:
-            self._sqlite_conn = None
-            with contextlib.suppress(Exception):
-                conn.close()
-            raise
-
-    def _sqlite_dispose(self) -> None:
-        assert self.sync_engine is not None
-        if self._sqlite_conn is not None:
-            with contextlib.suppress(Exception):
-                self._sqlite_conn.close()
-            self._sqlite_conn = None
-        self.sync_engine.dispose()
-
-    async def dispose(self) -> None:
-        """Close the connections (tests: what a killed process leaves behind)."""
-        if self.engine is not None:
-            await self.engine.dispose()
-        if self.sync_engine is not None and self._executor is not None:
-            await asyncio.get_running_loop().run_in_executor(self._executor, self._sqlite_dispose)
-
-    def _check_ready(self) -> None:
-        if not self._ready:
-            raise DatabaseUnavailableError(f"the conversation database is not ready: {self._last_error}")
 
     # --- turns -----------------------------------------------------------------------------------
 
@@ -425,7 +114,7 @@ class ConversationStore:
         """Take the session for one turn (creating it, pinned to ``version``, when new).
 
         With ``limits`` (Environment ``spec.rateLimits``) the request is also counted against the rate limits
-        in the same transaction, exactly as :meth:`check_rate_limit` would before it: over a limit raises
+        in the same transaction (:func:`~dockyard_api.store.limits.count_request`): over a limit raises
         RateLimitedError (429) without taking the session; a request counted and then answered 404 or 409
         stays counted; a turn that waits for its session is counted once."""
         self._check_ready()
@@ -478,7 +167,7 @@ class ConversationStore:
         One transaction: the session row (locked on PostgreSQL; not read for an id made just now), then the
         rate-limit counters (the refusal takes precedence over 404 and 409), then the session is taken.
         Locks are taken in that order everywhere (session row, then counters), so turns never deadlock."""
-        now = _now()
+        now = utcnow()
         token = str(uuid.uuid4())
         held_until = now + self.turn_lease
 
@@ -499,7 +188,7 @@ class ConversationStore:
                 elif row.turn_token is not None and self._held(conn, row, now):
                     busy = True
             if limits is not None:
-                refused = self._limit(conn, namespace, environment, key_id, limits, now)
+                refused = count_request(conn, self._sql, namespace, environment, key_id, limits, now)
                 if refused is not None:
                     return refused
             if answer is not None:
@@ -575,10 +264,10 @@ class ConversationStore:
         usage: bool = False,
     ) -> str:
         """Store the user message and the reply together and release the session; the reply's id. With
-        ``usage`` the request and its tokens are counted (as :meth:`record_usage`) in the same transaction:
-        a stored turn is always counted, a counted one always stored."""
+        ``usage`` the request and its tokens are counted (:func:`~dockyard_api.store.limits.count_usage`) in
+        the same transaction: a stored turn is always counted, a counted one always stored."""
         self._check_ready()
-        now = _now()
+        now = utcnow()
         reply_id = f"msg_{uuid.uuid4().hex}"
 
         def tx(conn: Connection) -> None:
@@ -619,8 +308,8 @@ class ConversationStore:
                 ],
             )
             if usage:
-                self._count(
-                    conn, turn.namespace, turn.environment, turn.key_id, now,
+                count_usage(
+                    conn, self._sql, turn.namespace, turn.environment, turn.key_id, now,
                     requests=1, tokens_in=max(0, tokens_in), tokens_out=max(0, tokens_out),
                 )  # fmt: skip
 
@@ -632,13 +321,13 @@ class ConversationStore:
         the database is away, the release is retried in the background once it is back. With ``usage``
         (tokens in, tokens out) the failed request is counted (an error, its tokens) in the same transaction."""
         self._check_ready()
-        now = _now()
+        now = utcnow()
 
         def tx(conn: Connection) -> None:
             conn.execute(self._sql.release, {"b_pk": turn.session_pk, "b_token": turn.token})
             if usage is not None:
-                self._count(
-                    conn, turn.namespace, turn.environment, turn.key_id, now,
+                count_usage(
+                    conn, self._sql, turn.namespace, turn.environment, turn.key_id, now,
                     requests=1, errors=1, tokens_in=max(0, usage[0]), tokens_out=max(0, usage[1]),
                 )  # fmt: skip
 
@@ -651,95 +340,7 @@ class ConversationStore:
             raise
         log.debug("turn on session %s aborted: %s", turn.session_id, error)
 
-    async def stored_messages(self, *, namespace: str, environment: str, session_id: str) -> list[StoredMessage]:
-        """Every stored message of a session, oldest first (tests, tools)."""
-        self._check_ready()
-        query = (
-            select(messages)
-            .join(sessions, messages.c.session_pk == sessions.c.pk)
-            .where(
-                sessions.c.namespace == namespace,
-                sessions.c.environment == environment,
-                sessions.c.session_id == session_id,
-            )
-            .order_by(messages.c.seq)
-        )
-        rows = await self.run(lambda conn: conn.execute(query).all())
-        return [StoredMessage(r.role, r.content, r.id, r.agent, tuple(r.tools_used or ()), r.created_at) for r in rows]
-
     # --- usage and rate limits -------------------------------------------------------------------
-
-    async def check_rate_limit(self, *, namespace: str, environment: str, key_id: str, limits: Any) -> None:
-        """Count this request against the environment's limits; 429 (RateLimitedError) when over one."""
-        rl = RateLimits.of(limits)
-        if not rl.requests_per_minute and not rl.tokens_per_day:
-            return
-        self._check_ready()
-        now = _now()
-        refused = await self.run(lambda conn: self._limit(conn, namespace, environment, key_id, rl, now))
-        if refused is not None:
-            raise refused
-
-    def _limit(
-        self, conn: Connection, namespace: str, environment: str, key_id: str, rl: RateLimits, now: datetime
-    ) -> RateLimitedError | None:
-        """Count one request against ``rl`` in the caller's transaction; the refusal when over a limit (then
-        counted as rate limited)."""
-        refused: RateLimitedError | None = None
-        if rl.tokens_per_day:
-            used = conn.execute(
-                self._sql.tokens_today, {"b_ns": namespace, "b_env": environment, "b_day": now.date()}
-            ).scalar_one()
-            if int(used) >= rl.tokens_per_day:
-                midnight = datetime.combine(now.date() + timedelta(days=1), datetime.min.time(), UTC)
-                refused = RateLimitedError(
-                    f"environment {environment!r} has used {int(used)} tokens today, its limit is "
-                    f"{rl.tokens_per_day} (spec.rateLimits.tokensPerDay); it resets at 00:00 UTC",
-                    {"limit": "tokensPerDay", "value": rl.tokens_per_day, "used": int(used)},
-                    retry_after=int((midnight - now).total_seconds()) + 1,
-                )
-        if refused is None and rl.requests_per_minute:
-            epoch = now.timestamp()
-            row = {"namespace": namespace, "environment": environment, "key_id": key_id}
-            counted = conn.execute(
-                self._sql.hit, {**row, "minute": int(epoch // 60), "hits": 1, "b_limit": rl.requests_per_minute}
-            ).scalar()
-            if counted is None:
-                refused = RateLimitedError(
-                    f"API key {key_id!r} has made {rl.requests_per_minute} requests this minute, the limit of "
-                    f"environment {environment!r} (spec.rateLimits.requestsPerMinute)",
-                    {"limit": "requestsPerMinute", "value": rl.requests_per_minute, "keyId": key_id},
-                    retry_after=60 - int(epoch % 60),
-                )
-        if refused is not None:
-            self._count(conn, namespace, environment, key_id, now, rate_limited=1)
-        return refused
-
-    async def record_usage(
-        self, *, namespace: str, environment: str, key_id: str, ok: bool, tokens_in: int, tokens_out: int
-    ) -> None:
-        """Count one request (and its tokens) for the environment and key, today (UTC)."""
-        self._check_ready()
-        now = _now()
-        await self.run(
-            lambda conn: self._count(
-                conn,
-                namespace,
-                environment,
-                key_id,
-                now,
-                requests=1,
-                errors=0 if ok else 1,
-                tokens_in=max(0, tokens_in),
-                tokens_out=max(0, tokens_out),
-            )
-        )
-
-    def _count(
-        self, conn: Connection, namespace: str, environment: str, key_id: str, now: datetime, **counts: int
-    ) -> None:
-        row = {"namespace": namespace, "environment": environment, "key_id": key_id, "day": now.date()}
-        conn.execute(self._sql.count, {**row, "updated_at": now, **{n: counts.get(n, 0) for n in USAGE_COUNTERS}})
 
     async def usage(self, *, namespace: str, environment: str, since: date, until: date) -> UsageReport:
         """Usage of an environment (alive or deleted) per day and per key over [since, until]."""
@@ -769,122 +370,4 @@ class ConversationStore:
         return [(r.namespace, r.environment) for r in rows]
 
 
-class _Statements:
-    """The hot path's statements, built once per dialect with bind parameters (building a statement costs
-    more than running it on SQLite)."""
-
-    def __init__(self, dialect: str) -> None:
-        insert_ = postgresql.insert if dialect == "postgresql" else sqlite.insert
-        self.session = (
-            select(
-                sessions.c.pk,
-                sessions.c.user_id,
-                sessions.c.version,
-                sessions.c.turn_token,
-                sessions.c.turn_expires_at,
-                sessions.c.turn_holder,
-            )
-            .where(
-                sessions.c.namespace == bindparam("b_ns"),
-                sessions.c.environment == bindparam("b_env"),
-                sessions.c.session_id == bindparam("b_sid"),
-            )
-            # the session row alone, locked (PostgreSQL): a join here would be re-checked against the OLD
-            # holder's row after waiting for the lock (READ COMMITTED re-evaluation): the holder is read apart
-            .with_for_update()
-        )
-        self.holder = select(instances.c.heartbeat_at, instances.c.stopped).where(instances.c.id == bindparam("b_id"))
-        self.create_session = (
-            insert_(sessions)
-            .on_conflict_do_nothing(index_elements=["namespace", "environment", "session_id"])
-            .returning(sessions.c.pk)
-        )
-        self.take = (
-            update(sessions)
-            .where(sessions.c.pk == bindparam("b_pk"))
-            .values(
-                turn_token=bindparam("b_token"), turn_holder=bindparam("b_holder"), turn_expires_at=bindparam("b_until")
-            )
-        )
-        self.history = (
-            select(
-                messages.c.id,
-                messages.c.role,
-                messages.c.content,
-                messages.c.agent,
-                messages.c.tools_used,
-                messages.c.created_at,
-            )
-            .where(messages.c.session_pk == bindparam("b_pk"))
-            .order_by(messages.c.seq.desc())
-            .limit(bindparam("b_limit"))
-        )
-        self.release = (
-            update(sessions)
-            .where(sessions.c.pk == bindparam("b_pk"), sessions.c.turn_token == bindparam("b_token"))
-            .values(turn_token=None, turn_holder=None, turn_expires_at=None)
-        )
-        self.finish = self.release.values(
-            last_active_at=bindparam("b_now"), message_count=sessions.c.message_count + 2
-        ).returning(sessions.c.message_count)
-        self.add_messages = insert(messages)
-        tokens = usage_daily.c.tokens_in + usage_daily.c.tokens_out
-        self.tokens_today = select(func.coalesce(func.sum(tokens), 0)).where(
-            usage_daily.c.namespace == bindparam("b_ns"),
-            usage_daily.c.environment == bindparam("b_env"),
-            usage_daily.c.day == bindparam("b_day"),
-        )
-        hit = insert_(rate_windows)
-        self.hit = hit.on_conflict_do_update(
-            index_elements=["namespace", "environment", "key_id", "minute"],
-            set_={"hits": rate_windows.c.hits + 1},
-            where=rate_windows.c.hits < bindparam("b_limit"),
-        ).returning(rate_windows.c.hits)
-        count = insert_(usage_daily)
-        self.count = count.on_conflict_do_update(
-            index_elements=["namespace", "environment", "key_id", "day"],
-            set_={
-                **{n: usage_daily.c[n] + count.excluded[n] for n in USAGE_COUNTERS},
-                "updated_at": count.excluded.updated_at,
-            },
-        )
-
-
-USAGE_COUNTERS = ("requests", "errors", "rate_limited", "tokens_in", "tokens_out")
-
-
-def _sweep(conn: Connection) -> None:
-    """Forget old rate-limit windows and long-gone instances (never usage nor messages)."""
-    minute = int(time.time() // 60)
-    conn.execute(delete(rate_windows).where(rate_windows.c.minute < minute - 2))
-    conn.execute(delete(instances).where(instances.c.heartbeat_at < _now() - timedelta(days=1)))
-
-
-def _sqlite_setup(engine: Engine) -> None:
-    """WAL (readers never block the writer), a busy timeout, foreign keys, and BEGIN IMMEDIATE so a
-    transaction takes the write lock up front (no "database is locked" on upgrade from read to write)."""
-
-    @event.listens_for(engine, "connect")
-    def _connect(dbapi_connection: Any, _: Any) -> None:
-        dbapi_connection.isolation_level = None  # SQLAlchemy emits BEGIN itself (below)
-        cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA synchronous=NORMAL")
-        cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.execute("PRAGMA busy_timeout=10000")
-        cursor.close()
-
-    @event.listens_for(engine, "begin")
-    def _begin(conn: Any) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
-
-
-__all__ = [
-    "ConversationStore",
-    "Counters",
-    "RateLimits",
-    "StoredMessage",
-    "Turn",
-    "UsageReport",
-    "default_url",
-]
+__all__ = ["ConversationStore"]

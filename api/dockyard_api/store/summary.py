@@ -15,7 +15,8 @@ import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from dockyard_api.store.store import ConversationStore, UsageReport
+from dockyard_api.store.records import UsageReport
+from dockyard_api.store.store import ConversationStore
 from dockyard_core.errors import DockyardError
 from dockyard_core.kubeclient import AsyncKube, KubeError
 
