@@ -465,9 +465,7 @@ class Planner:
             base_id=self.store.id_of(base) or self.store.refresh(base),
             extra=extra,
         )
-        return Plan(
-            name, image, key, self.root / "Dockerfile", target=target, build_args=args, build_contexts=contexts
-        )
+        return Plan(name, image, key, self.root / "Dockerfile", target=target, build_args=args, build_contexts=contexts)
 
     def plan(self, name: str, built: Mapping[str, Plan]) -> Plan:
         if name == "dockyard":
