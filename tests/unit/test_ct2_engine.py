@@ -11,7 +11,8 @@ import pytest
 from tokenizers import Tokenizer
 
 from dockyard_ct2.config import SamplingDefaults, parse_args
-from dockyard_ct2.engine import Sampling, Sequence, resolve_compute_type
+from dockyard_ct2.engine import resolve_compute_type
+from dockyard_ct2.sequence import Sampling, Sequence
 from dockyard_ct2.tokenizer import CHATML_TEMPLATE, IncrementalDecoder, ModelDirError, ModelTokenizer
 from tests.support.ct2_model import build, train_tokenizer
 
