@@ -20,7 +20,8 @@ import anyio
 from python_multipart.exceptions import FormParserError
 from python_multipart.multipart import MultipartParser, parse_options_header
 
-from dockyard_core.modelstore import ChunkTooLarge, ChunkWriter, ReceivedChunk
+from dockyard_core.storeerrors import ChunkTooLarge
+from dockyard_core.storefiles import ChunkWriter, ReceivedChunk
 from dockyard_core.upload import InvalidUpload
 
 if TYPE_CHECKING:

@@ -30,18 +30,7 @@ from dockyard_core.errors import DockyardError, KubeUnavailableError, UpstreamEr
 from dockyard_core.import_status import IMPORT_ENVIRONMENT_ANNOTATION, IMPORT_SESSION_LABEL
 from dockyard_core.kubeclient import MERGE, AsyncKube, KubeError
 from dockyard_core.kubeclient import guarded as guard
-from dockyard_core.modelstore import (
-    SESSION_ID_RE,
-    ChunkWriter,
-    MissingChunks,
-    ModelStore,
-    SessionCompleted,
-    SessionGone,
-    SessionMeta,
-    SessionNotFound,
-    SizeMismatch,
-    parse_chunk_number,
-)
+from dockyard_core.modelstore import SESSION_ID_RE, ModelStore, SessionMeta
 from dockyard_core.resources.v1alpha1 import (
     DOCK_STATUS_ID_LABEL,
     Model,
@@ -50,6 +39,15 @@ from dockyard_core.resources.v1alpha1 import (
     ObjectMeta,
     UploadSource,
 )
+from dockyard_core.storeerrors import (
+    MissingChunks,
+    SessionCompleted,
+    SessionGone,
+    SessionNotFound,
+    SizeMismatch,
+    parse_chunk_number,
+)
+from dockyard_core.storefiles import ChunkWriter
 from dockyard_core.upload import Upload, UploadLimits
 
 log = logging.getLogger("dockyard.imports")

@@ -20,124 +20,50 @@ the chunk's name atomically and only if it does not exist yet: the first complet
 a re-sent identical copy is accepted (idempotent), a different one is refused (:class:`ChunkConflict`).
 A rename would let a later copy silently replace an accepted one.
 
-This module is pure file-system logic (no FastAPI, no Kubernetes); its errors are
-:class:`~dockyard_core.errors.DockyardError` subclasses carrying the HTTP status and error code the
-facade answers with (one handler turns every one of them into the JSON error shape).
+This module is pure file-system logic (no FastAPI, no Kubernetes); its errors
+(:mod:`dockyard_core.storeerrors`) are :class:`~dockyard_core.errors.DockyardError` subclasses carrying
+the HTTP status and error code the facade answers with (one handler turns every one of them into the JSON
+error shape). The file primitives are in :mod:`dockyard_core.storefiles`, a stored model's manifest in
+:mod:`dockyard_core.modelmanifest`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
-import hashlib
 import json
 import os
 import re
 import shutil
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from dockyard_core.clock import iso, utcnow
-from dockyard_core.errors import DockyardError
+from dockyard_core.modelmanifest import MANIFEST, ModelManifest, list_files
+from dockyard_core.storeerrors import (
+    ChunkConflict,
+    EmptyChunk,
+    ModelFileNotFound,
+    SessionGone,
+    SessionNotFound,
+    SizeExceeded,
+)
+from dockyard_core.storefiles import (
+    COPY_BUFFER,
+    ChunkInfo,
+    ChunkWriter,
+    ReceivedChunk,
+    fsync_dir,
+    link_exclusive,
+    same_bytes,
+    write_atomically,
+)
 from dockyard_core.upload import Upload
 
 SESSION_ID_RE = re.compile(r"^[0-9a-f]{32}$")
 CHUNK_NAME_RE = re.compile(r"^(0|[1-9][0-9]{0,8})$")
-CHUNK_NUMBER_RE = re.compile(r"^\s*(0|[1-9][0-9]{0,8})\s*$")
-COPY_BUFFER = 1024 * 1024
-IOV_MAX = 1024
-
-# --- errors -----------------------------------------------------------------------------------------
-
-
-class SessionNotFound(DockyardError):
-    status_code = 404
-    code = "session_not_found"
-
-
-class SessionGone(DockyardError):
-    """The session existed but is over: expired, aborted, or (for uploads) already completed."""
-
-    status_code = 410
-    code = "session_expired"
-
-    def __init__(self, message: str, details: Any = None, code: str = "session_expired") -> None:
-        super().__init__(message, details)
-        self.code = code
-
-
-class SessionCompleted(DockyardError):
-    status_code = 409
-    code = "session_completed"
-
-
-class InvalidChunkNumber(DockyardError):
-    status_code = 422
-    code = "invalid_chunk_number"
-
-
-class ChunkTooLarge(DockyardError):
-    status_code = 413
-    code = "chunk_too_large"
-
-
-class EmptyChunk(DockyardError):
-    status_code = 422
-    code = "empty_chunk"
-
-
-class ChunkConflict(DockyardError):
-    status_code = 409
-    code = "chunk_conflict"
-
-
-class SizeExceeded(DockyardError):
-    status_code = 409
-    code = "size_exceeded"
-
-
-class MissingChunks(DockyardError):
-    status_code = 409
-    code = "missing_chunks"
-
-
-class SizeMismatch(DockyardError):
-    status_code = 409
-    code = "size_mismatch"
-
-
-class ModelFileNotFound(DockyardError):
-    status_code = 404
-    code = "not_found"
-
-
-class RangeNotSatisfiable(DockyardError):
-    status_code = 416
-    code = "range_not_satisfiable"
-
-
-def parse_chunk_number(raw: str | None, total_chunks: int) -> int:
-    """The multipart field ``chunkNumber``: a decimal integer (form fields are text; SPEC's sample sends a
-    string), in ``[0, totalChunks)``."""
-    if raw is None:
-        raise InvalidChunkNumber("the form field chunkNumber is missing", {"field": "chunkNumber"})
-    match = CHUNK_NUMBER_RE.match(raw)
-    if not match:
-        raise InvalidChunkNumber(
-            "chunkNumber must be a non-negative integer", {"field": "chunkNumber", "value": raw[:32]}
-        )
-    number = int(match.group(1))
-    if number >= total_chunks:
-        raise InvalidChunkNumber(
-            f"chunkNumber {number} is outside [0, {total_chunks})",
-            {"field": "chunkNumber", "value": number, "totalChunks": total_chunks},
-        )
-    return number
 
 
 # --- sessions ---------------------------------------------------------------------------------------
@@ -192,116 +118,10 @@ class SessionMeta:
         )
 
 
-@dataclass(frozen=True)
-class ChunkInfo:
-    number: int
-    size: int
-
-
-@dataclass(frozen=True)
-class ReceivedChunk:
-    """A chunk streamed to its temporary file."""
-
-    path: Path
-    size: int
-
-
 def check_session_id(session_id: str) -> str:
     if not SESSION_ID_RE.match(session_id):
         raise SessionNotFound(f"no import session {session_id[:64]!r}", {"sessionId": session_id[:64]})
     return session_id
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so that readers see the old content or the new one, never a part."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def same_bytes(a: Path, b: Path) -> bool:
-    """Whether two files hold the same bytes (read block by block, never whole)."""
-    if a.stat().st_size != b.stat().st_size:
-        return False
-    with a.open("rb") as fa, b.open("rb") as fb:
-        while True:
-            block = fa.read(COPY_BUFFER)
-            if block != fb.read(COPY_BUFFER):
-                return False
-            if not block:
-                return True
-
-
-class ChunkWriter:
-    """Streams one uploaded chunk to a temporary file, refusing more than ``limit`` bytes.
-
-    No checksum is computed on the way: a re-sent chunk is compared byte for byte with the stored one
-    (:func:`same_bytes`), which is exact and costs nothing for the chunks sent once (hashing every
-    chunk while streaming took about a fifth of the facade's CPU time per byte; see docs/benchmarks.md).
-    The whole file's SHA-256 is computed and verified by the import job."""
-
-    def __init__(self, directory: Path, limit: int, *, fsync: bool = True) -> None:
-        fd, name = tempfile.mkstemp(dir=directory, prefix=".part-")
-        self._file = os.fdopen(fd, "wb", buffering=0)
-        self.path = Path(name)
-        self.limit = limit
-        self.size = 0
-        self.fsync = fsync
-
-    def _written(self, n: int) -> None:
-        """Count ``n`` bytes just written, and start writing them to the disk now (without waiting): the
-        fsync of :meth:`finish` then waits for the last batch only, not for the whole chunk, so the disk
-        works while the rest of the chunk is still arriving (``posix_fadvise(DONTNEED)`` starts the
-        writeback of dirty pages on Linux; uploaded chunks are not read again soon)."""
-        if self.fsync and n and hasattr(os, "posix_fadvise"):
-            os.posix_fadvise(self._file.fileno(), self.size, n, os.POSIX_FADV_DONTNEED)
-        self.size += n
-
-    def write_all(self, pieces: list[memoryview]) -> None:
-        """Append the pieces with as few system calls as possible (``writev``); past ``limit`` the partial
-        file is deleted and :class:`ChunkTooLarge` raised."""
-        total = sum(len(p) for p in pieces)
-        if self.size + total > self.limit:
-            self.discard()
-            raise ChunkTooLarge(f"the chunk is larger than {self.limit} bytes", {"maxChunkBytes": self.limit})
-        fd = self._file.fileno()
-        views = [memoryview(p) for p in pieces]
-        while views:
-            written = os.writev(fd, views[:IOV_MAX])
-            while views and written >= len(views[0]):
-                written -= len(views[0])
-                views.pop(0)
-            if views and written:
-                views[0] = views[0][written:]
-        self._written(total)
-
-    def finish(self) -> ReceivedChunk:
-        if self.fsync:
-            os.fsync(self._file.fileno())
-        self._file.close()
-        return ReceivedChunk(self.path, self.size)
-
-    def discard(self) -> None:
-        if not self._file.closed:
-            self._file.close()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.path)
 
 
 class ModelStore:
@@ -409,12 +229,12 @@ class ModelStore:
                     },
                 )
             try:
-                _link_exclusive(chunk.path, final)
+                link_exclusive(chunk.path, final)
             except FileExistsError:
                 return self._same(final, number, chunk)  # a parallel upload of the same chunk won
             except FileNotFoundError:
                 raise SessionGone(f"import session {meta.session_id} was aborted", code="session_aborted") from None
-            _fsync_dir(final.parent)
+            fsync_dir(final.parent)
             return True
         finally:
             with contextlib.suppress(FileNotFoundError):
@@ -473,128 +293,6 @@ class ModelStore:
 
     def delete_model(self, namespace: str, model_id: str) -> None:
         shutil.rmtree(self.model_dir(namespace, model_id), ignore_errors=True)
-
-
-# --- stored models: the manifest ---------------------------------------------------------------------
-
-MANIFEST = ".dockyard-import.json"
-
-
-@dataclass(frozen=True)
-class ModelFile:
-    path: str
-    """Relative to the model's directory, with ``/``."""
-    size: int
-    sha256: str
-
-
-@dataclass(frozen=True)
-class ModelManifest:
-    """What the import job recorded: its id, the uploaded file's size and SHA-256, and the model's files."""
-
-    dock_status_id: str
-    size_bytes: int
-    sha256: str
-    files: tuple[ModelFile, ...]
-    format: str | None = None
-    """The model's format as the import found it (gguf, ctranslate2, safetensors, pytorch)."""
-    weights_file: str | None = None
-    """The weights file an engine loads by name (GGUF); "file" in the JSON."""
-
-    @property
-    def total_bytes(self) -> int:
-        return sum(f.size for f in self.files)
-
-    def file(self, path: str) -> ModelFile | None:
-        return next((f for f in self.files if f.path == path), None)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "dockStatusId": self.dock_status_id,
-            "sizeBytes": self.size_bytes,
-            "sha256": self.sha256,
-            "files": [asdict(f) for f in self.files],
-            "format": self.format,
-            "file": self.weights_file,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ModelManifest:
-        files = tuple(ModelFile(str(f["path"]), int(f["size"]), str(f["sha256"])) for f in data.get("files") or ())
-        found, main = data.get("format"), data.get("file")
-        return cls(
-            str(data.get("dockStatusId", "")),
-            int(data.get("sizeBytes", 0)),
-            str(data.get("sha256", "")),
-            files,
-            str(found) if found else None,
-            str(main) if main else None,
-        )
-
-
-def file_sha256(path: Path) -> str:
-    sha = hashlib.sha256()
-    with path.open("rb") as f:
-        while block := f.read(COPY_BUFFER):
-            sha.update(block)
-    return sha.hexdigest()
-
-
-def list_files(root: Path, known: dict[str, str] | None = None) -> list[ModelFile]:
-    """Every regular file under ``root`` but the manifest, sorted, with size and SHA-256 (taken from
-    ``known`` by relative path when given there, else computed)."""
-    found = []
-    for directory, dirs, files in os.walk(root):
-        dirs.sort()
-        for name in sorted(files):
-            full = Path(directory) / name
-            rel = full.relative_to(root).as_posix()
-            if rel == MANIFEST or full.is_symlink():
-                continue
-            sha = (known or {}).get(rel) or file_sha256(full)
-            found.append(ModelFile(rel, full.stat().st_size, sha))
-    return sorted(found, key=lambda f: f.path)
-
-
-def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
-    """``Range: bytes=a-b`` / ``a-`` / ``-n`` as ``[start, end)``; None for no (or an ignorable) header.
-    Raises :class:`RangeNotSatisfiable` for a range that starts past the end."""
-    if not header:
-        return None
-    unit, _, spec = header.partition("=")
-    if unit.strip().lower() != "bytes" or "," in spec:
-        return None  # other units and multiple ranges: the whole file (RFC 9110 allows ignoring Range)
-    first, _, last = spec.strip().partition("-")
-    try:
-        if first == "":
-            n = int(last)
-            return (max(0, size - n), size) if n > 0 and size else _unsatisfiable(size)
-        start = int(first)
-        end = min(int(last) + 1, size) if last else size
-    except ValueError:
-        return None
-    if start >= size or end <= start:
-        return _unsatisfiable(size)
-    return start, end
-
-
-def _unsatisfiable(size: int) -> tuple[int, int]:
-    raise RangeNotSatisfiable(f"the range is outside the file's {size} bytes", {"size": size})
-
-
-def _link_exclusive(src: Path, dst: Path) -> None:
-    """Create ``dst`` as ``src`` atomically, failing with FileExistsError if it exists.
-
-    ``link(2)`` where the file system has hard links; elsewhere a rename after an existence check (a
-    narrow race between two different copies of one chunk remains there)."""
-    try:
-        os.link(src, dst)
-    except OSError as exc:
-        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK):
-            raise
-        if dst.exists():
-            raise FileExistsError(errno.EEXIST, "chunk exists", str(dst)) from exc
-        os.replace(src, dst)
 
 
 def _scan(directory: Path) -> Iterator[os.DirEntry[str]]:

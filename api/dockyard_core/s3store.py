@@ -39,25 +39,10 @@ from minio import Minio
 from minio.error import S3Error
 
 from dockyard_core.errors import DockyardError
-from dockyard_core.modelstore import (
-    CHUNK_NAME_RE,
-    COPY_BUFFER,
-    MANIFEST,
-    SESSION_ID_RE,
-    ChunkConflict,
-    ChunkInfo,
-    ChunkWriter,
-    EmptyChunk,
-    ModelFileNotFound,
-    ModelManifest,
-    ModelStore,
-    ReceivedChunk,
-    SessionGone,
-    SessionMeta,
-    SizeExceeded,
-    check_session_id,
-    same_bytes,
-)
+from dockyard_core.modelmanifest import MANIFEST, ModelManifest
+from dockyard_core.modelstore import CHUNK_NAME_RE, SESSION_ID_RE, ModelStore, SessionMeta, check_session_id
+from dockyard_core.storeerrors import ChunkConflict, EmptyChunk, ModelFileNotFound, SessionGone, SizeExceeded
+from dockyard_core.storefiles import COPY_BUFFER, ChunkInfo, ChunkWriter, ReceivedChunk, same_bytes
 
 PART_SIZE = 16 * 1024 * 1024
 """Multipart upload part size of the SDK for chunks and model files larger than this."""

@@ -46,8 +46,10 @@ from typing import IO, Any, cast
 
 from dockyard_core.errors import DockyardError
 from dockyard_core.modelformats import ModelFormat, detect_format, main_file
-from dockyard_core.modelstore import COPY_BUFFER, MANIFEST, ModelStore, list_files
+from dockyard_core.modelmanifest import MANIFEST, list_files
+from dockyard_core.modelstore import ModelStore
 from dockyard_core.s3store import S3ModelStore
+from dockyard_core.storefiles import COPY_BUFFER
 from dockyard_core.upload import ARCHIVE_EXTENSIONS, WEIGHT_EXTENSIONS, Upload
 
 WEIGHT_SUFFIXES = tuple(f".{ext}" for ext in WEIGHT_EXTENSIONS)

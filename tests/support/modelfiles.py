@@ -11,7 +11,8 @@ import tarfile
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from dockyard_core.modelstore import ModelManifest, ModelStore, SessionMeta
+from dockyard_core.modelmanifest import ModelManifest
+from dockyard_core.modelstore import ModelStore, SessionMeta
 from dockyard_core.upload import Upload
 from dockyard_operator.import_files import Limits, import_into
 

@@ -13,15 +13,9 @@ import pytest
 
 from dockyard_api.chunkupload import ChunkUpload, UnsupportedMediaType
 from dockyard_core.errors import DockyardError
-from dockyard_core.modelstore import (
-    ChunkTooLarge,
-    ChunkWriter,
-    InvalidChunkNumber,
-    ModelStore,
-    ReceivedChunk,
-    SessionMeta,
-    parse_chunk_number,
-)
+from dockyard_core.modelstore import ModelStore, SessionMeta
+from dockyard_core.storeerrors import ChunkTooLarge, InvalidChunkNumber, parse_chunk_number
+from dockyard_core.storefiles import ChunkWriter, ReceivedChunk
 from dockyard_core.upload import InvalidUpload, Upload
 
 LIMIT = 256 * 1024

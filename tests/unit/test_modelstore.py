@@ -9,14 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from dockyard_core.modelstore import (
+from dockyard_core.modelstore import ModelStore, SessionMeta
+from dockyard_core.storeerrors import (
     ChunkConflict,
     ChunkTooLarge,
     EmptyChunk,
     InvalidChunkNumber,
-    ModelStore,
     SessionGone,
-    SessionMeta,
     SessionNotFound,
     SizeExceeded,
     parse_chunk_number,

@@ -20,7 +20,7 @@ from fastapi.testclient import TestClient
 
 from dockyard_api.app import create_app
 from dockyard_api.settings import ApiSettings
-from dockyard_core import apikeys, modelstore
+from dockyard_core import apikeys, storeerrors
 from dockyard_core import errors as errortypes
 from tests.support.fakekube import FakeKube, fake_kube
 from tests.support.runners import free_port, wait_http_ok
@@ -160,5 +160,5 @@ def test_every_error_the_facade_answers_is_a_dockyard_error() -> None:
             for _, cls in inspect.getmembers(module, inspect.isclass):
                 if issubclass(cls, Exception) and isinstance(getattr(cls, "status_code", None), int):
                     answered.append(cls)
-    assert modelstore.ChunkConflict in answered
+    assert storeerrors.ChunkConflict in answered
     assert [c for c in answered if not issubclass(c, errortypes.DockyardError)] == []

@@ -24,8 +24,9 @@ from dockyard_api.auth import EnvironmentCaller, public_caller
 from dockyard_api.settings import ApiSettings
 from dockyard_api.storage_initializer import Initializer
 from dockyard_core import downloadtokens
-from dockyard_core.modelstore import ChunkConflict, EmptyChunk, SessionGone, SessionMeta, SizeExceeded
+from dockyard_core.modelstore import SessionMeta
 from dockyard_core.s3store import S3Config, S3ModelStore, StorageUnavailable
+from dockyard_core.storeerrors import ChunkConflict, EmptyChunk, SessionGone, SizeExceeded
 from dockyard_core.upload import Upload
 from tests.support.minio import MinioServer
 from tests.support.modelfiles import import_model

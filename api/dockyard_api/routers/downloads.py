@@ -20,7 +20,9 @@ from starlette.concurrency import iterate_in_threadpool
 from dockyard_api.errors import error_body
 from dockyard_core import downloadtokens
 from dockyard_core.errors import DockyardError, NotFoundError, UnauthenticatedError
-from dockyard_core.modelstore import ModelManifest, ModelStore, parse_range
+from dockyard_core.modelmanifest import ModelManifest
+from dockyard_core.modelstore import ModelStore
+from dockyard_core.storeerrors import parse_range
 
 router = APIRouter(prefix="/api/models", tags=["model downloads"])
 
