@@ -81,7 +81,12 @@ class SessionTestBed:
 def running_testbed() -> Iterator[SessionTestBed]:
     bed = TestBed()
     started_here = not bed.is_running()
-    bed.up()
+    try:
+        bed.up()
+    except BaseException:
+        if started_here:
+            bed.down()  # nothing half-made stays behind; the logs stay in bed.last_logs
+        raise
     try:
         yield SessionTestBed(bed, started_here)
     finally:

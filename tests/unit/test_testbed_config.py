@@ -28,12 +28,12 @@ def test_layout_names() -> None:
 
 
 def test_addresses_are_consistent() -> None:
-    services = ipaddress.ip_network(config.SERVICE_CIDR)
-    cluster = ipaddress.ip_network(config.CLUSTER_CIDR)
+    services = ipaddress.IPv4Network(config.SERVICE_CIDR)
+    cluster = ipaddress.IPv4Network(config.CLUSTER_CIDR)
     assert ipaddress.ip_address(config.KUBERNETES_SERVICE_IP) in services
     assert ipaddress.ip_address(config.DNS_SERVICE_IP) in services
-    node_pods = ipaddress.ip_network(config.NODE_POD_CIDR)
-    kwok_pods = ipaddress.ip_network(config.KWOK_POD_CIDR)
+    node_pods = ipaddress.IPv4Network(config.NODE_POD_CIDR)
+    kwok_pods = ipaddress.IPv4Network(config.KWOK_POD_CIDR)
     assert node_pods.subnet_of(cluster)
     assert kwok_pods.subnet_of(cluster)
     assert not node_pods.overlaps(kwok_pods)

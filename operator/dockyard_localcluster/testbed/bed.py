@@ -25,7 +25,7 @@ from dockyard_localcluster import images
 from dockyard_localcluster.cluster import LocalCluster, Provisioner, ensure_binaries
 from dockyard_localcluster.podman import cache_root
 from dockyard_localcluster.stages import all_stages
-from dockyard_localcluster.testbed import addons, config, host, pki
+from dockyard_localcluster.testbed import addons, config, host, pki, relay
 from dockyard_localcluster.testbed.config import APISERVER_PORT, Layout
 
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -87,6 +87,11 @@ class TestBed:
     def device_catalog(self) -> Path:
         """The device catalog file Dockyard needs here (DOCKYARD_DEVICE_CATALOG; see addons)."""
         return self.layout.work / "device-catalog.yaml"
+
+    @property
+    def last_logs(self) -> Path:
+        """Where :meth:`down` moves the daemons' logs (the work dir itself is removed)."""
+        return self.layout.work.with_name(f"{self.settings.name}.last-logs")
 
     @property
     def helm_values(self) -> Path:
@@ -167,8 +172,9 @@ class TestBed:
             return int(ready.read_text())
         ready.parent.mkdir(parents=True, exist_ok=True)
         ready.unlink(missing_ok=True)
-        argv = [sys.executable, "-m", "dockyard_localcluster.testbed.relay", f"--netns={self.layout.netns_path}",
-                f"--port={port}", f"--ready={ready}", *target]  # fmt: skip
+        # relay.py needs only the standard library: run as a script, it works whatever sys.path is
+        argv = [sys.executable, relay.__file__, f"--netns={self.layout.netns_path}", f"--port={port}",
+                f"--ready={ready}", *target]  # fmt: skip
         pid = host.spawn(self.layout, name, argv)
         deadline = time.monotonic() + 20
         while not ready.is_file():
@@ -319,7 +325,8 @@ class TestBed:
 
     # -- teardown --------------------------------------------------------------------------------
     def down(self) -> None:
-        """Stop everything, remove the namespace, cgroups, /run/containerd and the work dir."""
+        """Stop everything, remove the namespace, cgroups, /run/containerd and the work dir (the logs go to
+        :attr:`last_logs`)."""
         started = time.monotonic()
         lay = self.layout
         for name in host.recorded_names(lay):
@@ -333,6 +340,9 @@ class TestBed:
         problems = host.teardown(lay)
         if problems:
             raise TestBedError(f"teardown left: {'; '.join(problems)}")
+        if lay.logs.is_dir():  # kept for a post-mortem, outside the work dir; replaced by the next down()
+            shutil.rmtree(self.last_logs, ignore_errors=True)
+            shutil.move(lay.logs, self.last_logs)
         if lay.work.exists():
             shutil.rmtree(lay.work)
         log(f"test bed {self.settings.name!r} down in {time.monotonic() - started:.1f}s")
