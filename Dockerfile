@@ -10,7 +10,8 @@
 #   docker build --target ct2-server -t ghcr.io/dockyard-dev/dockyard-ct2-server:0.1.0 .
 #
 # And llama.cpp's OpenAI-compatible server from llama-cpp-python (CPU), the target llama-cpp, for
-# test beds: its wheel is compiled outside the build (`make engines`) and given as a named context.
+# test beds: its wheel is compiled outside the build (`make engines`) and given as a named context;
+# the entry point takes llama-server's flags, as the runtime catalog's `llama-cpp` entry expects.
 #
 #   docker build --target llama-cpp --build-context engine-wheels=$HOME/.cache/dockyard/wheels \
 #     -t localhost/dockyard-llama-cpp:dev .
@@ -112,10 +113,12 @@ RUN --mount=type=bind,from=llama-cpp-build,source=/wheels,target=/wheels \
     python3 -m venv /opt/dockyard \
     && pip install --no-index --find-links=/wheels "llama-cpp-python[server]==${LLAMA_CPP_PYTHON_VERSION}" \
     && pip uninstall --yes setuptools wheel pip
+# The operator passes llama-server's flags (runtimes.llama_cpp_args); this translates them for
+# llama_cpp.server (standard library only) and passes that server's own flags through.
+COPY operator/dockyard_localcluster/llamaserver.py /opt/dockyard/llamaserver.py
 USER 10001:10001
 EXPOSE 8080
-# llama_cpp.server's flags (--model, --host, --port, ...), not llama-server's.
-ENTRYPOINT ["python", "-m", "llama_cpp.server"]
+ENTRYPOINT ["python", "/opt/dockyard/llamaserver.py"]
 CMD ["--help"]
 
 # The default target (last stage): the operator and the facade.

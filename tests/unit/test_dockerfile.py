@@ -214,9 +214,10 @@ def test_llama_cpp_target_installs_a_prebuilt_wheel_and_runs_as_non_root(
     assert "--mount=type=bind,from=llama-cpp-build,source=/wheels" in runs
     assert "--no-index --find-links=/wheels" in runs
     assert "pip uninstall --yes setuptools wheel pip" in runs
-    assert not llama.all("COPY")
+    # one file from the context: the entry point that takes llama-server's flags (what the operator passes)
+    assert llama.all("COPY") == ["operator/dockyard_localcluster/llamaserver.py /opt/dockyard/llamaserver.py"]
     assert llama.all("USER") == stage(dockerfile, "runtime").all("USER")
-    assert llama.all("ENTRYPOINT") == ['["python", "-m", "llama_cpp.server"]']
+    assert llama.all("ENTRYPOINT") == ['["python", "/opt/dockyard/llamaserver.py"]']
 
 
 @pytest.mark.parametrize("name", ["ct2-server", "llama-cpp-build", "llama-cpp", "runtime"])
