@@ -9,7 +9,7 @@ run --in-cluster  the same with Dockyard installed from its chart into the real-
 engines  the local engine runner alone (real engines for model pods; see dockyard_localcluster.engines)
 toolserver  the demo's HTTP tool (--port, --host)
 tinymodel   write the tiny random-weight GGUF model to --output
-images      build the container images with podman, no registry (cached; NAME... for some; --archive)
+images      build the container images with podman, no registry (cached; NAME... for some; --archive, --refs)
 testbed up|down|status  the real-node test bed: a real kubelet node beside kwok's GPU pools in its own
             network namespace, reached through loopback only (root; docs/real-node.md)
 """
@@ -34,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1", help="toolserver: the address to listen on")
     parser.add_argument("--output", default="tiny.gguf", help="tinymodel: the file to write")
     parser.add_argument("--archive", action="store_true", help="images: also write (cached) oci-archives")
+    parser.add_argument("--refs", action="store_true", help="images: print only the references, one a line")
     parser.add_argument("--in-cluster", action="store_true", help="run: install the chart into the test bed")
     args = parser.parse_args(argv)
     if args.names and args.command not in ("images", "testbed"):
@@ -53,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "images":
         from dockyard_localcluster.images import main as images_main
 
-        return images_main(args.names, archives=args.archive)
+        return images_main(args.names, archives=args.archive, refs_only=args.refs)
     if args.command == "engines":
         from dockyard_localcluster.engines import main as engines_main
 

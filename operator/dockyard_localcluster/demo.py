@@ -211,9 +211,20 @@ def _reusable_model(objects: client.CustomObjectsApi, namespace: str, state: Pat
     return str(saved["modelId"]) if (model.get("status") or {}).get("phase") == "ReadyToDeploy" else None
 
 
-def ensure_demo_model(api: client.ApiClient, demo: Demo, state_dir: Path, facade_url: str, tool_url: str) -> str:
+def ensure_demo_model(
+    api: client.ApiClient,
+    demo: Demo,
+    state_dir: Path,
+    facade_url: str,
+    tool_url: str | None = None,
+    tool_image: str | None = None,
+) -> str:
     """The demo's model, deployment, tool and agent (see the module docstring). Returns the
-    ModelDeployment's name."""
+    ModelDeployment's name. The tool is the HTTP endpoint ``tool_url`` (``make run``: a process on this
+    host) or, in a cluster whose pods run (``make run-incluster``), the image ``tool_image`` that the
+    environment deploys as a ToolDeployment."""
+    if (tool_url is None) == (tool_image is None):
+        raise ValueError("give the demo tool either as tool_url or as tool_image")
     from dockyard_localcluster.tinymodel import sha256_of, write_tiny_gguf
     from dockyard_localcluster.toolserver import DESCRIPTION, PARAMETERS
 
@@ -257,7 +268,7 @@ def ensure_demo_model(api: client.ApiClient, demo: Demo, state_dir: Path, facade
             "name": TOOL_NAME,
             "version": TOOL_VERSION,
             "description": DESCRIPTION,
-            "endpoint": tool_url,
+            **({"endpoint": tool_url} if tool_url else {"container": {"image": tool_image, "port": 8080}}),
             "parameters": PARAMETERS,
         },
     }

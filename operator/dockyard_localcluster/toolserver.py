@@ -2,10 +2,10 @@
 
 ``POST /time`` with ``{"timezone": "Europe/Paris"}`` answers ``{"timezone", "time", "utcOffset"}``; an
 unknown zone is a 400 with a JSON error. ``GET /time`` (no body) answers for UTC, so the operator's
-reachability check and a browser both get an answer. ``/`` answers the same as ``/time``: an image tool
-(the test image ``tool``, a ToolDeployment) is called at its Service's base URL. :data:`PARAMETERS` is the tool's JSON Schema
-(``Tool.spec.parameters``): the time zones are an enum, so a grammar-constrained tool call can only
-name one that exists.
+reachability check and a browser both get an answer. ``/`` answers the same as ``/time``: an image
+tool (the test image ``tool``, a ToolDeployment) is called at its Service's base URL.
+:data:`PARAMETERS` is the tool's JSON Schema (``Tool.spec.parameters``): the time zones are an enum,
+so a grammar-constrained tool call can only name one that exists.
 
 Run: ``python -m dockyard_localcluster toolserver --port 18090`` (``make run`` starts it).
 """
