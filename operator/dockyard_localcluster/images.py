@@ -71,6 +71,7 @@ COPY pause /pause
 USER 65535:65535
 ENTRYPOINT ["/pause"]
 """
+COREDNS_FILE_CAPABILITIES = "cap_net_bind_service=+ep"
 COREDNS_CONTAINERFILE = """\
 FROM scratch
 COPY coredns /coredns
@@ -512,7 +513,8 @@ class Planner:
             )
         if name == "coredns":
             go = subprocess.run(["go", "version"], check=True, capture_output=True, text=True).stdout.strip()
-            key = content_key(recipe=COREDNS_CONTAINERFILE, extra={"go": go, "coredns": COREDNS_VERSION})
+            extra = {"go": go, "coredns": COREDNS_VERSION, "file-capabilities": COREDNS_FILE_CAPABILITIES}
+            key = content_key(recipe=COREDNS_CONTAINERFILE, extra=extra)
             return Plan(
                 name,
                 "localhost/coredns",
@@ -637,6 +639,8 @@ def build(plan: Plan, store: Store) -> None:
                 build_pause(plan.context_files["pause.c"], context / "pause")
             elif plan.name == "coredns":
                 shutil.copy2(coredns_binary(), context / "coredns")
+                # as in the official image: the non-root server may bind port 53 (COPY keeps the xattr)
+                subprocess.run(["setcap", COREDNS_FILE_CAPABILITIES, str(context / "coredns")], check=True)
             _podman_build(plan, [*common, "--network", "none", "-f", str(context / "Containerfile"), str(context)])
     image_id = store.refresh(plan.ref)
     for tag in tags:
@@ -791,10 +795,15 @@ def load_into_containerd(ctr: Path | str, address: str, refs: Iterable[str], nam
         log(f"containerd: imported {ref} in {time.monotonic() - started:.1f}s")
 
 
-def main(names: Sequence[str] = (), *, archives: bool = False) -> int:
+def main(names: Sequence[str] = (), *, archives: bool = False, refs_only: bool = False) -> int:
+    """Build what is missing; print ``name<TAB>reference[<TAB>archive]`` per image (or only the references)."""
     started = time.monotonic()
     refs = ensure_images(names or None)
     for name, ref in refs.items():
-        print(f"{name}\t{ref}" + (f"\t{archive(ref)}" if archives else ""))
+        path = archive(ref) if archives else None
+        if refs_only:
+            print(ref)
+        else:
+            print(f"{name}\t{ref}" + (f"\t{path}" if path else ""))
     log(f"done in {time.monotonic() - started:.1f}s")
     return 0
