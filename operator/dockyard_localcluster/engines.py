@@ -102,12 +102,19 @@ class EngineCommand:
 
 
 def _arg_values(args: list[str]) -> dict[str, str]:
-    """``--key=value`` (or ``--flag``) arguments of the pod's container, as a dict."""
+    """The pod container's arguments as a dict: ``--key=value``, ``--key value`` (llama-server's form)
+    or a bare ``--flag`` (an empty value)."""
     values: dict[str, str] = {}
+    key: str | None = None
     for arg in args:
         if arg.startswith("--"):
-            key, _, value = arg[2:].partition("=")
+            key, sep, value = arg[2:].partition("=")
             values[key] = value
+            if sep:
+                key = None
+        elif key is not None:
+            values[key] = arg
+            key = None
     return values
 
 

@@ -192,24 +192,25 @@ def llama_cpp_args(
     if adapter is not None:
         raise InvalidRuntimeChoice("llama.cpp serves GGUF models without LoRA adapters here; use optimizationType vllm")
     parallel = min(spec.scaling_parameters.max_batch_size, runtime.max_parallel)
+    # Each value is its own argument: llama-server's parser refuses the --flag=value form.
     args = [
-        f"--model={model}",
-        f"--alias={spec.name}",
-        f"--ctx-size={runtime.context_length * parallel}",
-        f"--parallel={parallel}",
-        "--n-gpu-layers=999",
+        "--model", model,
+        "--alias", spec.name,
+        "--ctx-size", str(runtime.context_length * parallel),
+        "--parallel", str(parallel),
+        "--n-gpu-layers", "999",
         "--jinja",
         "--metrics",
-        "--host=0.0.0.0",
-        f"--port={runtime.port}",
-    ]
+        "--host", "0.0.0.0",
+        "--port", str(runtime.port),
+    ]  # fmt: skip
     if device.gpus > 1:
-        args.append("--split-mode=layer")
+        args += ["--split-mode", "layer"]
     hp = spec.hyper_parameters
     if hp is not None:
-        args += [f"--temp={hp.temperature}", f"--top-p={hp.top_p}", f"--top-k={hp.top_k}"]
+        args += ["--temp", str(hp.temperature), "--top-p", str(hp.top_p), "--top-k", str(hp.top_k)]
         if hp.max_tokens:
-            args.append(f"--n-predict={hp.max_tokens}")
+            args += ["--n-predict", str(hp.max_tokens)]
     return [*args, *runtime.extra_args]
 
 

@@ -16,8 +16,15 @@ from dockyard_operator.runtimes import DEFAULT_CATALOG, engine_args
 from tests.unit.k8s_shapes import mdep_spec
 
 
-def test_llama_cpp_keeps_the_served_name_and_the_context_per_sequence(tmp_path: Path) -> None:
-    args = ["--model=/models/m/tiny.gguf", "--alias=tiny", "--ctx-size=16384", "--parallel=4", "--jinja"]
+@pytest.mark.parametrize(
+    "args",
+    [
+        # llama-server's own form (runtimes.llama_cpp_args), and the --flag=value form
+        ["--model", "/models/m/tiny.gguf", "--alias", "tiny", "--ctx-size", "16384", "--parallel", "4", "--jinja"],
+        ["--model=/models/m/tiny.gguf", "--alias=tiny", "--ctx-size=16384", "--parallel=4", "--jinja"],
+    ],
+)
+def test_llama_cpp_keeps_the_served_name_and_the_context_per_sequence(tmp_path: Path, args: list[str]) -> None:
     command = llama_cpp_command(args, tmp_path / "tiny.gguf", 41234, threads=2)
     argv = command.argv
     assert argv[:3] == [sys.executable, "-m", "llama_cpp.server"]

@@ -429,23 +429,30 @@ def test_other_formats_keep_the_catalogs_choice(model_format: str | None) -> Non
     assert select_runtime(mdep_spec(), DEFAULT_CATALOG, model_format)[0] == "vllm"
 
 
+def pair(args: list[str], flag: str) -> str:
+    """The value after ``flag`` in llama-server's arguments."""
+    return args[args.index(flag) + 1]
+
+
 def test_llama_cpp_args_come_from_the_spec() -> None:
     spec = mdep_spec(name="tiny", scalingParameters={"maxBatchSize": 4}, hyperParameters=HYPER_PARAMETERS)
     args = engine_args(spec, LLAMA, DEVICES["g5.xlarge"], "/models/m/tiny.gguf")
-    assert args[:4] == ["--model=/models/m/tiny.gguf", "--alias=tiny", "--ctx-size=16384", "--parallel=4"]
+    # llama-server takes each value as its own argument (it refuses --model=...)
+    assert args[:8] == ["--model", "/models/m/tiny.gguf", "--alias", "tiny", "--ctx-size", "16384", "--parallel", "4"]
+    assert not [a for a in args if a.startswith("--") and "=" in a], args
     assert "--jinja" in args
-    assert "--n-gpu-layers=999" in args
-    assert f"--port={LLAMA.port}" in args
-    assert "--split-mode=layer" not in args
-    assert f"--temp={HYPER_PARAMETERS['temperature']}" in args
+    assert pair(args, "--n-gpu-layers") == "999"
+    assert pair(args, "--port") == str(LLAMA.port)
+    assert "--split-mode" not in args
+    assert pair(args, "--temp") == str(HYPER_PARAMETERS["temperature"])
 
 
 def test_llama_cpp_caps_parallel_slots_and_splits_across_gpus() -> None:
     spec = mdep_spec(scalingParameters={"maxBatchSize": 256})
     args = engine_args(spec, LLAMA, DEVICES["g5.12xlarge"], "/models/m/x.gguf")
-    assert f"--parallel={LLAMA.max_parallel}" in args
-    assert f"--ctx-size={LLAMA.max_parallel * LLAMA.context_length}" in args
-    assert "--split-mode=layer" in args
+    assert pair(args, "--parallel") == str(LLAMA.max_parallel)
+    assert pair(args, "--ctx-size") == str(LLAMA.max_parallel * LLAMA.context_length)
+    assert pair(args, "--split-mode") == "layer"
 
 
 def test_llama_cpp_serves_no_adapters() -> None:
