@@ -244,8 +244,38 @@ def test_4_version_environment_key_and_an_answer_from_the_engine_and_the_tool(wa
     assert body["session_id"], body
     assert body["tokens"]["input"] > 0, body  # llama.cpp's own usage counts
     assert body["tokens"]["output"] > 0, body
-    assert body["tools_used"] == [TOOL], body  # the clock tool's pod answered the agent's call
+    # The tiny model's weights are random: whether it calls the tool is its choice (llama-server offers
+    # the tool through the GGUF's chat template). What the agent's call would reach answers: the tool's
+    # pod, through its Service's cluster DNS name, asked from the facade's pod.
+    assert set(body["tools_used"]) <= {TOOL}, body
     walk.session_id = body["session_id"]
+    found = walk.dockyard.kubectl(
+        "-n", walk.namespace, "get", "tooldeployments", "-l", f"dockyard.dev/environment={APP}-staging", "-o", "json"
+    ).stdout
+    (deployment,) = json.loads(found)["items"]
+    endpoint = deployment["status"]["endpoint"]
+    assert ".svc" in endpoint, endpoint
+    (facade,) = walk.dockyard.pods("api")
+    body_json = json.dumps({"timezone": "Asia/Tokyo"})
+    call = (
+        "import sys, urllib.request\n"
+        "req = urllib.request.Request(sys.argv[1], data=sys.argv[2].encode(), "
+        "headers={'Content-Type': 'application/json'})\n"
+        "print(urllib.request.urlopen(req, timeout=10).read().decode())"
+    )
+    answer = walk.dockyard.kubectl(
+        "-n",
+        walk.dockyard.namespace,
+        "exec",
+        facade["metadata"]["name"],
+        "--",
+        "python",
+        "-c",
+        call,
+        endpoint,
+        body_json,
+    ).stdout
+    assert json.loads(answer)["timezone"] == "Asia/Tokyo", answer
 
     # the admission webhooks answer through the chart's Service with its TLS: the API server asks the
     # operator pod, which refuses to delete a tool that the active version links
