@@ -53,7 +53,7 @@ from bench.common import (
     request_counts,
 )
 from dockyard_api.routers.deploy import REQUESTED_BY_ANNOTATION
-from dockyard_api.schemas.public import SPEC_MODEL_DEPLOY_SAMPLE
+from dockyard_api.schemas.public import MODEL_DEPLOY_SAMPLE
 from dockyard_core import apikeys, requestid
 from dockyard_core.kubeclient import AsyncKube, KubeError
 from dockyard_core.resources import GROUP
@@ -85,7 +85,7 @@ def percentile(values: list[float], q: float) -> float:
 def manifest(name: str, owner: dict[str, Any]) -> dict[str, Any]:
     """The object the facade creates for SPEC's sample body named ``name``: the same labels, annotations
     (requested-by, request id) and owner (the key's Environment)."""
-    body = copy.deepcopy(SPEC_MODEL_DEPLOY_SAMPLE)
+    body = copy.deepcopy(MODEL_DEPLOY_SAMPLE)
     body.pop("name")
     return {
         "apiVersion": API_VERSION,
@@ -206,7 +206,7 @@ def run_facade(url: str, ns: str, key: str, names: list[str], concurrency: int) 
         async with aiohttp.ClientSession(connector=connector, headers={"x-api-key": key}) as http:
 
             async def send(name: str) -> tuple[int, str]:
-                body = {**SPEC_MODEL_DEPLOY_SAMPLE, "name": name}
+                body = {**MODEL_DEPLOY_SAMPLE, "name": name}
                 async with http.post(path, params={"modelType": "openSource"}, json=body) as response:
                     return response.status, await response.text()
 

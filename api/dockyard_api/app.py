@@ -135,8 +135,9 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     app.add_middleware(BodyLimit, max_bytes=settings.max_json_body_bytes)
     app.include_router(health.router)
     app.include_router(metrics_router.router)
-    # SPEC's {base_url} is the environment's address: public APIs live under it. They come first: a
-    # request is matched against the routes in order, and the public calls are the frequent ones.
+    # The public API's {base_url} is the environment's address (docs/public-api.md): public APIs live
+    # under it. They come first: a request is matched against the routes in order, and the public calls
+    # are the frequent ones.
     app.include_router(deploy.router, prefix=ENVIRONMENT_PREFIX)
     app.include_router(dock_status.router, prefix=ENVIRONMENT_PREFIX)
     app.include_router(import_sessions.router, prefix=ENVIRONMENT_PREFIX)

@@ -1,7 +1,7 @@
 """Who is calling: environment API keys (public API, deployed apps) and Kubernetes users (management).
 
 - Public API: ``x-api-key`` carries an environment's key. The environment is the one in the path
-  (``/e/{namespace}/{environment}/api/public/...``, SPEC's ``{base_url}``): a missing, malformed or
+  (``/e/{namespace}/{environment}/api/public/...``, the ``{base_url}`` of docs/public-api.md): a missing, malformed or
   unknown key is 401, a valid key of another environment is 403.
 - Deployed-app calls: ``Authorization: Bearer <API key>``, same rules.
 - Management endpoints: ``Authorization: Bearer <Kubernetes token>``. The facade asks the API server

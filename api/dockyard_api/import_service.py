@@ -1,4 +1,4 @@
-"""Chunked model import (SPEC.md §1 to §3): sessions in the model store, Models in Kubernetes.
+"""Chunked model import (docs/public-api.md, 'Chunked model import'): sessions in the model store, Models in Kubernetes.
 
 The facade keeps no state of its own: a session is a directory of the model store (shared by every
 replica) and a Model object; the job that completion starts is recorded on the Model (status.job and

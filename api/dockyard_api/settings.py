@@ -56,7 +56,7 @@ class ApiSettings(ModelStoreSettings):
         "time (restarting, or its etcd is) makes the request a 503 with Retry-After",
     )
 
-    # --- chunked model import (SPEC.md §1 to §3) ---
+    # --- chunked model import (docs/public-api.md, 'Limits and settings') ---
     max_chunk_bytes: int = Field(default=64 * MiB, ge=1, description="largest chunk accepted (413 above)")
     max_file_bytes: int = Field(default=200 * GiB, ge=1, description="largest fileSize a session may declare")
     session_lifetime_seconds: float = Field(

@@ -32,8 +32,8 @@ def _drop_none(**fields: Any) -> dict[str, Any]:
 
 
 class Calls:
-    """Paths and bodies of every endpoint. ``namespace``/``environment`` locate SPEC's ``{base_url}``
-    (``/e/<namespace>/<environment>``) and the management API's namespace."""
+    """Paths and bodies of every endpoint. ``namespace``/``environment`` locate the public API's
+    ``{base_url}`` (``/e/<namespace>/<environment>``, docs/public-api.md) and the management API's namespace."""
 
     def __init__(self, namespace: str | None, environment: str | None) -> None:
         self.namespace = namespace
@@ -59,7 +59,7 @@ class Calls:
     def public(self, rest: str) -> str:
         return f"{self.env_base()}/api/public{rest}"
 
-    # --- chunked import (SPEC.md §1 to §3) -------------------------------------------------------
+    # --- chunked import (docs/public-api.md, 'Chunked model import') ----------------------------
 
     def start_import(
         self,
@@ -102,7 +102,7 @@ class Calls:
         body = {"sha256": sha256} if sha256 else None
         return Call("POST", self.public(f"/files/session/{_q(session_id)}/complete"), "api-key", json=body)
 
-    # --- deploy (SPEC.md §4, §5) and dock status -------------------------------------------------
+    # --- deploy and dock status (docs/public-api.md, 'Deploy a model' to 'Dock status') ---------
 
     def deploy_model(
         self,

@@ -81,7 +81,7 @@ class DockyardClient(ClientBase):
     # --- public API: chunked import --------------------------------------------------------------
 
     def start_import(self, **fields: Any) -> ImportSession:
-        """Start an import session (SPEC.md §1): ``file_name``, ``file_size``, ``total_chunks``,
+        """Start an import session (docs/public-api.md, 'The calls'): ``file_name``, ``file_size``, ``total_chunks``,
         ``file_extension``, optional ``file_context``, ``is_adapter`` and ``sha256``."""
         return ImportSession.model_validate(self.send(self.calls.start_import(**fields)))
 
@@ -95,15 +95,16 @@ class DockyardClient(ClientBase):
         return AbortResult.model_validate(self.send(self.calls.abort_import(session_id)))
 
     def complete_import(self, session_id: str, sha256: str | None = None) -> JobRecord:
-        """Complete the import (SPEC.md §3); ``sha256`` (Dockyard extension): the file's SHA-256, verified by
-        the import job."""
+        """Complete the import (docs/public-api.md, 'The calls'); ``sha256`` (Dockyard extension): the file's
+        SHA-256, verified by the import job."""
         return JobRecord.model_validate(self.send(self.calls.complete_import(session_id, sha256)))
 
     # --- public API: deploy and dock status ------------------------------------------------------
 
     def deploy_model(self, model_id: str, **fields: Any) -> JobRecord:
-        """Deploy a model (SPEC.md §4): ``name``, ``device_type``, ``model_type`` (openSource|fineTune),
-        optional ``is_deployed_previously``, ``hyper_parameters``, ``scaling_parameters``, ``optimization_info``."""
+        """Deploy a model (docs/public-api.md, 'Deploy a model'): ``name``, ``device_type``, ``model_type``
+        (openSource|fineTune), optional ``is_deployed_previously``, ``hyper_parameters``, ``scaling_parameters``,
+        ``optimization_info``."""
         return JobRecord.model_validate(self.send(self.calls.deploy_model(model_id, **fields)))
 
     def deploy_tool(self, tool_id: str, *, is_async: bool) -> JobRecord:

@@ -19,7 +19,7 @@ class _Answer(BaseModel):
 
 
 class ImportSession(_Answer):
-    """The answer of the start call (SPEC.md §1)."""
+    """The answer of the start call (docs/public-api.md, 'The calls')."""
 
     session_id: str
     model_id: str
@@ -63,8 +63,8 @@ class AbortResult(_Answer):
 
 
 class JobRecord(_Answer):
-    """SPEC.md's job record. The id is read from ``dockStatusId`` or, as SPEC's samples spell it,
-    ``dock-statusId``."""
+    """The job record (docs/public-api.md, 'Dock status'). The id is read from ``dockStatusId`` or its second
+    spelling ``dock-statusId``."""
 
     dock_status_id: str = Field(validation_alias=AliasChoices("dockStatusId", "dock-statusId"))
     model_id: str | None = None

@@ -1,4 +1,4 @@
-"""Chunked model import with parallel chunks and resume (SPEC.md §1 to §3).
+"""Chunked model import with parallel chunks and resume (docs/public-api.md, 'Chunked model import').
 
 - The file's SHA-256 is computed while the chunks go up (a thread reads the file in order) and sent with
   the completion call (the facade's ``sha256`` extension): the import job FAILS with

@@ -1,4 +1,5 @@
-"""The device catalog: the one place that knows the hardware behind each SPEC.md ``deviceType``.
+"""The device catalog: the one place that knows the hardware behind each ``deviceType``
+(docs/public-api.md, 'Deploy a model').
 
 Figures are AWS's published instance specifications (vCPU, memory in GiB, GPU count and model,
 memory per GPU in GB). The operator sizes pods from it, the local control plane builds its fake GPU
@@ -54,7 +55,7 @@ BUILT_IN: dict[str, Device] = {
         Device("g4dn.metal", vcpu=96, memory_gib=384, gpus=8, gpu_model="T4", gpu_memory_gb=16),
     )
 }
-"""All eight device types of SPEC.md §4, in the order SPEC.md lists them."""
+"""All eight device types, in the order docs/public-api.md ('Deploy a model') lists them."""
 
 
 class DeviceCatalogError(ValueError):
@@ -63,9 +64,9 @@ class DeviceCatalogError(ValueError):
 
 def load_catalog(path: str | None) -> dict[str, Device]:
     """The built-in catalog, with the hardware figures of a catalog file (:data:`CATALOG_ENV`,
-    the Helm chart's ``deviceCatalog``) laid over it. The file may correct figures of SPEC's eight
+    the Helm chart's ``deviceCatalog``) laid over it. The file may correct figures of the eight
     types (e.g. a different memory reserve); it cannot add types, because the API's deviceType enum
-    is SPEC's list."""
+    is the fixed list of eight (docs/install.md, 'Catalogs')."""
     if not path:
         return dict(BUILT_IN)
     entries = yaml.safe_load(Path(path).read_text()) or []

@@ -1,4 +1,4 @@
-"""The job record (SPEC.md "Job record"): ONE model, :class:`DockJob`, kept in the status of the object a
+"""The job record (docs/public-api.md, 'Dock status'): ONE model, :class:`DockJob`, kept in the status of the object a
 job acts on, and its public view.
 
 The operator writes ``status.job`` (a DockJob) as the job runs; the facade answers every call that starts
@@ -28,7 +28,7 @@ def current_job(obj: Mapping[str, Any]) -> DockJob | None:
 
 
 def _ids(dock_status_id: str | None) -> dict[str, Any]:
-    """SPEC.md's two spellings of the id."""
+    """The id's two spellings (docs/public-api.md, 'Deploy a model')."""
     return {"dockStatusId": dock_status_id, "dock-statusId": dock_status_id}
 
 

@@ -79,8 +79,8 @@ class RangeNotSatisfiable(DockyardError):
 
 
 def parse_chunk_number(raw: str | None, total_chunks: int) -> int:
-    """The multipart field ``chunkNumber``: a decimal integer (form fields are text; SPEC's sample sends a
-    string), in ``[0, totalChunks)``."""
+    """The multipart field ``chunkNumber``: a decimal integer (form fields are text; the published sample sends
+    a string: docs/public-api.md, 'The calls'), in ``[0, totalChunks)``."""
     if raw is None:
         raise InvalidChunkNumber("the form field chunkNumber is missing", {"field": "chunkNumber"})
     match = CHUNK_NUMBER_RE.match(raw)

@@ -1,4 +1,5 @@
-"""The one upload type: what the start call of a chunked import declares (SPEC.md §1), validated once
+"""The one upload type: what the start call of a chunked import declares (docs/public-api.md, 'The calls'), validated
+once
 and carried as it is to the operator.
 
 :class:`Upload` is the start call's JSON body (public names: ``fileName``, ``fileSize`` ...), the
@@ -144,8 +145,8 @@ def sha256_hex(value: str | None) -> str | None:
 
 
 class Upload(BaseModel):
-    """Body of the start call (SPEC.md §1). ``sha256`` is a Dockyard extension. Unknown fields are refused
-    with 422 naming them, like every public body (docs/public-api.md, "Unknown fields")."""
+    """Body of the start call (docs/public-api.md, 'The calls'). ``sha256`` is a Dockyard extension. Unknown
+    fields are refused with 422 naming them, like every public body (docs/public-api.md, "Unknown fields")."""
 
     model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True)
 

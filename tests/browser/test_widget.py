@@ -1,4 +1,4 @@
-"""The embeddable widget (SPEC.md §7) in Chromium, on host pages of other origins than the facade."""
+"""The embeddable widget (docs/web-client-and-widget.md) in Chromium, on host pages of other origins than the facade."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The deployed-app API (SPEC.md §6) end to end: the operator and the facade on the real local control
+"""The deployed-app API (docs/deployed-app-api.md) end to end: the operator and the facade on the real local control
 plane, an App with an agent whose ModelDeployment is served by the scripted model server (this test plays
 the local engine runner: it annotates the Ready model pods with the server's address, Contract 1), an
 HTTP tool, a real API key, and the conversation database (SQLite file)."""

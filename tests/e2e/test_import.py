@@ -1,4 +1,4 @@
-"""Chunked model import (SPEC.md §1 to §3) end to end: the facade over HTTP with real API keys, the
+"""Chunked model import (docs/public-api.md) end to end: the facade over HTTP with real API keys, the
 model store on disk, the real operator turning a completed upload into a ReadyToDeploy Model."""
 
 from __future__ import annotations

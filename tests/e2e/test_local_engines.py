@@ -91,7 +91,7 @@ pytestmark = pytest.mark.usefixtures("operator", "runner")
 
 
 def import_tiny_model(imports: ImportClient, directory: Path) -> str:
-    """SPEC.md §1 to §3 with the tiny GGUF; returns the modelId once the import job is SUCCESS."""
+    """The chunked import (docs/public-api.md) of the tiny GGUF; returns the modelId once the import job is SUCCESS."""
     path = tiny_gguf(directory)
     return import_file(imports, path.name, "gguf", path.read_bytes())
 

@@ -1,4 +1,4 @@
-"""Public deploy API (SPEC.md §4, §5) through a real facade, with the real operator, on the local control
+"""Public deploy API (docs/public-api.md) through a real facade, with the real operator, on the local control
 plane: jobs are followed through the dock-status lookup to SUCCESS or FAILED."""
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ def api_key(api: client.ApiClient, namespace: str, environment: str, app: str = 
 
 
 class ImportClient:
-    """SPEC.md §1 to §3 (and the session status and abort) against a running facade."""
+    """The chunked import of docs/public-api.md (and the session status and abort) against a running facade."""
 
     def __init__(self, http: httpx.Client, namespace: str, environment: str, key: str) -> None:
         self.http = http

@@ -9,7 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from dockyard_api.app import ENVIRONMENT_PREFIX, create_app
-from dockyard_api.schemas.public import SPEC_MODEL_DEPLOY_SAMPLE, JobRecord, ModelDeployBody, ToolDeployBody
+from dockyard_api.schemas.public import MODEL_DEPLOY_SAMPLE, JobRecord, ModelDeployBody, ToolDeployBody
 
 PUBLIC = f"{ENVIRONMENT_PREFIX}/api/public"
 MODEL_DEPLOY = f"{PUBLIC}/models/{{modelId}}/deploy"
@@ -57,8 +57,8 @@ def test_every_public_endpoint_is_documented(document: dict[str, Any]) -> None:
 def test_model_deploy_documents_the_spec_sample_and_its_parameters(document: dict[str, Any]) -> None:
     operation = document["paths"][MODEL_DEPLOY]["post"]
     examples = request_examples(operation)
-    assert SPEC_MODEL_DEPLOY_SAMPLE in examples
-    sample = next(e for e in examples if e == SPEC_MODEL_DEPLOY_SAMPLE)
+    assert MODEL_DEPLOY_SAMPLE in examples
+    sample = next(e for e in examples if e == MODEL_DEPLOY_SAMPLE)
     assert sample["optimizationInfo"] == {"optimizationType": "", "quantizationType": ""}
     for example in examples:
         ModelDeployBody.model_validate(example)  # every documented body is accepted

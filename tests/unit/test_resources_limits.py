@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from dockyard_api.app import create_app
-from dockyard_api.schemas.public import SPEC_MODEL_DEPLOY_SAMPLE, ModelDeployBody
+from dockyard_api.schemas.public import MODEL_DEPLOY_SAMPLE, ModelDeployBody
 from dockyard_core.crdgen import openapi_schema
 from dockyard_core.devices import DEVICE_TYPES
 from dockyard_core.resources.structural import Schema, to_structural
@@ -190,6 +190,6 @@ def test_the_deploy_body_is_made_of_the_resource_types() -> None:
 
 
 def test_the_spec_sample_body_is_accepted_as_sent() -> None:
-    parsed = ModelDeployBody.model_validate(SPEC_MODEL_DEPLOY_SAMPLE)
+    parsed = ModelDeployBody.model_validate(MODEL_DEPLOY_SAMPLE)
     assert parsed.optimization_info is not None
     assert (parsed.optimization_info.optimization_type, parsed.optimization_info.quantization_type) == ("", "")

@@ -1,5 +1,5 @@
 """The runtime's pure parts: where a model answers (Contract 1), the sampling body of a ModelDeployment,
-the app content of a draft or version, and the execute request body (SPEC.md §6)."""
+the app content of a draft or version, and the execute request body (docs/deployed-app-api.md, 'Request')."""
 
 from __future__ import annotations
 

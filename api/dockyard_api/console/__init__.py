@@ -1,1 +1,2 @@
-"""The Dockyard console: the version and environment workflow of SPEC.md as web pages (``/console/``)."""
+"""The Dockyard console: the version and environment workflow of docs/apps-environments.md as web pages
+(``/console/``; docs/console.md)."""

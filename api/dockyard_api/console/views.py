@@ -146,7 +146,8 @@ def history_rows(env: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def checklist_groups(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The checklist's four categories in SPEC order, each item with whether Dockyard computed it."""
+    """The checklist's four categories in the order of docs/apps-environments.md ('Pre-production
+    checklist'), each item with whether Dockyard computed it."""
     order = ["Configuration", "Testing", "Security", "Monitoring"]
     groups: dict[str, list[dict[str, Any]]] = {c: [] for c in order}
     for item in items:

@@ -1,5 +1,5 @@
-"""Public deploy endpoints: ``POST /api/public/models/{modelId}/deploy`` (SPEC.md §4) and
-``POST /api/public/tools/{toolId}/deploy`` (SPEC.md §5).
+"""Public deploy endpoints: ``POST /api/public/models/{modelId}/deploy`` and
+``POST /api/public/tools/{toolId}/deploy`` (docs/public-api.md, 'Deploy a model', 'Deploy a tool').
 
 Each call starts a NEW dock job: the facade writes a new ``dockyard.dev/dock-status-id`` label on the
 ModelDeployment / ToolDeployment it creates or updates, the operator starts the job with that id
@@ -118,7 +118,7 @@ def _requested_by(caller: EnvironmentCaller) -> str:
 
 @router.post(
     "/models/{modelId}/deploy",
-    summary="Deploy a model that is Ready to Deploy (SPEC.md §4)",
+    summary="Deploy a model that is Ready to Deploy",
     description="Creates or updates the ModelDeployment named `name` and starts a new dock job: the answer is "
     "the job record (IN_PROGRESS, action DEPLOY); follow it with `GET {base_url}/api/public/dock-status/"
     "{dockStatusId}`. `isDeployedPreviously` false (default): a new deployment, or an update of this "
@@ -267,7 +267,7 @@ def _phase(model: dict[str, Any]) -> str | None:
 
 @router.post(
     "/tools/{toolId}/deploy",
-    summary="Deploy a tool (SPEC.md §5), synchronously or asynchronously",
+    summary="Deploy a tool, synchronously or asynchronously",
     description="Creates or updates the environment's ToolDeployment of this tool version and starts a new dock "
     "job. `isAsync: true` answers at once (IN_PROGRESS). `isAsync: false` waits until the job is SUCCESS or "
     "FAILED and answers with it; when the facade's bound (DOCKYARD_API_SYNC_DEPLOY_TIMEOUT_SECONDS, default "

@@ -1,4 +1,4 @@
-"""Model downloads for the storage initializer of model pods (not part of SPEC's public API).
+"""Model downloads for the storage initializer of model pods (not part of the public API of docs/public-api.md).
 
 ``GET /api/models/{namespace}/{modelId}/manifest`` lists the model's files with size and SHA-256;
 ``GET /api/models/{namespace}/{modelId}/files/{path}`` serves one of them, with HTTP ``Range`` requests

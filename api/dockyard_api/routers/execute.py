@@ -1,7 +1,7 @@
-"""``POST {api_base_url}/v1/apps/{app_id}/execute``: call a deployed app (SPEC.md §6).
+"""``POST {api_base_url}/v1/apps/{app_id}/execute``: call a deployed app.
 
 ``{api_base_url}`` is the environment's base URL (``/e/<namespace>/<environment>``); the caller holds an
-API key of that environment (``Authorization: Bearer``). A blocking call answers SPEC's JSON; with
+API key of that environment (``Authorization: Bearer``). A blocking call answers JSON; with
 ``"stream": true`` (or ``Accept: text/event-stream``) the turn is streamed as Server-Sent Events. See
 docs/deployed-app-api.md.
 """
@@ -42,7 +42,7 @@ class ExecuteMetadata(BaseModel):
 
 
 class ExecuteBody(BaseModel):
-    """SPEC.md §6 request: message, session_id, metadata.user_id (and ``stream``)."""
+    """The request: message, session_id, metadata.user_id (and ``stream``)."""
 
     model_config = ConfigDict(
         extra="forbid",
@@ -75,7 +75,7 @@ class Tokens(BaseModel):
 
 
 class ExecuteAnswer(BaseModel):
-    """SPEC.md §6 response, plus the stored reply's id."""
+    """The answer: the reply, the session, the agent that answered, the tools used, tokens, the stored reply's id."""
 
     response: str = Field(description="the answer")
     session_id: str = Field(description="the conversation, to send with the next message")
@@ -116,7 +116,7 @@ MEANINGS = {
 
 @router.post(
     "/v1/apps/{app_id}/execute",
-    summary="Call a deployed app: send a message, get the agent's answer (SPEC.md §6)",
+    summary="Call a deployed app: send a message, get the agent's answer",
     response_model=ExecuteAnswer,
     responses={
         200: {

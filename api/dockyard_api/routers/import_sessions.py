@@ -1,6 +1,6 @@
-"""Public API: chunked model import (SPEC.md §1 to §3), plus session status and abort.
+"""Public API: chunked model import, plus session status and abort (docs/public-api.md, 'Chunked model import').
 
-Mounted under ``/e/{namespace}/{environment}``: SPEC's {base_url} is the environment's address.
+Mounted under ``/e/{namespace}/{environment}``: the public API's {base_url} is the environment's address.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ StartBody = Annotated[dict[str, Any], Body()]
 
 
 class CompleteBody(BaseModel):
-    """Optional body of the completion call (a Dockyard extension; SPEC's call has no body)."""
+    """Optional body of the completion call (a Dockyard extension: the published call has no body)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -54,7 +54,7 @@ class ChunkResponse(BaseModel):
 
 
 class JobRecord(BaseModel):
-    """SPEC.md's job record; the id is given under both spellings."""
+    """The job record; the id is given under both spellings."""
 
     model_config = ConfigDict(populate_by_name=True)
 
@@ -100,7 +100,7 @@ SESSION_STATE_EXAMPLE = {
 @router.post(
     "/start",
     response_model=StartResponse,
-    summary="Start an import session (SPEC.md §1)",
+    summary="Start an import session (step 1 of 3)",
     responses={**ok_responses(SESSION_EXAMPLE, "The session"), **error_responses(401, 403, 404, 413, 422, 503)},
     openapi_extra={
         "requestBody": {"content": {"application/json": {"schema": Upload.model_json_schema(by_alias=True)}}}
@@ -121,7 +121,7 @@ async def start(body: StartBody, caller: PublicCaller, request: Request) -> Any:
 @router.post(
     "/{sessionId}",
     response_model=ChunkResponse,
-    summary="Upload one chunk (SPEC.md §2): multipart fields file and chunkNumber",
+    summary="Upload one chunk (step 2 of 3): multipart fields file and chunkNumber",
     responses={
         **ok_responses({"chunkNumber": 0, "sessionId": "7c9e6679-7425-40de-944b-e07fc1f90ae7"}, "The chunk is stored"),
         **error_responses(401, 403, 404, 409, 410, 413, 422, 503),
@@ -180,7 +180,7 @@ async def abort(sessionId: SessionId, caller: PublicCaller, request: Request) ->
     "/{sessionId}/complete",
     response_model=JobRecord,
     response_model_by_alias=True,
-    summary="Complete the import (SPEC.md §3): starts the import job; calling it again returns the same job",
+    summary="Complete the import (step 3 of 3): starts the import job; calling it again returns the same job",
     responses={
         **ok_responses(IMPORT_JOB_EXAMPLE, "The import job"),
         **error_responses(401, 403, 404, 409, 410, 422, 503),

@@ -1,6 +1,6 @@
 """Management: usage statistics of a deployed app's environment (calls, errors, rate-limited calls,
 model tokens) per UTC day and per API key, from the conversation database. The statistics outlive
-the environment (SPEC: "usage statistics are preserved"), so a deleted environment still answers.
+the environment (docs/conversation-store.md, 'Usage statistics'), so a deleted environment still answers.
 
 Authorisation: the caller (a Kubernetes user) needs ``get`` on ``environments`` in the namespace,
 checked with a SubjectAccessReview (the environment itself may be gone).

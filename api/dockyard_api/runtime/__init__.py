@@ -1,4 +1,4 @@
-"""The app runtime of the deployed-app API (SPEC.md §6): ``POST {api_base_url}/v1/apps/{app_id}/execute``.
+"""The app runtime of the deployed-app API (docs/deployed-app-api.md): ``POST {api_base_url}/v1/apps/{app_id}/execute``.
 
 - :mod:`.informer`: watch-fed caches of the objects a turn reads (no API call on the hot path).
 - :mod:`.config`: the app content ACTIVE in an environment (AppVersion, or the App's draft), its agents,

@@ -92,7 +92,7 @@ def model_params(mdep: dict[str, Any]) -> dict[str, Any]:
     hyper = spec.get("hyperParameters") or {}
     if "temperature" in hyper:
         params["temperature"] = hyper["temperature"]
-    if hyper.get("maxTokens"):  # 0 (allowed by SPEC's range) leaves the engine's default
+    if hyper.get("maxTokens"):  # 0 leaves the engine's default (docs/deployed-app-api.md)
         params["max_tokens"] = hyper["maxTokens"]
     if "topP" in hyper:
         params["top_p"] = hyper["topP"]

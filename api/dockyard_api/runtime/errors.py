@@ -1,4 +1,5 @@
-"""Errors of a turn: model endpoints that are missing, down, slow or answer garbage (SPEC.md §6, Contract 2)."""
+"""Errors of a turn: model endpoints that are missing, down, slow or answer garbage
+(docs/deployed-app-api.md, 'Errors')."""
 
 from __future__ import annotations
 

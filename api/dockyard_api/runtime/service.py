@@ -90,7 +90,7 @@ class Prepared:
 
 
 def answer_body(result: TurnResult, session_id: str, message_id: str) -> dict[str, Any]:
-    """The execute answer (SPEC.md §6 fields, plus the stored reply's id)."""
+    """The execute answer (docs/deployed-app-api.md, 'Answer')."""
     return {
         "response": result.response,
         "session_id": session_id,

@@ -1,7 +1,7 @@
 """Request and response bodies of the management endpoints (apps, versions, environments, API keys).
 
-They are separate from the resource types: the API speaks in SPEC.md's words (name, description,
-version), the resources in Kubernetes' (metadata.name, spec.displayName, ...).
+They are separate from the resource types: the API speaks in the words of docs/apps-environments.md
+(name, description, version), the resources in Kubernetes' (metadata.name, spec.displayName, ...).
 """
 
 from __future__ import annotations
@@ -66,7 +66,8 @@ class AppCreate(DraftUpdate):
 
 
 class VersionCreate(Body):
-    """SPEC "Create version": name, description and the agent and tool versions to include.
+    """Create a version (docs/apps-environments.md, 'Versions'): name, description and the agent and tool
+    versions to include.
 
     Agents, tool versions and MCP servers default to the App's draft when not sent.
     """
@@ -96,7 +97,7 @@ class Restore(Body):
 
 
 class EnvironmentCreate(Body):
-    """SPEC "Create environment": name, description, app version."""
+    """Create an environment (docs/apps-environments.md, 'Environments'): name, description, app version."""
 
     model_config = ConfigDict(
         json_schema_extra={"examples": [{"name": "production", "description": "Customers", "appVersion": "1.0.0"}]}
@@ -111,7 +112,7 @@ class EnvironmentCreate(Body):
 
 
 class Deploy(Body):
-    """Deploy a version to the environment (SPEC "Deploy inputs")."""
+    """Deploy a version to the environment (docs/apps-environments.md, 'Environments')."""
 
     model_config = ConfigDict(json_schema_extra={"examples": [{"version": "1.1.0"}]})
 

@@ -1,4 +1,5 @@
-"""Bodies of the public deploy endpoints (SPEC.md §4 and §5) and the job record they answer with.
+"""Bodies of the public deploy endpoints and the job record they answer with (docs/public-api.md, 'Deploy a
+model', 'Deploy a tool').
 
 The model-deploy body is made of the ModelDeployment resource's own types (HyperParameters,
 ScalingParameters, OptimizationInfo, DeviceType): the facade checks exactly the limits the CRD
@@ -50,7 +51,7 @@ DeploymentName = Annotated[
     ),
 ]
 
-SPEC_MODEL_DEPLOY_SAMPLE: dict[str, Any] = {
+MODEL_DEPLOY_SAMPLE: dict[str, Any] = {
     "name": "llama-3-8b-instruct",
     "isDeployedPreviously": False,
     "hyperParameters": {"temperature": 0.7, "maxTokens": 512, "topP": 0.9, "topK": 50, "stopSequence": []},
@@ -64,12 +65,13 @@ SPEC_MODEL_DEPLOY_SAMPLE: dict[str, Any] = {
     "deviceType": "g5.xlarge",
     "optimizationInfo": {"optimizationType": "", "quantizationType": ""},
 }
-"""SPEC.md §4's body with every field, as its sample sends it: empty optimization strings (= default)."""
+"""The published sample body with every field, as sent (docs/public-api.md, 'Deploy a model'): empty
+optimization strings (= default)."""
 
 MODEL_DEPLOY_EXAMPLES: dict[str, dict[str, Any]] = {
     "spec-sample": {
-        "summary": "SPEC.md §4 sample (empty optimization strings mean the runtime catalog's default)",
-        "value": SPEC_MODEL_DEPLOY_SAMPLE,
+        "summary": "Every field, as the published sample sends them (empty optimization strings: the defaults)",
+        "value": MODEL_DEPLOY_SAMPLE,
     },
     "minimal": {
         "summary": "Only the required fields: one replica, the runtime's sampling defaults",
@@ -88,14 +90,14 @@ MODEL_DEPLOY_EXAMPLES: dict[str, dict[str, Any]] = {
 }
 
 TOOL_DEPLOY_EXAMPLES: dict[str, dict[str, Any]] = {
-    "synchronous": {"summary": "Wait for SUCCESS or FAILED (SPEC.md §5 sample)", "value": {"isAsync": False}},
+    "synchronous": {"summary": "Wait for SUCCESS or FAILED", "value": {"isAsync": False}},
     "asynchronous": {"summary": "Answer at once with IN_PROGRESS; poll the dock status", "value": {"isAsync": True}},
 }
 
 _JOB_ID = "9f1c2b7e-3d4a-4c8e-9b1f-6a2d5e7c8b90"
 MODEL_DEPLOY_RESPONSE_EXAMPLES: dict[str, dict[str, Any]] = {
     "in-progress": {
-        "summary": "The deployment started (SPEC.md §4 sample: IN_PROGRESS, action DEPLOY)",
+        "summary": "The deployment started (IN_PROGRESS, action DEPLOY)",
         "value": {
             "dockStatusId": _JOB_ID,
             "dock-statusId": _JOB_ID,
@@ -115,7 +117,7 @@ MODEL_DEPLOY_RESPONSE_EXAMPLES: dict[str, dict[str, Any]] = {
 _TOOL_JOB_ID = "2c6d8e1f-7a9b-4d3c-8e5f-1b2a3c4d5e6f"
 TOOL_DEPLOY_RESPONSE_EXAMPLES: dict[str, dict[str, Any]] = {
     "success": {
-        "summary": "isAsync false: the tool is deployed (SPEC.md §5 sample: SUCCESS)",
+        "summary": "isAsync false: the tool is deployed (SUCCESS)",
         "value": {
             "dockStatusId": _TOOL_JOB_ID,
             "dock-statusId": _TOOL_JOB_ID,
@@ -167,7 +169,7 @@ TOOL_DEPLOY_RESPONSE_EXAMPLES: dict[str, dict[str, Any]] = {
 
 
 class ModelDeployBody(DockyardModel):
-    """Body of POST {base_url}/api/public/models/{modelId}/deploy (SPEC.md §4).
+    """Body of POST {base_url}/api/public/models/{modelId}/deploy.
 
     Every member is a field of :class:`ModelDeploymentSpec` with the resource's type, so the limits are
     the CRD's (tests/unit/test_public_openapi.py keeps it so; ``name`` is stricter: it names the object,
@@ -199,7 +201,7 @@ class ModelDeployBody(DockyardModel):
 
 
 class ToolDeployBody(DockyardModel):
-    """Body of POST {base_url}/api/public/tools/{toolId}/deploy (SPEC.md §5)."""
+    """Body of POST {base_url}/api/public/tools/{toolId}/deploy."""
 
     is_async: StrictBool
     """true: answer at once (IN_PROGRESS); false: wait until the deployment is SUCCESS or FAILED (bounded by
@@ -207,13 +209,13 @@ class ToolDeployBody(DockyardModel):
 
 
 class JobRecord(BaseModel):
-    """The job record (SPEC.md "Job record"), with both spellings of the id, as every job answer carries."""
+    """The job record, with both spellings of the id, as every job answer carries."""
 
     model_config = ConfigDict(populate_by_name=True)
 
     dock_status_id: str = Field(alias="dockStatusId", description="identifier of the job")
     dock_status_id_sample_spelling: str = Field(
-        alias="dock-statusId", description="the same identifier, spelt as SPEC.md's sample responses spell it"
+        alias="dock-statusId", description="the same identifier, spelt as the published sample responses spell it"
     )
     model_id: str | None = Field(default=None, alias="modelId", description="present for model jobs")
     tool_id: str | None = Field(default=None, alias="toolId", description="present for tool jobs")

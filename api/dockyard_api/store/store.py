@@ -13,7 +13,7 @@ database (SQLAlchemy 2 async; SQLite by default, PostgreSQL for several facade r
   and takes the session; ``finish_turn(usage=True)`` (or ``abort_turn(usage=...)``) stores the turn (or
   releases the session) and counts the usage. Locks: the session row first, then the counters.
 - Usage statistics per environment, API key and UTC day are upserted counters; they are never deleted
-  with the environment (SPEC: "usage statistics are preserved").
+  with the environment (docs/conversation-store.md, 'Usage statistics').
 - Rate limits (Environment ``spec.rateLimits``) are counted in the database, so they hold across
   replicas sharing PostgreSQL: requests per minute per key in fixed one-minute windows, tokens per day
   per environment from the usage counters (:mod:`dockyard_api.store.limits`).

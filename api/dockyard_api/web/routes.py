@@ -89,7 +89,7 @@ def _address(request: Request) -> str:
 
 @router.get(
     "/v1/loader.js",
-    summary="The embeddable chat widget (SPEC §7 {widget_url}/v1/loader.js)",
+    summary="The embeddable chat widget's loader script ({widget_url}/v1/loader.js)",
     response_class=Response,
     responses={200: {"content": {"text/javascript": {}}}},
 )

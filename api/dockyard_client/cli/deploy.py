@@ -15,7 +15,7 @@ from .output import err, print_json
 from .state import CONTEXT, state_of
 
 deploy_app = typer.Typer(
-    help="Deploy a model or a tool (SPEC.md §4, §5) and follow the dock job.",
+    help="Deploy a model or a tool through the public API and follow the dock job.",
     epilog="\b\nExamples:\n  dockyard deploy model llama-3-8b-instruct --device g5.xlarge\n"
     "  dockyard deploy tool weather-1.2.0 --async",
     rich_markup_mode=None,

@@ -76,13 +76,13 @@ DisplayName = Annotated[str, Field(min_length=1, max_length=253)]
 Description = Annotated[str, Field(max_length=4096)]
 
 ModelType = Literal["openSource", "fineTune"]
-"""SPEC.md §4 ``modelType``."""
+"""``modelType`` of the model deploy call (docs/public-api.md, 'Deploy a model')."""
 
 if TYPE_CHECKING:
     DeviceType = str
 else:
     DeviceType = Literal[DEVICE_TYPES]
-"""SPEC.md §4 ``deviceType``: one of the eight GPU instance types of the device catalog."""
+"""``deviceType`` (docs/public-api.md, 'Deploy a model'): one of the eight GPU instance types of the device catalog."""
 
 JobType = Literal["MODELS", "TOOLS"]
 JobAction = Literal["EXPORT", "DEPLOY"]
@@ -124,7 +124,7 @@ Conditions = Annotated[list[Condition], Field(max_length=16), ListMap("type")]
 
 
 class DockJob(DockyardModel):
-    """The job record (SPEC.md "Job record") of the latest public call that started work on this object.
+    """The job record (docs/public-api.md, 'Dock status') of the latest public call that started work on this object.
 
     Every import completion, model deployment or tool deployment starts a NEW job with a new
     dockStatusId; the facade's dock-status lookup finds the object by the dockyard.dev/dock-status-id

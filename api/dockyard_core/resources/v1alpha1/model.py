@@ -16,7 +16,7 @@ ModelPhase = Literal["Importing", "ReadyToDeploy", "Failed"]
 
 
 class UploadSource(DockyardModel):
-    """A model file imported in chunks through the public API (SPEC.md §1 to §3).
+    """A model file imported in chunks through the public API (docs/public-api.md, 'Chunked model import').
 
     The fields are the body of POST /api/public/files/session/start; the bytes go to the model store.
     """

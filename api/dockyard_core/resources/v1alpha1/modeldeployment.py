@@ -1,4 +1,5 @@
-"""ModelDeployment: a model served on GPU nodes; its spec is the deploy body of SPEC.md §4."""
+"""ModelDeployment: a model served on GPU nodes; its spec is the deploy body of
+docs/public-api.md, 'Deploy a model'."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from dockyard_core.resources.v1alpha1.common import DeviceType, ModelType, Objec
 
 
 class HyperParameters(DockyardModel):
-    """Default sampling settings of the served model (SPEC.md §4 hyperParameters).
+    """Default sampling settings of the served model (hyperParameters, docs/public-api.md, 'Deploy a model').
 
     When the object is given, temperature, maxTokens, topP and topK are all required.
     """
@@ -31,11 +32,12 @@ class HyperParameters(DockyardModel):
 
 
 class ScalingParameters(DockyardModel):
-    """Replica bounds and autoscaling behaviour (SPEC.md §4 scalingParameters; all members optional).
+    """Replica bounds and autoscaling behaviour (scalingParameters of docs/public-api.md,
+    'Deploy a model'; all members optional).
 
     Defaults: one replica, no autoscaling (maxReplicas absent means maxReplicas = minReplicas),
-    maxBatchSize 256 (vLLM's own default for --max-num-seqs, and SPEC's maximum), and the longest
-    delays SPEC allows, so that only a sustained load change resizes a GPU deployment. Dockyard's
+    maxBatchSize 256 (vLLM's own default for --max-num-seqs, and the allowed maximum), and the
+    longest delays allowed, so that only a sustained load change resizes a GPU deployment. Dockyard's
     autoscaler honours the delays in milliseconds.
     """
 
@@ -71,9 +73,9 @@ class ScalingParameters(DockyardModel):
 
 
 class OptimizationInfo(DockyardModel):
-    """Serving runtime and quantization (SPEC.md §4 optimizationInfo).
+    """Serving runtime and quantization (optimizationInfo of docs/public-api.md, 'Deploy a model').
 
-    An empty string (what SPEC's sample sends) means the default of the runtime catalog the Helm
+    An empty string (what the published sample sends) means the default of the runtime catalog the Helm
     chart configures.
     """
 

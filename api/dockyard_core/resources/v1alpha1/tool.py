@@ -1,4 +1,5 @@
-"""Tool (one version of a tool) and ToolDeployment (a tool made reachable for agents, SPEC.md §5)."""
+"""Tool (one version of a tool) and ToolDeployment (a tool made reachable for agents,
+docs/public-api.md, 'Deploy a tool')."""
 
 from __future__ import annotations
 
