@@ -745,11 +745,15 @@ def archive(ref: str) -> Path:
     partial.unlink(missing_ok=True)
     podman("save", "--format", "oci-archive", "-o", str(partial), ref)
     partial.rename(path)
-    for other in root.glob(f"*/{path.name}"):
-        if other != path:
+    # archives of the same reference, or of images podman no longer holds, are stale
+    ids = podman_text("images", "--all", "--quiet", "--no-trunc").split()
+    live = {image_id.removeprefix("sha256:")[:24] for image_id in ids}
+    for other in root.glob("*/*.oci.tar"):
+        if other != path and (other.name == path.name or other.parent.name not in live):
             other.unlink()
-            if not any(other.parent.iterdir()):
-                other.parent.rmdir()
+    for directory in root.iterdir():
+        if directory.is_dir() and not any(directory.iterdir()):
+            directory.rmdir()
     return path
 
 
