@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Literal
 
 ModelFormat = Literal["gguf", "ctranslate2", "safetensors", "pytorch"]
-MODEL_FORMATS: tuple[ModelFormat, ...] = ("gguf", "ctranslate2", "safetensors", "pytorch")
 
 LLAMA_CPP = "llama-cpp"
 CTRANSLATE2 = "ctranslate2"

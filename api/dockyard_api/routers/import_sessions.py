@@ -102,9 +102,7 @@ SESSION_STATE_EXAMPLE = {
     response_model=StartResponse,
     summary="Start an import session (step 1 of 3)",
     responses={**ok_responses(SESSION_EXAMPLE, "The session"), **error_responses(401, 403, 404, 413, 422, 503)},
-    openapi_extra={
-        "requestBody": {"content": {"application/json": {"schema": Upload.model_json_schema(by_alias=True)}}}
-    },
+    openapi_extra={"requestBody": {"content": {"application/json": {"schema": UPLOAD_SCHEMA}}}},
 )
 async def start(body: StartBody, caller: PublicCaller, request: Request) -> Any:
     svc = service(request)
