@@ -14,7 +14,8 @@ from datetime import UTC, datetime, timedelta
 from dockyard_core.modelmanifest import ModelManifest
 from dockyard_core.modelstore import ModelStore, SessionMeta
 from dockyard_core.upload import Upload
-from dockyard_operator.import_files import Limits, import_into
+from dockyard_operator.importing.results import Limits
+from dockyard_operator.importing.run import import_into
 
 LIMITS = Limits(max_extracted_bytes=1 << 30, max_members=1000)
 

@@ -1,4 +1,5 @@
-"""The operator's import job as pure file work: verification, safe extraction, the model check."""
+"""The operator's import job as pure file work (dockyard_operator.importing): verification, safe extraction,
+the model check; and the Model reconcile's garbage collection (dockyard_operator.reconcile.model)."""
 
 from __future__ import annotations
 
@@ -18,18 +19,15 @@ from typing import Any
 import pytest
 
 from dockyard_core.kubeclient import AsyncKube
+from dockyard_core.modelmanifest import MANIFEST
 from dockyard_core.modelstore import ModelStore, SessionMeta
 from dockyard_core.upload import Upload
-from dockyard_operator.import_files import (
-    MANIFEST,
-    ChunkReader,
-    ImportFailed,
-    Limits,
-    run_import,
-    safe_member_path,
-)
-from dockyard_operator.import_job import Importer
+from dockyard_operator.importing.archives import safe_member_path
+from dockyard_operator.importing.chunks import ChunkReader
+from dockyard_operator.importing.results import ImportFailed, Limits
+from dockyard_operator.importing.run import run_import
 from dockyard_operator.kube import KubeApi
+from dockyard_operator.reconcile.model import Importer
 from dockyard_operator.settings import OperatorSettings
 
 LIMITS = Limits(max_extracted_bytes=10 * 1024 * 1024, max_members=100)

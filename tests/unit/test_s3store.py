@@ -135,7 +135,7 @@ def test_import_and_ranged_reads(store: S3ModelStore) -> None:
 
 
 def test_the_import_job_is_idempotent(store: S3ModelStore) -> None:
-    from dockyard_operator.import_files import import_into
+    from dockyard_operator.importing.run import import_into
     from tests.support.modelfiles import LIMITS
 
     model = import_model(store, "team-a", "tiny-2")

@@ -12,7 +12,7 @@ registers them all with kopf (``kopf run -m dockyard_operator.handlers``, ``pyth
 - :mod:`.events`: the one place Events go through kopf.
 
 The handlers stay thin: they call the kopf-free reconciles (the ``reconcile`` package, one module per
-kind, and ``import_job.py``) and post the Events those return, or the checks of ``admission.py`` and
+kind; a Model's is ``reconcile/model.py``) and post the Events those return, or the checks of ``admission.py`` and
 raise their refusals; those and the builders (``builders.py``, ``environments.py``, ``runtimes.py``,
 ``assess.py``) hold the logic and import no handler.
 """

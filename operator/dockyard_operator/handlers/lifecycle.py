@@ -24,8 +24,8 @@ from dockyard_operator import health
 from dockyard_operator.context import API_CONCURRENCY, Context
 from dockyard_operator.handlers.deployments import reconcile_queued
 from dockyard_operator.handlers.events import post_event
-from dockyard_operator.import_job import Importer
 from dockyard_operator.kube import KubeApi
+from dockyard_operator.reconcile.model import Importer
 from dockyard_operator.reconcile.modeldeployment import reconcile_model_deployment
 from dockyard_operator.reconcile.tooldeployment import reconcile_tool_deployment
 from dockyard_operator.runtimes import load_catalog

@@ -1,5 +1,5 @@
 """kopf handlers of Models: a hub model is ReadyToDeploy at once; an uploaded model's import job runs in
-:class:`~dockyard_operator.import_job.Importer` (kopf-free) when the facade completes its upload."""
+:class:`~dockyard_operator.reconcile.model.Importer` (kopf-free) when the facade completes its upload."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import kopf
 
 from dockyard_core.resources import GROUP
 from dockyard_core.resources.v1alpha1 import VERSION
-from dockyard_operator.import_job import import_in_flight, is_upload
+from dockyard_operator.reconcile.model import import_in_flight, is_upload
 from dockyard_operator.settings import operator_settings
 
 SETTINGS = operator_settings()  # intervals are fixed when the handlers are registered

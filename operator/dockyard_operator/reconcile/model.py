@@ -1,8 +1,10 @@
-"""The import job of uploaded Models: level-based, restart-safe, one Model at a time per lock.
+"""The reconcile of a Model: the import job of uploaded Models, level-based, restart-safe, one Model at a
+time per lock.
 
 A Model whose ``spec.source.upload`` is set and whose job (action EXPORT) is IN_PROGRESS is imported
-by :func:`import_files.run_import` in a worker thread (at most ``import_concurrency`` at once), and its
-status becomes ReadyToDeploy/SUCCESS or Failed/FAILED with the reason. The session's chunks are deleted
+by :func:`~dockyard_operator.importing.run.run_import` (the file work, :mod:`dockyard_operator.importing`)
+in a worker thread (at most ``import_concurrency`` at once), and its status becomes
+ReadyToDeploy/SUCCESS or Failed/FAILED with the reason. The session's chunks are deleted
 once the outcome is recorded. A restart re-runs unfinished jobs (the watch lists every Model again);
 run_import is idempotent. Deleting an uploaded Model deletes its stored files (at once when the
 operator sees the deletion, else at the garbage collection that runs when the operator starts and
@@ -28,7 +30,8 @@ from dockyard_core.modelstore import SESSION_ID_RE, ModelStore
 from dockyard_core.resources.v1alpha1 import DOCK_STATUS_ID_LABEL, DockJob, ModelStorage
 from dockyard_core.s3store import S3ModelStore
 from dockyard_operator import monitoring
-from dockyard_operator.import_files import Imported, ImportFailed, Limits, import_into, staging_dirs
+from dockyard_operator.importing.results import Imported, ImportFailed, Limits
+from dockyard_operator.importing.run import import_into, staging_dirs
 from dockyard_operator.kube import Conflict, KubeApi
 from dockyard_operator.locks import KeyedLocks
 from dockyard_operator.settings import OperatorSettings
