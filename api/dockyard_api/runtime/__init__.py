@@ -1,6 +1,6 @@
 """The app runtime of the deployed-app API (docs/deployed-app-api.md): ``POST {api_base_url}/v1/apps/{app_id}/execute``.
 
-- :mod:`.informer`: watch-fed caches of the objects a turn reads (no API call on the hot path).
+- :mod:`dockyard_api.cache`: watch-fed caches of the objects a turn reads (no API call on the hot path).
 - :mod:`.config`: the app content ACTIVE in an environment (AppVersion, or the App's draft), its agents,
   their models and tools, cached by resourceVersion.
 - :mod:`.endpoints`: where a ModelDeployment answers (cluster Service, or a local engine on the host).
