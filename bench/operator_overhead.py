@@ -61,7 +61,7 @@ from dockyard_core.devices import DEVICE_TYPES
 from dockyard_core.resources import GROUP
 from dockyard_core.resources.v1alpha1 import DOCK_STATUS_ID_LABEL, VERSION, Model, ModelDeployment
 from dockyard_localcluster.cluster import LocalCluster
-from dockyard_operator.builders import ModelWorkload, model_workload, resolve_served_model
+from dockyard_operator.builders.model import ModelWorkload, model_workload, resolve_served_model
 from dockyard_operator.runtimes import DEFAULT_CATALOG, select_runtime
 
 OPERATOR_RESOURCES = frozenset(

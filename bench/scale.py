@@ -38,7 +38,7 @@ from dockyard_core.devices import BUILT_IN as DEVICES
 from dockyard_core.devices import DEVICE_TYPES, GPU_RESOURCE, INSTANCE_TYPE_LABEL
 from dockyard_core.resources import GROUP
 from dockyard_core.resources.v1alpha1 import DOCK_STATUS_ID_LABEL, VERSION
-from dockyard_operator.builders import MODEL_DEPLOYMENT_LABEL
+from dockyard_operator.builders.common import MODEL_DEPLOYMENT_LABEL
 
 UNSCHEDULABLE_DEADLINE = 60
 

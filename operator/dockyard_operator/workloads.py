@@ -22,7 +22,7 @@ from typing import Any
 
 from dockyard_core.informer import ListWatch
 from dockyard_core.kubeclient import AsyncKube
-from dockyard_operator.builders import COMPONENT_LABEL, MANAGED_BY
+from dockyard_operator.builders.common import COMPONENT_LABEL, MANAGED_BY
 
 Key = tuple[str, str, str]
 """(namespace, component, owner name): how workload Deployments and Pods are found."""

@@ -27,7 +27,7 @@ from kubernetes import client
 
 from dockyard_api.settings import ApiSettings
 from dockyard_localcluster.nodes import POOL_LABEL, gpu_node
-from dockyard_operator.builders import MODEL_DEPLOYMENT_LABEL
+from dockyard_operator.builders.common import MODEL_DEPLOYMENT_LABEL
 from tests.chaos.conftest import ControlPlane, Figures, OperatorProcess
 from tests.support.dockyard import get, hub_model
 from tests.support.public import PublicEnvironment, environment_with_key, ready_model_status, wait_model_ready

@@ -22,7 +22,8 @@ from kubernetes import client
 
 from dockyard_api.settings import ApiSettings
 from dockyard_core import downloadtokens
-from dockyard_operator.builders import child_name, download_secret_name
+from dockyard_operator.builders.common import child_name
+from dockyard_operator.builders.model import download_secret_name
 from tests.e2e.test_import import MAX_CHUNK, model_tar, split, start_body, wait_phase
 from tests.e2e.test_public_deploy import SPEC_SAMPLE, deploy_model, ok
 from tests.support.cluster import E2ECluster

@@ -20,7 +20,7 @@ from kubernetes import client
 from minio import Minio
 
 from dockyard_api.settings import ApiSettings
-from dockyard_operator.builders import child_name
+from dockyard_operator.builders.common import child_name
 from tests.e2e.test_delivery import import_tar, initializer_command
 from tests.e2e.test_import import MAX_CHUNK, model_tar, wait_phase
 from tests.e2e.test_public_deploy import SPEC_SAMPLE, deploy_model, ok

@@ -13,7 +13,7 @@ from pathlib import Path
 from kubernetes import client
 
 from dockyard_core.devices import DEVICE_TYPES
-from dockyard_operator.builders import MODEL_DEPLOYMENT_LABEL
+from dockyard_operator.builders.common import MODEL_DEPLOYMENT_LABEL
 from tests.support.cluster import E2ECluster
 from tests.support.dockyard import get, hub_model, job, model_deployment
 from tests.support.runners import free_port, wait_http_ok

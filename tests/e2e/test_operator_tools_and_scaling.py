@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from dockyard_operator.builders import MODEL_DEPLOYMENT_LABEL, TOOL_DEPLOYMENT_LABEL
+from dockyard_operator.builders.common import MODEL_DEPLOYMENT_LABEL, TOOL_DEPLOYMENT_LABEL
 from dockyard_operator.scaling import METRICS_URL_ANNOTATION
 from tests.support.cluster import E2ECluster
 from tests.support.dockyard import condition, create, get, hub_model, model_deployment, wait_job

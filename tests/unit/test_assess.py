@@ -20,7 +20,7 @@ from dockyard_operator.assess import (
     parse_quantity,
     rolled_out,
 )
-from dockyard_operator.builders import pod_resources
+from dockyard_operator.builders.model import pod_resources
 from tests.unit.k8s_shapes import (
     T0,
     at,

@@ -1,4 +1,4 @@
-"""Unit tests of the pure builders (operator/dockyard_operator/builders.py): no cluster."""
+"""Unit tests of the pure builders (operator/dockyard_operator/builders/: common.py, model.py, tool.py): no cluster."""
 
 from __future__ import annotations
 
@@ -21,25 +21,21 @@ from dockyard_core.resources.v1alpha1 import (
     ToolDeployment,
 )
 from dockyard_operator.assess import parse_quantity
-from dockyard_operator.builders import (
+from dockyard_operator.builders.common import TEMPLATE_HASH_ANNOTATION, child_name, endpoint_of, user_labels
+from dockyard_operator.builders.model import (
     MODEL_STORE_MOUNT,
-    TEMPLATE_HASH_ANNOTATION,
     Delivery,
     ModelNotDeployable,
     ModelWorkload,
     ServedModel,
-    ToolWorkload,
-    child_name,
     download_secret,
     download_secret_name,
-    endpoint_of,
     model_workload,
     pod_resources,
     resolve_served_model,
-    tool_workload,
-    user_labels,
     weights_size_limit,
 )
+from dockyard_operator.builders.tool import ToolWorkload, tool_workload
 from dockyard_operator.runtimes import DEFAULT_CATALOG, Runtime, sampling_defaults
 from dockyard_operator.workloads import WORKLOAD_SELECTOR, key_of
 from tests.unit.k8s_shapes import HYPER_PARAMETERS, NAMESPACE, model_deployment
@@ -179,7 +175,7 @@ def test_long_names_with_a_common_prefix_get_distinct_child_names() -> None:
     assert child_name("model", first) != child_name("model", second)
 
 
-# BUG (builders.py child_name, line ~50): object names are DNS-1123 *subdomains* and may hold dots (every
+# BUG (builders/common.py child_name): object names are DNS-1123 *subdomains* and may hold dots (every
 # Tool is named <name>-<version>, e.g. weather-1.2.0, and a ToolDeployment is named after its tool as in
 # docs/examples/tooldeployment.yaml; a Model like llama-3.1-8b is just as likely). child_name keeps the
 # dots, so the Service "tool-weather-1.2.0" is rejected by the API server (Service names must be RFC 1035

@@ -15,7 +15,7 @@ import yaml
 
 from dockyard_core.devices import BUILT_IN, DEVICE_TYPES, GPU_RESOURCE, INSTANCE_TYPE_LABEL, load_catalog
 from dockyard_localcluster.testbed import addons, config, host, relay
-from dockyard_operator.builders import pod_resources
+from dockyard_operator.builders.model import pod_resources
 
 LAYOUT = config.Layout("tb", Path("/w/tb"))
 

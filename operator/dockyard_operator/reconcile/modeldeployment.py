@@ -13,14 +13,12 @@ from dockyard_core import downloadtokens
 from dockyard_core.clock import now
 from dockyard_core.resources.v1alpha1 import DOCK_STATUS_ID_LABEL, Model, ModelDeployment, ModelDeploymentStatus
 from dockyard_operator.assess import Verdict, assess, conditions_for, rolled_out
-from dockyard_operator.builders import (
+from dockyard_operator.builders.common import child_name, endpoint_of, hash_of
+from dockyard_operator.builders.model import (
     Delivery,
     ModelNotDeployable,
     ModelWorkload,
-    child_name,
     download_secret,
-    endpoint_of,
-    hash_of,
     model_workload,
     pod_resources,
     resolve_served_model,

@@ -24,7 +24,7 @@ from dockyard_core.kubeclient import KubeError
 from dockyard_core.resources.v1alpha1 import DOCK_STATUS_ID_LABEL, DockJob, JobType
 from dockyard_operator import monitoring
 from dockyard_operator.assess import Verdict, mount_pending, seconds_to_deadline
-from dockyard_operator.builders import APPLIED_HASH_ANNOTATION, TEMPLATE_HASH_ANNOTATION, hash_of
+from dockyard_operator.builders.common import APPLIED_HASH_ANNOTATION, TEMPLATE_HASH_ANNOTATION, hash_of
 from dockyard_operator.context import Body, Context
 from dockyard_operator.kube import owner_reference
 from dockyard_operator.workqueue import Event, Outcome

@@ -1,46 +1,31 @@
-"""Pure builders: the Kubernetes objects that serve a ModelDeployment or a ToolDeployment.
-
-Nothing here talks to the API server; handlers resolve the inputs (the Model, the catalogs) and
-apply what these functions return with server-side apply. Every object carries the same labels, and
-the operator adopts them (controller owner reference), so deletion cleans up through the garbage
-collector.
-"""
+"""The builders of a ModelDeployment's workload: the model it serves (its own weights, or an adapter on
+its base), the storage initializers that fetch imported weights with the tokens of the download Secret,
+and the engine's Deployment and Service."""
 
 from __future__ import annotations
 
 import base64
-import hashlib
-import json
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from dockyard_core.devices import BUILT_IN, GPU_RESOURCE, GPU_TAINT_EFFECT, GPU_TAINT_KEY, INSTANCE_TYPE_LABEL, Device
-from dockyard_core.resources.v1alpha1 import DOCK_STATUS_ID_LABEL, Model, ModelDeployment, Tool, ToolDeployment
+from dockyard_core.resources.v1alpha1 import Model, ModelDeployment
+from dockyard_operator.builders.common import (
+    LOCAL_ENGINE_LABEL,
+    MODEL_DEPLOYMENT_LABEL,
+    child_name,
+    common_labels,
+    served_by,
+    user_labels,
+)
 from dockyard_operator.runtimes import Runtime, engine_args
 
-MANAGED_BY = "dockyard"
-MODEL_DEPLOYMENT_LABEL = "dockyard.dev/model-deployment"
-TOOL_DEPLOYMENT_LABEL = "dockyard.dev/tool-deployment"
-COMPONENT_LABEL = "app.kubernetes.io/component"
-RESERVED_LABEL_PREFIXES = (
-    "app.kubernetes.io/",
-    "dockyard.dev/model-deployment",
-    "dockyard.dev/tool-deployment",
-    "dockyard.dev/local-engine",
-)
 MODEL_STORE_MOUNT = "/models"
 DOWNLOAD_MOUNT = "/var/lib/dockyard/model"
 """Where the storage initializer sees the pod's model volume (the engine mounts parts of it read-only)."""
 DOWNLOAD_TOKEN_ENV = "DOCKYARD_DOWNLOAD_TOKEN"
-TEMPLATE_HASH_ANNOTATION = "dockyard.dev/template-hash"
-"""On the Deployment and its pods: the hash of the pod template a job rolls out."""
-LOCAL_ENGINE_LABEL = "dockyard.dev/local-engine"
-"""On model pods (and readiness gate) when the local control plane runs their engines on the host."""
-APPLIED_HASH_ANNOTATION = "dockyard.dev/applied-hash"
-"""On every child: the hash of all children as last applied (skip the apply when unchanged)."""
 
 
 class ModelNotDeployable(Exception):
@@ -52,17 +37,6 @@ class ModelNotDeployable(Exception):
         self.message = message
 
 
-def child_name(prefix: str, name: str) -> str:
-    """``<prefix>-<name>`` as an RFC 1035 label (what Service names must be): characters other than
-    ``[a-z0-9-]`` become ``-`` and a hash of the original keeps different names different."""
-    full = f"{prefix}-{name}"
-    safe = re.sub(r"[^a-z0-9-]", "-", full)
-    if safe == full and len(full) <= 63:
-        return full
-    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
-    return f"{safe[:54].rstrip('-')}-{digest}"
-
-
 def pod_resources(device: Device) -> dict[str, dict[str, str]]:
     """All GPUs of the device, and CPU/memory that fit its node with headroom for the system reserve
     (kubelet, daemonsets): 10% of the vCPUs (at least 500m) and 15% of the memory (at least 2 GiB)."""
@@ -71,15 +45,6 @@ def pod_resources(device: Device) -> dict[str, dict[str, str]]:
     requests = {"cpu": f"{cpu_m}m", "memory": f"{mem_mi}Mi", GPU_RESOURCE: str(device.gpus)}
     limits = {"memory": f"{mem_mi}Mi", GPU_RESOURCE: str(device.gpus)}
     return {"requests": requests, "limits": limits}
-
-
-def user_labels(labels: dict[str, str] | None) -> dict[str, str]:
-    """The resource's own labels that its pods inherit (cost allocation, policies, simulations)."""
-    return {
-        k: v
-        for k, v in (labels or {}).items()
-        if k != DOCK_STATUS_ID_LABEL and not k.startswith(RESERVED_LABEL_PREFIXES)
-    }
 
 
 @dataclass(frozen=True)
@@ -280,7 +245,7 @@ def download_secret(mdep: ModelDeployment, served: ServedModel, tokens: dict[str
         "metadata": {
             "name": download_secret_name(name),
             "namespace": mdep.metadata.namespace,
-            "labels": {**_common_labels(name, "model-server"), **selector_labels(name)},
+            "labels": {**common_labels(name, "model-server"), **selector_labels(name)},
             "annotations": {"dockyard.dev/expires": expires},
         },
         "type": "Opaque",
@@ -310,20 +275,6 @@ def selector_labels(mdep_name: str) -> dict[str, str]:
     return {MODEL_DEPLOYMENT_LABEL: mdep_name}
 
 
-def _common_labels(name: str, component: str) -> dict[str, str]:
-    return {
-        "app.kubernetes.io/name": "dockyard-model" if component == "model-server" else "dockyard-tool",
-        "app.kubernetes.io/instance": name,
-        "app.kubernetes.io/managed-by": MANAGED_BY,
-        "app.kubernetes.io/part-of": "dockyard",
-        COMPONENT_LABEL: component,
-    }
-
-
-def hash_of(obj: Any) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
-
-
 def model_workload(
     mdep: ModelDeployment,
     served: ServedModel,
@@ -343,7 +294,7 @@ def model_workload(
     spec = mdep.spec
     device = devices[spec.device_type]
     resource_name = child_name("model", name)
-    labels = {**_common_labels(name, "model-server"), **selector_labels(name)}
+    labels = {**common_labels(name, "model-server"), **selector_labels(name)}
     pod_labels = {**user_labels(mdep.metadata.labels), **labels, "dockyard.dev/runtime": runtime_name}
     if local_engine:
         pod_labels[LOCAL_ENGINE_LABEL] = "true"
@@ -395,7 +346,7 @@ def model_workload(
         template["spec"]["initContainers"] = storage_initializers(served, delivery, download_secret_name(name))
     if local_engine:
         template["spec"]["readinessGates"] = [{"conditionType": LOCAL_ENGINE_LABEL}]
-    deployment, service, template_hash = _served_by(
+    deployment, service, template_hash = served_by(
         resource_name,
         namespace,
         labels,
@@ -408,109 +359,3 @@ def model_workload(
         strategy={"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
     )
     return ModelWorkload(deployment, service, template_hash=template_hash, served=served)
-
-
-def _served_by(
-    name: str,
-    namespace: str | None,
-    labels: dict[str, str],
-    selector: dict[str, str],
-    template: dict[str, Any],
-    *,
-    replicas: int,
-    service_port: int,
-    progress_deadline_seconds: int,
-    strategy: dict[str, Any] | None = None,
-) -> tuple[dict[str, Any], dict[str, Any], str]:
-    """The Deployment running ``template`` (stamped with its hash) and the Service in front of its
-    ``http`` port; returns both and the template hash."""
-    template_hash = hash_of(template)
-    template["metadata"]["annotations"][TEMPLATE_HASH_ANNOTATION] = template_hash
-    spec: dict[str, Any] = {
-        "replicas": replicas,
-        "selector": {"matchLabels": selector},
-        "progressDeadlineSeconds": progress_deadline_seconds,
-        "template": template,
-    }
-    if strategy is not None:
-        spec["strategy"] = strategy
-    metadata = {"name": name, "namespace": namespace, "labels": labels}
-    deployment = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {**metadata, "annotations": {TEMPLATE_HASH_ANNOTATION: template_hash}},
-        "spec": spec,
-    }
-    service = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": metadata,
-        "spec": {
-            "selector": selector,
-            "ports": [{"name": "http", "port": service_port, "targetPort": "http", "protocol": "TCP"}],
-        },
-    }
-    return deployment, service, template_hash
-
-
-def endpoint_of(service: dict[str, Any]) -> str:
-    """The in-cluster base URL of a Service (the port left out when it is HTTP's 80)."""
-    meta = service["metadata"]
-    port = service["spec"]["ports"][0]["port"]
-    suffix = "" if port == 80 else f":{port}"
-    return f"http://{meta['name']}.{meta['namespace']}.svc{suffix}"
-
-
-# --- tools ---------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ToolWorkload:
-    deployment: dict[str, Any]
-    service: dict[str, Any]
-    template_hash: str
-
-    def objects(self) -> list[dict[str, Any]]:
-        """In apply order: the Deployment last, so its applied-hash annotation vouches for the set."""
-        return [self.service, self.deployment]
-
-
-def tool_selector_labels(tdep_name: str) -> dict[str, str]:
-    return {TOOL_DEPLOYMENT_LABEL: tdep_name}
-
-
-def tool_workload(tdep: ToolDeployment, tool: Tool, *, progress_deadline_seconds: int) -> ToolWorkload:
-    """Deployment and Service of a container-image tool."""
-    container_spec = tool.spec.container
-    assert container_spec is not None, "only image tools have a workload"
-    name = tdep.metadata.name or ""
-    namespace = tdep.metadata.namespace
-    resource_name = child_name("tool", name)
-    labels = {**_common_labels(name, "tool"), **tool_selector_labels(name)}
-    pod_labels = {**user_labels(tdep.metadata.labels), **labels, "dockyard.dev/tool": tool.spec.name}
-    template: dict[str, Any] = {
-        "metadata": {"labels": pod_labels, "annotations": {}},
-        "spec": {
-            "containers": [
-                {
-                    "name": "tool",
-                    "image": container_spec.image,
-                    "ports": [{"name": "http", "containerPort": container_spec.port, "protocol": "TCP"}],
-                    "readinessProbe": {"tcpSocket": {"port": "http"}, "periodSeconds": 5},
-                    "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
-                    "securityContext": {"allowPrivilegeEscalation": False},
-                }
-            ],
-        },
-    }
-    deployment, service, template_hash = _served_by(
-        resource_name,
-        namespace,
-        labels,
-        tool_selector_labels(name),
-        template,
-        replicas=tdep.spec.replicas,
-        service_port=80,
-        progress_deadline_seconds=progress_deadline_seconds,
-    )
-    return ToolWorkload(deployment, service, template_hash)
