@@ -709,7 +709,10 @@ def ensure_images(names: Iterable[str] | None = None) -> dict[str, str]:
         store = Store()
         planner = Planner(store)
         plans: dict[str, Plan] = {}
-        for name in _with_dependencies(requested):
+        ordered = _with_dependencies(requested)
+        if set(ordered) & {"dockyard", "ct2-server", "llama-cpp"}:
+            planner.base()  # timed and logged on its own
+        for name in ordered:
             started = time.monotonic()
             plan = planner.plan(name, plans)
             plans[name] = plan
