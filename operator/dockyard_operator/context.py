@@ -1,6 +1,7 @@
 """The one context of the operator's reconciles: :class:`Context` (built once at start-up from the settings
-read once, in ``handlers/lifecycle.py``), :class:`Views` of kopf's indexes, and :func:`snapshot`, the
-parts of a custom resource the reconciles read."""
+read once, in ``handlers/lifecycle.py``), :class:`Views` of kopf's indexes, :class:`KindStates` (what each
+reconcile keeps between its runs, registered by its type: the context knows no kind's types), and
+:func:`snapshot`, the parts of a custom resource the reconciles read."""
 
 from __future__ import annotations
 
@@ -10,10 +11,9 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 from dockyard_core.devices import Device
-from dockyard_core.resources.v1alpha1 import ModelDeploymentStatus
 from dockyard_operator.assess import NodeFit
 from dockyard_operator.kube import KubeApi
 from dockyard_operator.locks import KeyedLocks
@@ -21,9 +21,6 @@ from dockyard_operator.runtimes import RuntimeCatalog
 from dockyard_operator.settings import OperatorSettings
 from dockyard_operator.workloads import Key as Key
 from dockyard_operator.workloads import WorkloadViews
-
-if TYPE_CHECKING:
-    from dockyard_operator.reconcile.modeldeployment import ModelBuild
 
 T = TypeVar("T")
 API_CONCURRENCY = 32
@@ -33,11 +30,39 @@ Body = Mapping[str, Any]
 """A custom resource as kopf hands it over, or its indexed snapshot."""
 
 
+class KindState(Protocol):
+    """What one kind's reconcile keeps between its runs (caches per object uid): a class made without
+    arguments, one instance per :class:`Context` (:meth:`Context.state`)."""
+
+    def forget(self, uid: str) -> None:
+        """Drop what is kept of a deleted object."""
+
+
+S = TypeVar("S", bound=KindState)
+
+
+class KindStates:
+    """The :class:`KindState` of each kind, keyed by its type and made on first use."""
+
+    def __init__(self) -> None:
+        self._states: dict[type[KindState], KindState] = {}
+
+    def of(self, kind: type[S]) -> S:
+        state = self._states.get(kind)
+        if state is None:
+            state = self._states[kind] = kind()
+        return cast(S, state)
+
+    def forget(self, uid: str) -> None:
+        for state in self._states.values():
+            state.forget(uid)
+
+
 @dataclass
 class Context:
-    """What every reconcile needs: settings, the API client, the catalog, kopf's indexes (``views``, set
-    by the first handler call: kopf hands its indexes to handlers only), per-object caches of derived
-    values, and the threads blocking work runs in (a tool endpoint's reachability probe)."""
+    """What every reconcile needs: settings, the API client, the catalogs, kopf's indexes (``views``, set
+    by the first handler call: kopf hands its indexes to handlers only), the threads blocking work runs in
+    (a tool endpoint's reachability probe), per-object locks, and each kind's state (:meth:`state`)."""
 
     settings: OperatorSettings
     kube: KubeApi
@@ -50,34 +75,25 @@ class Context:
     workloads: WorkloadViews | None = None
     """The workloads' Deployments and Pods (list + watch, started by the first ModelDeployment or
     ToolDeployment event)."""
-    builds: dict[str, ModelBuild] = field(default_factory=dict)
-    """Per ModelDeployment uid, its last :class:`ModelBuild`."""
-    statuses: dict[str, tuple[str | None, ModelDeploymentStatus]] = field(default_factory=dict)
-    """Per ModelDeployment uid, its status as validated for a resourceVersion."""
     executor: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(API_CONCURRENCY, thread_name_prefix="kube")
     )
     locks: KeyedLocks = field(default_factory=KeyedLocks)
     """Per object uid, for the reconciles that kopf runs outside a work queue (Environments); each goes
     with its last holder."""
-    download_secrets: dict[str, tuple[int, str, float]] = field(default_factory=dict)
-    """Per ModelDeployment uid, the expiry and template hash of the download tokens last applied, and when."""
-    token_key: bytes | None = None
-    deleted_environments: set[str] = field(default_factory=set)
-    """UIDs of Environments whose deletion was handled (kept for the operator's lifetime; tiny): a late
-    event of a deleted Environment is not reconciled."""
-    audit_digests: dict[str, str] = field(default_factory=dict)
-    """Per Environment uid, the digest of the audit record last applied."""
+    states: KindStates = field(default_factory=KindStates)
+    """What each kind's reconcile keeps between its runs (caches per object uid), by its type."""
 
     def lock(self, uid: str) -> contextlib.AbstractAsyncContextManager[None]:
         return self.locks.hold(uid)
 
+    def state(self, kind: type[S]) -> S:
+        """The state ``kind``'s reconcile keeps (one instance per context, made on first use)."""
+        return self.states.of(kind)
+
     def forget(self, uid: str) -> None:
-        """Drop the caches of a deleted object."""
-        self.builds.pop(uid, None)
-        self.statuses.pop(uid, None)
-        self.download_secrets.pop(uid, None)
-        self.audit_digests.pop(uid, None)
+        """Drop what every kind's state keeps of a deleted object."""
+        self.states.forget(uid)
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run blocking work (an HTTP probe) in the threads."""

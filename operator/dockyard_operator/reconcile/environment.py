@@ -14,6 +14,7 @@ import contextlib
 import json
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -41,6 +42,20 @@ Index = Mapping[Any, Any]
 """A kopf index of AppVersions or Environments: (namespace, name) → the snapshots stored under it."""
 
 
+@dataclass
+class EnvironmentState:
+    """What the Environment reconcile keeps between its runs (:meth:`Context.state`)."""
+
+    audit_digests: dict[str, str] = field(default_factory=dict)
+    """Per Environment uid, the digest of the audit record last applied."""
+    deleted: set[str] = field(default_factory=set)
+    """UIDs of Environments whose deletion was handled (kept for the operator's lifetime; tiny): a late
+    event of a deleted Environment is not reconciled."""
+
+    def forget(self, uid: str) -> None:
+        self.audit_digests.pop(uid, None)  # ``deleted`` keeps the uid
+
+
 def in_namespace(index: Index, namespace: str) -> list[tuple[str, dict[str, Any]]]:
     """The (name, snapshot) pairs of an index in one namespace."""
     out: list[tuple[str, dict[str, Any]]] = []
@@ -66,7 +81,7 @@ async def reconcile_environment(
     kube = ctx.kube
     meta, spec = env["metadata"], env["spec"]
     namespace, name, app = meta["namespace"], meta["name"], spec["appRef"]
-    if meta.get("deletionTimestamp") or meta["uid"] in ctx.deleted_environments:
+    if meta.get("deletionTimestamp") or meta["uid"] in ctx.state(EnvironmentState).deleted:
         return Outcome(
             result="gone"
         )  # an index or timer may still hold the object: its last word is the deletion record
@@ -220,7 +235,7 @@ async def _keep_audit_record(
     infos = [i.__dict__ for i in map(apikeys.key_info, keys) if i is not None]
     record = audit.audit_record({**env, "status": status}, infos)
     digest = json.dumps(record, sort_keys=True)
-    cache = ctx.audit_digests
+    cache = ctx.state(EnvironmentState).audit_digests
     if cache.get(env["metadata"]["uid"]) != digest:
         await ctx.kube.apply(record)
         cache[env["metadata"]["uid"]] = digest
@@ -238,7 +253,7 @@ async def environment_deleted(ctx: Context, env: dict[str, Any]) -> None:
     """Best effort on top of garbage collection: revoke the keys now and stamp the audit record."""
     kube = ctx.kube
     meta = env["metadata"]
-    ctx.deleted_environments.add(meta["uid"])
+    ctx.state(EnvironmentState).deleted.add(meta["uid"])
     ctx.forget(meta["uid"])
     keys = await key_secrets(kube, meta["namespace"], meta["name"])
     infos = [i.__dict__ for i in map(apikeys.key_info, keys) if i is not None]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -61,6 +61,25 @@ class ModelBuild:
     template_hash: str
 
 
+@dataclass
+class ModelDeploymentState:
+    """What the ModelDeployment reconcile keeps between its runs (:meth:`Context.state`)."""
+
+    builds: dict[str, ModelBuild] = field(default_factory=dict)
+    """Per ModelDeployment uid, its last :class:`ModelBuild`."""
+    statuses: dict[str, tuple[str | None, ModelDeploymentStatus]] = field(default_factory=dict)
+    """Per ModelDeployment uid, its status as validated for a resourceVersion."""
+    download_secrets: dict[str, tuple[int, str, float]] = field(default_factory=dict)
+    """Per ModelDeployment uid, the expiry and template hash of the download tokens last applied, and when."""
+    token_key: bytes | None = None
+    """The key the download tokens are minted with (read from the settings on first use)."""
+
+    def forget(self, uid: str) -> None:
+        self.builds.pop(uid, None)
+        self.statuses.pop(uid, None)
+        self.download_secrets.pop(uid, None)
+
+
 def _version(body: Body | None) -> str | None:
     return None if body is None else body["metadata"].get("resourceVersion")
 
@@ -78,7 +97,8 @@ async def _model_build(ctx: Context, body: Body, views: Views) -> ModelBuild:
         _version(model_body),
         _version(base_body),
     )
-    cached = ctx.builds.get(meta["uid"])
+    builds = ctx.state(ModelDeploymentState).builds
+    cached = builds.get(meta["uid"])
     if cached is not None and cached.inputs == inputs:
         return cached
 
@@ -113,7 +133,7 @@ async def _model_build(ctx: Context, body: Body, views: Views) -> ModelBuild:
     )
     children = shared.owned(workload.objects(), "ModelDeployment", meta) if workload is not None else []
     build = ModelBuild(inputs, mdep, runtime_name, workload, children, problem, template_hash)
-    ctx.builds[meta["uid"]] = build
+    builds[meta["uid"]] = build
     return build
 
 
@@ -121,11 +141,12 @@ def _status_of(ctx: Context, body: Body) -> ModelDeploymentStatus:
     """The object's status, validated once per resourceVersion (most reconciles are triggered by the
     object's Deployment or Pods, and read the same version of it again)."""
     meta = body["metadata"]
-    cached = ctx.statuses.get(meta["uid"])
+    statuses = ctx.state(ModelDeploymentState).statuses
+    cached = statuses.get(meta["uid"])
     if cached is not None and cached[0] == meta.get("resourceVersion"):
         return cached[1]
     status = ModelDeploymentStatus.model_validate(body.get("status") or {})
-    ctx.statuses[meta["uid"]] = (meta.get("resourceVersion"), status)
+    statuses[meta["uid"]] = (meta.get("resourceVersion"), status)
     return status
 
 
@@ -217,16 +238,17 @@ async def _ensure_download_tokens(ctx: Context, build: ModelBuild, meta: Mapping
         return
     at_now = time.time()
     expires = downloadtokens.expiry_for(at_now, ctx.settings.download_token_seconds)
-    last = ctx.download_secrets.get(meta["uid"])
+    state = ctx.state(ModelDeploymentState)
+    last = state.download_secrets.get(meta["uid"])
     if last is not None and last[:2] == (expires, build.template_hash) and at_now - last[2] < SECRET_REAPPLY_SECONDS:
         return
-    if ctx.token_key is None:
-        ctx.token_key = ctx.settings.token_key()
+    if state.token_key is None:
+        state.token_key = ctx.settings.token_key()
     tokens = {
-        d.role: downloadtokens.mint(ctx.token_key, d.namespace, d.model, expires) for d in workload.served.downloads
+        d.role: downloadtokens.mint(state.token_key, d.namespace, d.model, expires) for d in workload.served.downloads
     }
     at = datetime.fromtimestamp(expires, UTC).isoformat().replace("+00:00", "Z")
     secret = download_secret(build.mdep, workload.served, tokens, at)
     secret["metadata"]["ownerReferences"] = [owner_reference("ModelDeployment", dict(meta))]
     await ctx.kube.apply(secret)
-    ctx.download_secrets[meta["uid"]] = (expires, build.template_hash, at_now)
+    state.download_secrets[meta["uid"]] = (expires, build.template_hash, at_now)
