@@ -28,7 +28,7 @@ class Agent(DockyardModel):
     name: DnsLabel
     """The agent's name, unique in the app."""
     version: Annotated[str, Field(min_length=1, max_length=64)]
-    """The agent version included (SPEC: precise agent versions are selected per app version)."""
+    """The agent version included (precise agent versions are selected per app version)."""
     instructions: Annotated[str, Field(max_length=32768)] = ""
     """System instructions of the agent."""
     model: ObjectName | None = None
@@ -77,7 +77,7 @@ class AppContent(DockyardModel):
 
 
 class AppSpec(AppContent):
-    """The app's draft: freely editable; restoring a version overwrites it whole (SPEC "Restore")."""
+    """The app's draft: freely editable; restoring a version overwrites it whole (Restore)."""
 
     display_name: DisplayName | None = None
     """Human-readable name of the app."""
@@ -112,7 +112,7 @@ class AppVersionSpec(AppContent):
     version: SemVer
     """Version number, MAJOR.MINOR.PATCH."""
     display_name: DisplayName
-    """Name entered at creation (SPEC's "name")."""
+    """Name entered at creation (its "name")."""
 
 
 class AppVersionStatus(StatusBase):

@@ -81,7 +81,7 @@ class EnvironmentSpec(DockyardModel):
     app_ref: Annotated[ObjectName, field_rules(immutable("appRef"))]
     """Name of the App (in this namespace) this environment deploys; immutable."""
     display_name: DisplayName | None = None
-    """Name entered at creation (SPEC's "name"); the object's name when absent."""
+    """Name entered at creation (its "name"); the object's name when absent."""
     description: Description = ""
     """What the environment is for."""
     app_version: SemVer | None = None
@@ -100,7 +100,7 @@ class EnvironmentSpec(DockyardModel):
 
 
 class HistoryEntry(DockyardModel):
-    """One deployment of a version to the environment (SPEC "Deployment history entry")."""
+    """One deployment of a version to the environment (the deployment history)."""
 
     version: Annotated[str, Field(min_length=1, max_length=32)]
     """The app version deployed (draft for the App's draft)."""
@@ -130,7 +130,7 @@ class EnvironmentUrls(DockyardModel):
 
 
 class ChecklistItem(DockyardModel):
-    """One item of SPEC.md's pre-production checklist."""
+    """One item of the pre-production checklist."""
 
     category: ChecklistCategory
     """Configuration, Testing, Security or Monitoring."""
@@ -186,12 +186,12 @@ class EnvironmentStatus(StatusBase):
     curl_script: str | None = None
     """A cURL command calling the deployed app by API (the API key left as a placeholder)."""
     embed_code: str | None = None
-    """The HTML snippet that embeds the chat widget in a web page (SPEC's Embed Code): a container element
+    """The HTML snippet that embeds the chat widget in a web page (the Embed Code): a container element
     and the loader script with this environment's app id; paste it into every page of an allowed site."""
     history: Annotated[list[HistoryEntry], Field(max_length=100)] = Field(default_factory=list)
     """Deployments, newest first: one Active entry, then Previous ones."""
     checklist: Annotated[list[ChecklistItem], Field(max_length=64)] = Field(default_factory=list)
-    """The pre-production checklist (SPEC.md), recomputed on every reconcile."""
+    """The pre-production checklist, recomputed on every reconcile."""
     usage: UsageSummary | None = None
     """Usage of the deployed app today and over 30 days (written by the facade)."""
 

@@ -62,10 +62,10 @@ class ModelSource(DockyardModel):
 
 
 class ModelSpec(DockyardModel):
-    """A deployable model (SPEC.md "Model"): where its weights come from and what it is.
+    """A deployable model: where its weights come from and what it is.
 
     The source is fixed at creation. An adapter (isAdapter) is served on top of its baseModel, which may
-    be set after the import (SPEC's import API does not take it) but not changed or removed afterwards.
+    be set after the import (the import API does not take it) but not changed or removed afterwards.
     """
 
     cel_rules: ClassVar[tuple[Rule, ...]] = (
@@ -121,7 +121,7 @@ class ModelStatus(StatusBase):
     """Observed state of a Model."""
 
     phase: ModelPhase | None = None
-    """Importing, then ReadyToDeploy ("Ready to Deploy" in SPEC.md) or Failed. A hub model is
+    """Importing, then ReadyToDeploy ("Ready to Deploy") or Failed. A hub model is
     ReadyToDeploy at once."""
     job: DockJob | None = None
     """The job record of the import (jobType MODELS, action EXPORT)."""
@@ -134,7 +134,7 @@ class ModelStatus(StatusBase):
 class Model(Resource):
     """A model that can be deployed: imported by chunked upload, or an open-source hub model.
 
-    The object's name is SPEC's modelId. Its status phase goes Importing → ReadyToDeploy, or Failed.
+    The object's name is the public API's modelId. Its status phase goes Importing → ReadyToDeploy, or Failed.
     """
 
     crd: ClassVar[CrdInfo] = CrdInfo(

@@ -87,7 +87,7 @@ class OptimizationInfo(DockyardModel):
 
 
 class ModelDeploymentSpec(DockyardModel):
-    """A model to serve and how: the body of SPEC.md §4 (POST /api/public/models/{modelId}/deploy).
+    """A model to serve and how: the body of the model deploy call (POST /api/public/models/{modelId}/deploy).
 
     Pods run on nodes of the requested deviceType (node.kubernetes.io/instance-type) and request all of
     its GPUs as nvidia.com/gpu. Changing the spec redeploys; every deployment through the public API is
@@ -97,10 +97,10 @@ class ModelDeploymentSpec(DockyardModel):
     model_ref: Annotated[
         ObjectName, field_rules(immutable("modelRef", "deploy another model with a new ModelDeployment"))
     ]
-    """Name of the Model to serve (SPEC's modelId), in this namespace. The operator deploys it once the
+    """Name of the Model to serve (the public API's modelId), in this namespace. The operator deploys it once the
     Model is ReadyToDeploy."""
     model_type: ModelType
-    """openSource or fineTune (SPEC's modelType query parameter)."""
+    """openSource or fineTune (the deploy call's modelType query parameter)."""
     name: Annotated[str, Field(min_length=1, max_length=253)]
     """Name of the model to deploy: the name clients use for it (the served model name)."""
     is_deployed_previously: StrictBool = False
@@ -113,7 +113,7 @@ class ModelDeploymentSpec(DockyardModel):
     )
     """Replica bounds, batch size and autoscaling delays."""
     device_type: DeviceType
-    """GPU instance type the pods run on (one of the eight of SPEC.md §4)."""
+    """GPU instance type the pods run on (one of the eight of the deploy call)."""
     optimization_info: OptimizationInfo | None = None
     """Serving runtime and quantization; absent: the runtime catalog's defaults."""
     replicas: Annotated[StrictInt, Field(ge=1, le=50)] | None = None

@@ -86,7 +86,7 @@ class ToolSpec(DockyardModel):
 class Tool(Resource):
     """One version of a tool (container image or HTTP endpoint, optionally an MCP server).
 
-    The object's name is SPEC's toolId and must be <spec.name>-<spec.version> (e.g. weather-1.2.0), so
+    The object's name is the public API's toolId and must be <spec.name>-<spec.version> (e.g. weather-1.2.0), so
     the API server itself keeps each version of a tool unique.
     """
 
@@ -121,13 +121,13 @@ class Tool(Resource):
 
 
 class ToolDeploymentSpec(DockyardModel):
-    """A tool to make reachable for agents: the body of SPEC.md §5 (POST /api/public/tools/{toolId}/deploy).
+    """A tool to make reachable for agents: the body of the tool deploy call (POST /api/public/tools/{toolId}/deploy).
 
     An image tool runs as pods behind a Service; an endpoint tool is checked for reachability.
     """
 
     tool_ref: Annotated[ObjectName, field_rules(immutable("toolRef", "deploy another tool with a new ToolDeployment"))]
-    """Name of the Tool to deploy (SPEC's toolId), in this namespace."""
+    """Name of the Tool to deploy (the public API's toolId), in this namespace."""
     is_async: StrictBool = False
     """As sent by the caller: false when the call waited for the deployment to finish, true when it
     returned at once with status IN_PROGRESS."""
@@ -144,7 +144,7 @@ def tool_deployment_name(environment: str, tool: str, version: str) -> str:
 
 
 class ToolDeployment(Resource):
-    """A tool made reachable for agents (SPEC.md §5); status.job is the dock job of the deployment."""
+    """A tool made reachable for agents; status.job is the dock job of the deployment."""
 
     crd: ClassVar[CrdInfo] = CrdInfo(
         plural="tooldeployments",
