@@ -17,7 +17,7 @@ from typing import Final
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from dockyard_operator.metrics import VLLM_METRICS, LoadMetricNames, LoadSample, parse_load
+from dockyard_operator.engine_load import VLLM_METRICS, LoadMetricNames, LoadSample, parse_load
 
 _NAME: Final = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
 _LABEL: Final = r'[a-zA-Z_][a-zA-Z0-9_]*\s*=\s*"(?:[^"\\\n]|\\.)*"'

@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 from pydantic.alias_generators import to_camel
 
 from dockyard_core.resources.v1alpha1.modeldeployment import ScalingParameters
-from dockyard_operator.metrics import LoadSample
+from dockyard_operator.engine_load import LoadSample
 
 Reason = Literal["ScaleUp", "ScaleDown", "WithinBounds", "Clamped", "Holding", "NoMetrics"]
 

@@ -22,7 +22,7 @@ from dockyard_operator import monitoring
 from dockyard_operator.assess import pod_ready
 from dockyard_operator.autoscaler import AutoscalerState, Observation, decide
 from dockyard_operator.context import Context, Key, Views
-from dockyard_operator.metrics import LoadSample, parse_load
+from dockyard_operator.engine_load import LoadSample, parse_load
 from dockyard_operator.runtimes import select_runtime
 from dockyard_operator.workqueue import Event, ObjectKey, PostEvent, WorkQueue
 

@@ -21,7 +21,7 @@ from dockyard_operator.autoscaler import (
     decide,
     replicas_for_load,
 )
-from dockyard_operator.metrics import LoadSample
+from dockyard_operator.engine_load import LoadSample
 
 # maxBatchSize 10 at the default 80 % target: one replica per 8 requests (running + waiting).
 PARAMS = ScalingParameters(max_batch_size=10, min_replicas=1, max_replicas=5, scale_up_delay=200, scale_down_delay=500)

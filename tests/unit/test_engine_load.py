@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from dockyard_operator.metrics import (
+from dockyard_operator.engine_load import (
     RUNNING_METRICS,
     VLLM_METRICS,
     WAITING_METRICS,
