@@ -14,10 +14,10 @@ from functools import partial
 from typing import Any, Protocol, TypeVar, cast
 
 from dockyard_core.devices import Device
-from dockyard_operator.assess import NodeFit
 from dockyard_operator.kube import KubeApi
 from dockyard_operator.locks import KeyedLocks
 from dockyard_operator.runtimes import RuntimeCatalog
+from dockyard_operator.scheduling import NodeFit
 from dockyard_operator.settings import OperatorSettings
 from dockyard_operator.workloads import Key as Key
 from dockyard_operator.workloads import WorkloadViews

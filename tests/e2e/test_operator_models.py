@@ -12,8 +12,8 @@ from kubernetes import client
 
 from dockyard_core.devices import BUILT_IN as DEVICES
 from dockyard_core.devices import GPU_RESOURCE, INSTANCE_TYPE_LABEL
-from dockyard_operator.assess import parse_quantity
 from dockyard_operator.builders.common import MODEL_DEPLOYMENT_LABEL
+from dockyard_operator.scheduling import parse_quantity
 from tests.support.cluster import E2ECluster
 from tests.support.dockyard import condition, create, get, hub_model, job, model_deployment, patch, wait_job
 from tests.support.runners import RunningOperator, run_operator

@@ -13,7 +13,7 @@ from typing import Any
 from dockyard_core.devices import BUILT_IN as DEVICES
 from dockyard_core.devices import GPU_RESOURCE
 from dockyard_core.resources.v1alpha1 import ModelDeployment, ModelDeploymentSpec, ObjectMeta
-from dockyard_operator.assess import NodeFit
+from dockyard_operator.scheduling import NodeFit
 
 T0 = datetime(2025, 6, 1, 12, 0, 0, tzinfo=UTC)
 """A fixed point in time: tests compute every other time from it."""

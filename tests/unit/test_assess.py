@@ -10,17 +10,9 @@ import pytest
 
 from dockyard_core.devices import BUILT_IN as DEVICES
 from dockyard_core.resources.v1alpha1 import FAILED, PROGRESSING, READY, Condition, DockJob
-from dockyard_operator.assess import (
-    NodeFit,
-    Verdict,
-    assess,
-    conditions_for,
-    mount_pending,
-    never_fits,
-    parse_quantity,
-    rolled_out,
-)
+from dockyard_operator.assess import Verdict, assess, conditions_for, mount_pending, rolled_out
 from dockyard_operator.builders.model import pod_resources
+from dockyard_operator.scheduling import NodeFit, never_fits, parse_quantity
 from tests.unit.k8s_shapes import (
     T0,
     at,

@@ -20,7 +20,6 @@ from dockyard_core.resources.v1alpha1 import (
     Tool,
     ToolDeployment,
 )
-from dockyard_operator.assess import parse_quantity
 from dockyard_operator.builders.common import TEMPLATE_HASH_ANNOTATION, child_name, endpoint_of, user_labels
 from dockyard_operator.builders.model import (
     MODEL_STORE_MOUNT,
@@ -37,6 +36,7 @@ from dockyard_operator.builders.model import (
 )
 from dockyard_operator.builders.tool import ToolWorkload, tool_workload
 from dockyard_operator.runtimes import DEFAULT_CATALOG, Runtime, sampling_defaults
+from dockyard_operator.scheduling import parse_quantity
 from dockyard_operator.workloads import WORKLOAD_SELECTOR, key_of
 from tests.unit.k8s_shapes import HYPER_PARAMETERS, NAMESPACE, model_deployment
 

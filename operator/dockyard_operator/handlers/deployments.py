@@ -21,11 +21,11 @@ from dockyard_core.devices import GPU_RESOURCE, INSTANCE_TYPE_LABEL
 from dockyard_core.kubeclient import KubeError
 from dockyard_core.resources import GROUP
 from dockyard_core.resources.v1alpha1 import VERSION
-from dockyard_operator.assess import parse_quantity
 from dockyard_operator.context import Context, Views, snapshot
 from dockyard_operator.handlers.events import post_event, post_events
 from dockyard_operator.kube import Conflict
 from dockyard_operator.scaling import autoscaler_loop, autoscaling_enabled
+from dockyard_operator.scheduling import parse_quantity
 from dockyard_operator.workqueue import Body, ObjectKey, Outcome, WorkQueue, key_of
 
 # --- indexes (the workloads' Deployments and Pods: dockyard_operator.workloads) -----------------------

@@ -7,12 +7,13 @@ from typing import Any
 
 from dockyard_core.clock import now
 from dockyard_core.resources.v1alpha1 import DOCK_STATUS_ID_LABEL, Tool, ToolDeployment
-from dockyard_operator.assess import NodeFit, Verdict, assess, conditions_for, rolled_out
+from dockyard_operator.assess import Verdict, assess, conditions_for, rolled_out
 from dockyard_operator.builders.common import endpoint_of, hash_of
 from dockyard_operator.builders.tool import tool_selector_labels, tool_workload
 from dockyard_operator.context import Body, Context, Key, Views, snapshot
 from dockyard_operator.probe import ReachabilityCheck, check_endpoint
 from dockyard_operator.reconcile import workload as shared
+from dockyard_operator.scheduling import NodeFit
 from dockyard_operator.workqueue import Outcome
 
 
