@@ -1,10 +1,10 @@
 """Dockyard's autoscaler for ModelDeployments: one pure decision per observation of the load.
 
-HPA works in whole seconds; SPEC.md gives scaleUpDelay / scaleDownDelay in milliseconds, so the
-operator decides itself. :func:`decide` does no I/O and reads no clock: the caller passes the time
-(``now_ms``, wall-clock milliseconds since the epoch, because the state outlives the process) and the
-state returned by the previous decision, which it persists (:meth:`AutoscalerState.to_dict`) so that an
-operator restart loses nothing.
+HPA works in whole seconds; a ModelDeployment gives scaleUpDelay / scaleDownDelay in milliseconds
+(docs/autoscaling.md, "Delays"), so the operator decides itself. :func:`decide` does no I/O and reads
+no clock: the caller passes the time (``now_ms``, wall-clock milliseconds since the epoch, because the
+state outlives the process) and the state returned by the previous decision, which it persists
+(:meth:`AutoscalerState.to_dict`) so that an operator restart loses nothing.
 
 Rules (docs/autoscaling.md explains them):
 

@@ -81,14 +81,15 @@ class Urls:
 
 
 def urls(public_url: str, namespace: str, environment: str) -> Urls:
-    """The environment's own endpoints: SPEC's {base_url}, {api_base_url} and {widget_url} are all
-    ``<public>/e/<namespace>/<environment>``."""
+    """The environment's own endpoints: its ``{base_url}``, ``{api_base_url}`` and ``{widget_url}`` are all
+    ``<public>/e/<namespace>/<environment>`` (docs/apps-environments.md, "Environments")."""
     base = f"{public_url.rstrip('/')}/e/{namespace}/{environment}"
     return Urls(web_client=f"{base}/web/", api_base=base, widget_script=f"{base}/v1/loader.js")
 
 
 def curl_script(api_base: str, app_id: str) -> str:
-    """A ready-to-run cURL call of the deployed app (SPEC §6); the key stays a placeholder."""
+    """A ready-to-run cURL call of the deployed app (``curlScript``, docs/apps-environments.md, "Environments");
+    the key stays a placeholder."""
     body = json.dumps({"message": "Hello!", "session_id": "session-1", "metadata": {"user_id": "user-1"}})
     return (
         f"curl -sS -X POST {shlex.quote(f'{api_base}/v1/apps/{app_id}/execute')} \\\n"
@@ -99,8 +100,9 @@ def curl_script(api_base: str, app_id: str) -> str:
 
 
 def embed_code(widget_script: str, app_id: str, container_id: str = "dockyard-chat") -> str:
-    """SPEC §7's Embed Code: a container element and the loader script with the app id. No API key: the
-    widget gets short-lived tokens for the sites in the environment's spec.widget.allowedOrigins."""
+    """The Embed Code (docs/web-client-and-widget.md, "The widget"): a container element and the loader
+    script with the app id. No API key: the widget gets short-lived tokens for the sites in the
+    environment's spec.widget.allowedOrigins."""
     attr = html.escape
     return (
         f'<div id="{attr(container_id)}"></div>\n'
@@ -152,7 +154,8 @@ def checklist(
     version_found: bool,
     rate_limits: Mapping[str, Any] | None = None,
 ) -> list[ChecklistItem]:
-    """SPEC.md's pre-production checklist: computed where the cluster tells, Manual where it cannot.
+    """The pre-production checklist (docs/apps-environments.md, "Pre-production checklist"): computed where
+    the cluster tells, Manual where it cannot.
 
     ``tool_jobs``: ToolDeployment name -> dock status of its latest job (None: none yet).
     ``rate_limits``: the Environment's ``spec.rateLimits``.
