@@ -18,8 +18,9 @@ REAL_NODE_LABEL = "dockyard.dev/testbed-node"
 REAL_NODE_GPUS = 1
 
 DEVICE_CATALOG_OVERRIDE: list[dict[str, Any]] = [{"name": REAL_DEVICE_TYPE, "vcpu": 1, "memory_gib": 4}]
-"""The device catalog entry Dockyard needs in the test bed (the chart's ``deviceCatalog``, as
-charts/dockyard/ci/testbed-values.yaml sets it; the operator's DOCKYARD_DEVICE_CATALOG). The built-in
+"""The device catalog entry Dockyard needs in the test bed (the chart's ``deviceCatalog``, in the
+test bed's ``helm-values.yaml``, which the in-cluster release passes; the operator's
+DOCKYARD_DEVICE_CATALOG). The built-in
 g5.xlarge (4 vCPU, 16 GiB) makes a model pod request 3500m CPU and 13,926 MiB, which a 2-core node
 never fits; 1 vCPU / 4 GiB makes it 500m CPU and 2,048 MiB (builders.pod_resources), leaving room
 beside it for CoreDNS, the operator, the facade and a tool pod."""

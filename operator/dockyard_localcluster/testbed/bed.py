@@ -270,7 +270,8 @@ class TestBed:
             log("a stale test bed (its namespace holder is gone): tearing it down first")
             self.down()
         lay.work.mkdir(parents=True, exist_ok=True)
-        refs = images.ensure_images(list(IMAGES))
+        refs = images.ensure_images(list(IMAGES))  # waits while another process holds the images lock
+        log(f"images ready at {time.monotonic() - started:.1f}s")
         self._write_files(refs["pause"])
         host.create_netns(lay)
         holder = host.start_holder(lay)
@@ -283,6 +284,7 @@ class TestBed:
         self._save_state(api_port=port)
         self._write_host_kubeconfig(port)
         self._wait("the API server was not ready", self.api_ready)
+        log(f"API server ready at {time.monotonic() - started:.1f}s (127.0.0.1:{port} on the host)")
         cm = [str(b / "kube-controller-manager"), *config.controller_manager_args(lay)]
         self._daemon(holder, "kube-controller-manager", cm)
         self._daemon(holder, "kube-scheduler", [str(b / "kube-scheduler"), *config.scheduler_args(lay)])
@@ -293,6 +295,7 @@ class TestBed:
         self._daemon(holder, "kube-proxy", [str(b / "kube-proxy"), *config.kube_proxy_args(lay)])
         self._daemon(holder, "kwok", [str(b / "kwok"), *config.kwok_args(lay)])
         self._wait(f"node {lay.node_name} was not Ready", self._node_ready)
+        log(f"node {lay.node_name} Ready at {time.monotonic() - started:.1f}s")
         self._configure_node()
         self.apply(addons.coredns_objects(refs["coredns"], lay.node_name))
         Provisioner(LocalCluster(), self.kubeconfig).ensure_nodes(
@@ -343,6 +346,8 @@ class TestBed:
         if lay.logs.is_dir():  # kept for a post-mortem, outside the work dir; replaced by the next down()
             shutil.rmtree(self.last_logs, ignore_errors=True)
             shutil.move(lay.logs, self.last_logs)
-        if lay.work.exists():
-            shutil.rmtree(lay.work)
+        if lay.work.exists():  # rm -rf: several times faster than shutil.rmtree on image snapshots
+            subprocess.run(["rm", "-rf", "--one-file-system", "--", str(lay.work)], check=False)
+            if lay.work.exists():
+                raise TestBedError(f"could not remove {lay.work}")
         log(f"test bed {self.settings.name!r} down in {time.monotonic() - started:.1f}s")
