@@ -21,6 +21,7 @@ from tests.support.testbed import SessionTestBed, host_network_snapshot, route_t
 from tests.support.waiting import wait_for
 
 from dockyard_core.devices import GPU_RESOURCE, GPU_TAINT_KEY, INSTANCE_TYPE_LABEL
+from dockyard_localcluster import images
 from dockyard_localcluster.testbed import TestBed
 from dockyard_localcluster.testbed.addons import REAL_DEVICE_TYPE, kwok_pools
 from dockyard_localcluster.testbed.config import CLUSTER_CIDR, SERVICE_CIDR
@@ -35,8 +36,11 @@ def bed(testbed: SessionTestBed) -> TestBed:
 
 @pytest.fixture(scope="module")
 def python_image(bed: TestBed) -> str:
-    """The dockyard image (it has python3): a server and a client for the network checks."""
-    return bed.load_images(["dockyard"])["dockyard"]
+    """The images' Debian base (python3, nothing of this repository): a server and a client for the
+    network checks. Keyed on the apt sources only, so it is not rebuilt when the code changes."""
+    ref = images.ensure_base(images.Store())
+    bed.load_refs([ref])
+    return ref
 
 
 @pytest.fixture(scope="module")

@@ -255,8 +255,12 @@ class TestBed:
         """Build (cached) and import into the node's containerd the images named (images.NAMES);
         returns name -> reference. Pods use them with ``imagePullPolicy: Never`` (or IfNotPresent)."""
         refs = images.ensure_images(list(names))
-        images.load_into_containerd("ctr", str(self.layout.containerd_socket), list(refs.values()))
+        self.load_refs(list(refs.values()))
         return refs
+
+    def load_refs(self, refs: Sequence[str]) -> None:
+        """Import podman images (by reference, e.g. ``localhost/...:tag``) into the node's containerd."""
+        images.load_into_containerd("ctr", str(self.layout.containerd_socket), list(refs))
 
     def up(self) -> None:
         """Bring the test bed up, or reuse it when it runs. Idempotent."""
