@@ -9,11 +9,13 @@
 #
 #   docker build --target ct2-server -t ghcr.io/dockyard-dev/dockyard-ct2-server:0.1.0 .
 #
-# And llama.cpp's OpenAI-compatible server from llama-cpp-python (CPU), the target llama-cpp, for
-# test beds: its wheel is compiled outside the build (`make engines`) and given as a named context;
-# the entry point takes llama-server's flags, as the runtime catalog's `llama-cpp` entry expects.
+# And llama.cpp's own OpenAI-compatible server, `llama-server` (CPU), the target llama-cpp, the runtime
+# catalog's `llama-cpp` entry on CPU nodes and in the test bed: the binary is compiled outside the build
+# (operator/dockyard_localcluster/build-llama-server.sh, from the llama.cpp that llama-cpp-python's
+# source distribution vendors) and given as the named context llama-server.
 #
-#   docker build --target llama-cpp --build-context engine-wheels=$HOME/.cache/dockyard/wheels \
+#   docker build --target llama-cpp \
+#     --build-context llama-server=$HOME/.cache/dockyard/llama-server/0.3.36/bin \
 #     -t localhost/dockyard-llama-cpp:dev .
 #
 # Stage 1 builds wheels (Dockyard's own and every dependency, pinned in pyproject.toml); stage 2 is
@@ -78,29 +80,13 @@ EXPOSE 8000
 ENTRYPOINT ["dockyard-ct2-server"]
 CMD ["--help"]
 
-# llama.cpp's OpenAI-compatible server (llama-cpp-python[server], CPU) for test beds. Its wheel is
-# never compiled here: the named context engine-wheels holds the one `make engines` compiled.
-FROM ${PYTHON_IMAGE} AS llama-cpp-build
-ARG LLAMA_CPP_PYTHON_VERSION=0.3.36
-ENV PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    PATH=/opt/dockyard/bin:$PATH
-ARG CACHE_KEY
-RUN --mount=type=bind,from=engine-wheels,target=/engine-wheels \
-    python3 -m venv /opt/dockyard \
-    && pip wheel --wheel-dir /wheels --prefer-binary --only-binary=llama-cpp-python --find-links=/engine-wheels \
-       "llama-cpp-python[server]==${LLAMA_CPP_PYTHON_VERSION}"
-
+# llama.cpp's own server (llama-server, CPU). Nothing is compiled here: the named context llama-server
+# holds the binary build-llama-server.sh made; it needs glibc, libstdc++6, libgcc-s1 and libgomp1.
 FROM ${PYTHON_IMAGE} AS llama-cpp
 ARG LLAMA_CPP_PYTHON_VERSION=0.3.36
 LABEL org.opencontainers.image.title="dockyard-llama-cpp" \
-      org.opencontainers.image.description="llama.cpp's OpenAI-compatible server (llama-cpp-python, CPU)" \
+      org.opencontainers.image.description="llama.cpp's OpenAI-compatible server, llama-server (CPU)" \
       org.opencontainers.image.version="${LLAMA_CPP_PYTHON_VERSION}"
-ENV PYTHONDONTWRITEBYTECODE=1 \
-    PYTHONUNBUFFERED=1 \
-    PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    PATH=/opt/dockyard/bin:$PATH
 # llama.cpp's threads are OpenMP's (libgomp1: in the mmdebstrap base, not in the official Python image)
 # hadolint ignore=DL3008
 RUN dpkg-query --show libgomp1 >/dev/null 2>&1 \
@@ -108,17 +94,13 @@ RUN dpkg-query --show libgomp1 >/dev/null 2>&1 \
     && groupadd --system --gid 10001 dockyard \
     && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
        --shell /usr/sbin/nologin dockyard
-ARG CACHE_KEY
-RUN --mount=type=bind,from=llama-cpp-build,source=/wheels,target=/wheels \
-    python3 -m venv /opt/dockyard \
-    && pip install --no-index --find-links=/wheels "llama-cpp-python[server]==${LLAMA_CPP_PYTHON_VERSION}" \
-    && pip uninstall --yes setuptools wheel pip
-# The operator passes llama-server's flags (runtimes.llama_cpp_args); this translates them for
-# llama_cpp.server (standard library only) and passes that server's own flags through.
-COPY operator/dockyard_localcluster/llamaserver.py /opt/dockyard/llamaserver.py
+# llama-server is a named build context (--build-context), not a stage of this file
+# hadolint ignore=DL3022
+COPY --from=llama-server llama-server /usr/local/bin/llama-server
 USER 10001:10001
 EXPOSE 8080
-ENTRYPOINT ["python", "/opt/dockyard/llamaserver.py"]
+# The operator passes llama-server's flags (runtimes.llama_cpp_args; docs/runtimes.md lists them).
+ENTRYPOINT ["llama-server"]
 CMD ["--help"]
 
 # The default target (last stage): the operator and the facade.

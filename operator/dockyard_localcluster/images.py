@@ -4,8 +4,9 @@ Images (logical name -> reference ``localhost/<image>:<content key>``, also tagg
 
 ``dockyard``    the repository's Dockerfile, default target ``runtime`` (operator + facade)
 ``ct2-server``  target ``ct2-server``, CPU only: ``CT2_EXTRAS=ct2`` leaves out the cuBLAS wheel (~600 MB)
-``llama-cpp``   target ``llama-cpp``: llama-cpp-python's OpenAI server, from the wheel ``make venv``
-                compiles into ``~/.cache/dockyard/wheels`` (build-engines.sh), never compiled in the build
+``llama-cpp``   target ``llama-cpp``: llama.cpp's own ``llama-server`` (CPU), the binary
+                build-llama-server.sh compiles into ``~/.cache/dockyard/llama-server``, never compiled in
+                the build
 ``tool``        the demo tool (:mod:`dockyard_localcluster.toolserver`) on port 8080, FROM ``dockyard``
 ``pause``       kubelet's sandbox image, ``gcc -static`` of Kubernetes' pause.c: ``localhost/pause:3.10.2``
 ``coredns``     CoreDNS from the Go module proxy, CGO_ENABLED=0, FROM scratch: ``localhost/coredns:<version>``
@@ -15,7 +16,7 @@ sources (``localhost/dockyard-base:bookworm-<key>``), passed as the Dockerfile's
 
 The content key is a short sha256 of everything an image is built from: the Dockerfile text, the target,
 the build arguments, the files of the build context that the target's stages copy (tracked and untracked
-files git does not ignore, filtered by ``.dockerignore``), the base image's ID and the wheels of a named
+files git does not ignore, filtered by ``.dockerignore``), the base image's ID and the files of a named
 build context. An image whose key tag exists is not built again, so a warm ``make images`` only hashes
 and asks podman for its image list. Archives for containerd (``ctr images import``) are cached by image
 ID under ``~/.cache/dockyard/images``.
@@ -475,13 +476,12 @@ class Planner:
             # CPU only: the ct2-gpu extra (nvidia-cublas-cu12, ~600 MB) is the build argument's default
             return self.dockerfile_plan(name, "localhost/dockyard-ct2-server", "ct2-server", {"CT2_EXTRAS": "ct2"})
         if name == "llama-cpp":
-            wheels = engine_wheels()
             return self.dockerfile_plan(
                 name,
                 "localhost/dockyard-llama-cpp",
                 "llama-cpp",
                 {"LLAMA_CPP_PYTHON_VERSION": LLAMA_CPP_PYTHON_VERSION},
-                {"engine-wheels": wheels},
+                {"llama-server": llama_server_context()},
             )
         if name == "tool":
             base = built["dockyard"].ref
@@ -526,33 +526,25 @@ class Planner:
         raise ValueError(f"unknown image {name!r}; one of {', '.join(NAMES)}")
 
 
-# --- inputs built outside podman: the engine wheel, pause, CoreDNS -------------------------------------
+# --- inputs built outside podman: llama-server, pause, CoreDNS -------------------------------------
 
 
-def engine_wheels() -> Path:
-    """A directory holding only llama-cpp-python's wheel (the ``engine-wheels`` build context).
-
-    The wheel is the one ``make venv`` compiles (build-engines.sh, idempotent: run here when missing).
-    """
-    wheels = cache_root() / "wheels"
-    pattern = f"llama_cpp_python-{LLAMA_CPP_PYTHON_VERSION}-*.whl"
-    found = sorted(wheels.glob(pattern))
-    if not found:
-        log(f"llama-cpp-python {LLAMA_CPP_PYTHON_VERSION}: no wheel yet, running build-engines.sh (slow when cold)")
-        script = Path(__file__).with_name("build-engines.sh")
-        subprocess.run(["bash", str(script)], check=True, stdout=subprocess.DEVNULL)
-        found = sorted(wheels.glob(pattern))
-    if not found:
-        raise RuntimeError(f"build-engines.sh made no {pattern} in {wheels}")
-    context = images_dir() / "engine-wheels"
-    context.mkdir(exist_ok=True)
-    for stale in context.iterdir():
-        if stale.name != found[-1].name:
-            stale.unlink()
-    target = context / found[-1].name
-    if not target.exists() or target.stat().st_size != found[-1].stat().st_size:
-        shutil.copy2(found[-1], target)
-    return context
+def llama_server_context() -> Path:
+    """A directory holding only llama.cpp's ``llama-server`` binary (the ``llama-server`` build context),
+    the one build-llama-server.sh compiles (idempotent: a cached binary means nothing is built)."""
+    script = Path(__file__).with_name("build-llama-server.sh")
+    proc = subprocess.run(
+        ["bash", str(script)],
+        check=True,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "DOCKYARD_LLAMA_CPP_PYTHON_VERSION": LLAMA_CPP_PYTHON_VERSION},
+    )
+    directory = Path(proc.stdout.strip().splitlines()[-1])
+    binary = directory / "llama-server"
+    if not binary.is_file():
+        raise RuntimeError(f"build-llama-server.sh made no {binary}")
+    return directory
 
 
 def go_env(name: str) -> str:

@@ -100,7 +100,7 @@ def stage(dockerfile: tuple[dict[str, str], list[Stage]], name: str) -> Stage:
 def test_stages_on_an_exactly_pinned_slim_python(dockerfile: tuple[dict[str, str], list[Stage]]) -> None:
     global_args, stages = dockerfile
     # runtime stays last: a plain `docker build .` makes the operator/facade image
-    assert [s.name for s in stages] == ["build", "ct2-build", "ct2-server", "llama-cpp-build", "llama-cpp", "runtime"]
+    assert [s.name for s in stages] == ["build", "ct2-build", "ct2-server", "llama-cpp", "runtime"]
     image = global_args["PYTHON_IMAGE"]
     # an exact patch release of 3.11 on Debian bookworm slim, optionally also pinned by digest
     assert re.fullmatch(r"python:3\.11\.\d+-slim-bookworm(@sha256:[0-9a-f]{64})?", image), image
@@ -180,7 +180,7 @@ def test_ct2_server_target_runs_the_ct2_server(dockerfile: tuple[dict[str, str],
     assert DEFAULT_CATALOG.runtimes["ctranslate2"].image.endswith(":" + arg.split("=", 1)[1])
 
 
-@pytest.mark.parametrize("name", ["runtime", "ct2-server", "llama-cpp"])
+@pytest.mark.parametrize("name", ["runtime", "ct2-server"])
 def test_images_install_into_a_virtual_environment_first_on_path(
     dockerfile: tuple[dict[str, str], list[Stage]], name: str
 ) -> None:
@@ -191,36 +191,30 @@ def test_images_install_into_a_virtual_environment_first_on_path(
     (install,) = [r for r in image.all("RUN") if "pip install" in r]
     assert "python3 -m venv /opt/dockyard" in install
     assert "PYTHONDONTWRITEBYTECODE=1" in " ".join(image.all("ENV"))  # read-only root filesystem
-    for build in ("build", "llama-cpp-build"):
-        assert "PATH=/opt/dockyard/bin:$PATH" in " ".join(stage(dockerfile, build).all("ENV"))
+    assert "PATH=/opt/dockyard/bin:$PATH" in " ".join(stage(dockerfile, "build").all("ENV"))
 
 
-def test_llama_cpp_target_installs_a_prebuilt_wheel_and_runs_as_non_root(
+def test_llama_cpp_target_copies_the_prebuilt_llama_server_and_runs_as_non_root(
     dockerfile: tuple[dict[str, str], list[Stage]],
 ) -> None:
-    """llama.cpp is never compiled in the image build: the wheel comes from the named context engine-wheels
-    (`make engines` compiles it), and --only-binary makes pip refuse the source distribution."""
-    build = stage(dockerfile, "llama-cpp-build")
-    (wheel,) = build.all("RUN")
-    assert "--mount=type=bind,from=engine-wheels" in wheel
-    assert "--only-binary=llama-cpp-python" in wheel
-    assert '"llama-cpp-python[server]==${LLAMA_CPP_PYTHON_VERSION}"' in wheel
-    engines = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["engines"]
-    (arg,) = [a for a in build.all("ARG") if a.startswith("LLAMA_CPP_PYTHON_VERSION=")]
-    assert f"llama-cpp-python[server]=={arg.split('=', 1)[1]}" in engines
+    """llama.cpp is never compiled in the image build: llama-server comes from the named context
+    llama-server (build-llama-server.sh compiles it from the llama.cpp of the pinned llama-cpp-python
+    source distribution), and the operator's flags are llama-server's own (runtimes.llama_cpp_args)."""
     llama = stage(dockerfile, "llama-cpp")
-    assert llama.all("ARG") == build.all("ARG")
+    assert llama.all("COPY") == ["--from=llama-server llama-server /usr/local/bin/llama-server"]
+    engines = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["engines"]
+    (arg,) = [a for a in llama.all("ARG") if a.startswith("LLAMA_CPP_PYTHON_VERSION=")]
+    assert f"llama-cpp-python[server]=={arg.split('=', 1)[1]}" in engines
+    script = (ROOT / "operator/dockyard_localcluster/build-llama-server.sh").read_text()
+    assert f"LLAMA_CPP_PYTHON_VERSION:-{arg.split('=', 1)[1]}" in script
     runs = " ".join(llama.all("RUN"))
-    assert "--mount=type=bind,from=llama-cpp-build,source=/wheels" in runs
-    assert "--no-index --find-links=/wheels" in runs
-    assert "pip uninstall --yes setuptools wheel pip" in runs
-    # one file from the context: the entry point that takes llama-server's flags (what the operator passes)
-    assert llama.all("COPY") == ["operator/dockyard_localcluster/llamaserver.py /opt/dockyard/llamaserver.py"]
+    assert "libgomp1" in runs  # llama.cpp's OpenMP threads
+    assert "pip" not in runs
     assert llama.all("USER") == stage(dockerfile, "runtime").all("USER")
-    assert llama.all("ENTRYPOINT") == ['["python", "/opt/dockyard/llamaserver.py"]']
+    assert llama.all("ENTRYPOINT") == ['["llama-server"]']
 
 
-@pytest.mark.parametrize("name", ["ct2-server", "llama-cpp-build", "llama-cpp", "runtime"])
+@pytest.mark.parametrize("name", ["ct2-server", "llama-cpp", "runtime"])
 def test_a_cache_key_precedes_every_install_from_another_stage(
     dockerfile: tuple[dict[str, str], list[Stage]], name: str
 ) -> None:

@@ -52,10 +52,10 @@ def test_the_repository_dockerfile_targets() -> None:
     text = (ROOT / "Dockerfile").read_text()
     for target in (None, "runtime", "ct2-server"):
         assert images.target_sources(text, target) == ["README.md", "api", "operator", "pyproject.toml"]
-    # only its entry point from the project: other source changes keep the image
-    assert images.target_sources(text, "llama-cpp") == ["operator/dockyard_localcluster/llamaserver.py"]
+    # nothing from the project: llama-server comes from its named context, so source changes keep the image
+    assert images.target_sources(text, "llama-cpp") == []
     _, external = images.target_closure(images.parse_stages(text), "llama-cpp")
-    assert external == {"${PYTHON_IMAGE}", "engine-wheels"}
+    assert external == {"${PYTHON_IMAGE}", "llama-server"}
 
 
 def test_select_context_files_applies_dockerignore() -> None:
@@ -177,70 +177,3 @@ def test_archive_manifest_digest_reads_index_json(tmp_path: Path) -> None:
         info.size = len(data)
         tar.addfile(info, io.BytesIO(data))
     assert images.archive_manifest_digest(path) == "sha256:" + "a" * 64
-
-
-# --- the llama-cpp image's entry point: llama-server's flags for llama-cpp-python's server --------------
-
-OPERATOR_ARGS = [
-    "--model=/models/tiny/tiny.gguf",
-    "--alias=chat",
-    "--ctx-size=16384",
-    "--parallel=4",
-    "--n-gpu-layers=999",
-    "--jinja",
-    "--metrics",
-    "--host=0.0.0.0",
-    "--port=8080",
-    "--split-mode=layer",
-    "--temp=0.2",
-    "--top-p=0.9",
-    "--top-k=40",
-    "--n-predict=128",
-]
-
-
-def test_llamaserver_translates_the_operators_llama_server_flags() -> None:
-    from dockyard_localcluster import llamaserver
-
-    args, dropped = llamaserver.translate(OPERATOR_ARGS)
-    assert args == [
-        "--model",
-        "/models/tiny/tiny.gguf",
-        "--model_alias",
-        "chat",
-        "--n_gpu_layers",
-        "999",
-        "--host",
-        "0.0.0.0",
-        "--port",
-        "8080",
-        "--n_ctx",
-        "4096",  # one slot's context: llama-cpp-python's server has one sequence at a time
-        "--chat_format",
-        llamaserver.CHAT_FORMAT,
-    ]
-    assert dropped == ["--metrics", "--split-mode=layer", "--temp=0.2", "--top-p=0.9", "--top-k=40", "--n-predict=128"]
-
-
-def test_llamaserver_takes_separate_values_and_passes_its_own_flags_through() -> None:
-    from dockyard_localcluster import llamaserver
-
-    args, dropped = llamaserver.translate(["--model", "/m.gguf", "--port", "9000", "--n_threads", "2", "--help"])
-    assert args == ["--model", "/m.gguf", "--port", "9000", "--n_threads", "2", "--help"]
-    assert dropped == []
-    args, _ = llamaserver.translate(["--ctx-size=100", "--jinja", "--chat_format", "chatml"])
-    assert args == ["--chat_format", "chatml", "--n_ctx", "256"]  # at least 256; an explicit format wins
-
-
-def test_llamaserver_covers_every_flag_the_operator_passes() -> None:
-    """Every llama-server flag of runtimes.llama_cpp_args is translated or knowingly dropped."""
-    import inspect
-    import re
-
-    from dockyard_localcluster import llamaserver
-    from dockyard_operator import runtimes
-
-    flags = set(re.findall(r'"--([a-z-]+)', inspect.getsource(runtimes.llama_cpp_args)))
-    assert {"model", "alias", "ctx-size", "jinja", "port"} <= flags  # the pattern finds them
-    handled = set(llamaserver.RENAMED) | llamaserver.DROPPED | {"ctx-size", "parallel", "n-gpu-layers", "jinja"}
-    assert flags <= handled
