@@ -155,9 +155,14 @@ class Release:
         self.helm("upgrade", self.release, str(chart()), "--namespace", self.namespace, *args)
         self.wait_rolled_out(timeout)
 
-    def deployment(self, component: str) -> str:
-        base = self.release if "dockyard" in self.release else f"{self.release}-dockyard"
+    @staticmethod
+    def deployment_name(release: str, component: str) -> str:
+        """The chart's Deployment of ``component`` (operator, api) in ``release``."""
+        base = release if "dockyard" in release else f"{release}-dockyard"
         return f"{base}-{component}"
+
+    def deployment(self, component: str) -> str:
+        return self.deployment_name(self.release, component)
 
     def wait_rolled_out(self, timeout: float) -> None:
         for component in ("operator", "api"):

@@ -1,0 +1,55 @@
+"""The pure parts of a chart release in the test bed (dockyard_localcluster.incluster)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dockyard_localcluster import incluster
+from tests.support.helm import Helm, helm_binary, one
+
+REFS = {
+    "dockyard": "localhost/dockyard:0123456789abcdef",
+    "llama-cpp": "localhost/dockyard-llama-cpp:fedcba9876543210",
+    "tool": "localhost/dockyard-tool:00aa",
+}
+
+
+def test_helm_args_name_the_images_and_the_public_url() -> None:
+    args = incluster.helm_args(REFS, "http://127.0.0.1:41000", [Path("/v/a.yaml")], ["facade.replicas=1"])
+    assert args[:2] == ["--values", "/v/a.yaml"]
+    sets = [args[i + 1] for i, a in enumerate(args) if a == "--set"]
+    assert sets == [
+        "image.repository=localhost/dockyard",
+        "image.tag=0123456789abcdef",
+        "runtimeCatalog.runtimes.llama-cpp.image=localhost/dockyard-llama-cpp:fedcba9876543210",
+        "publicUrl=http://127.0.0.1:41000",
+        "facade.replicas=1",
+    ]
+
+
+def test_the_model_store_volume_is_a_hostpath_on_the_real_node_for_the_charts_class() -> None:
+    storage_class, volume = incluster.storage_objects("dockyard", "tb-node", Path("/srv/ms"))
+    assert storage_class["provisioner"] == "kubernetes.io/no-provisioner"
+    assert volume["spec"]["storageClassName"] == storage_class["metadata"]["name"] == incluster.STORAGE_CLASS
+    assert volume["spec"]["hostPath"] == {"path": "/srv/ms", "type": "Directory"}
+    (term,) = volume["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"]
+    assert term["matchExpressions"] == [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["tb-node"]}]
+    assert volume["spec"]["persistentVolumeReclaimPolicy"] == "Retain"
+
+
+def test_the_testbed_values_render_with_the_chart() -> None:
+    """The values file and the image sets give objects that use the local images and never pull them,
+    and the facade Service name incluster forwards to is the chart's."""
+    values = [
+        str(incluster.testbed_values()),
+        *[a for a in incluster.helm_args(REFS, "http://127.0.0.1:1", []) if a != "--set"],
+    ]
+    objects = Helm(helm_binary()).objects(release="dockyard", values=values)
+    for component in ("operator", "api"):
+        deployment = one(objects, "Deployment", incluster.Release.deployment_name("dockyard", component))
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        assert container["image"] == REFS["dockyard"]
+        assert container["imagePullPolicy"] == "Never"
+    assert one(objects, "Service", incluster.facade_service("dockyard"))
+    claim = one(objects, "PersistentVolumeClaim")
+    assert claim["spec"]["storageClassName"] == incluster.STORAGE_CLASS
