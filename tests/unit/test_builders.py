@@ -113,7 +113,10 @@ def pod_labels(workload: ModelWorkload | ToolWorkload) -> dict[str, str]:
 
 
 def arg(workload: ModelWorkload, name: str) -> str | None:
-    values = [a.split("=", 1)[1] for a in container(workload)["args"] if a.startswith(f"--{name}=")]
+    """The value of ``--name``: ``--name=value`` (vLLM, CTranslate2) or ``--name value`` (llama-server)."""
+    args = container(workload)["args"]
+    values = [a.split("=", 1)[1] for a in args if a.startswith(f"--{name}=")]
+    values += [args[i + 1] for i, a in enumerate(args[:-1]) if a == f"--{name}"]
     assert len(values) <= 1
     return values[0] if values else None
 

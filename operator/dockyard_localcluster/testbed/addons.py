@@ -17,12 +17,15 @@ REAL_NODE_LABEL = "dockyard.dev/testbed-node"
 """``real`` on the test bed's one real node (not the kwok pools' label: their re-sizing would delete it)."""
 REAL_NODE_GPUS = 1
 
-DEVICE_CATALOG_OVERRIDE: list[dict[str, Any]] = [{"name": REAL_DEVICE_TYPE, "vcpu": 1, "memory_gib": 4}]
+DEVICE_CATALOG_OVERRIDE: list[dict[str, Any]] = [
+    # every field, as the chart's values schema asks (the hardware figures but vcpu and memory are g5.xlarge's)
+    {"name": REAL_DEVICE_TYPE, "vcpu": 1, "memory_gib": 4, "gpus": 1, "gpu_model": "A10G", "gpu_memory_gb": 24}
+]
 """The device catalog entry Dockyard needs in the test bed (the chart's ``deviceCatalog``, in the
 test bed's ``helm-values.yaml``, which the in-cluster release passes; the operator's
 DOCKYARD_DEVICE_CATALOG). The built-in
 g5.xlarge (4 vCPU, 16 GiB) makes a model pod request 3500m CPU and 13,926 MiB, which a 2-core node
-never fits; 1 vCPU / 4 GiB makes it 500m CPU and 2,048 MiB (builders.pod_resources), leaving room
+never fits; 1 vCPU / 4 GiB makes it 500m CPU and 2,048 MiB (builders.model.pod_resources), leaving room
 beside it for CoreDNS, the operator, the facade and a tool pod."""
 
 COREDNS_PORT = 1053
