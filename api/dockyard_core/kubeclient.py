@@ -124,7 +124,9 @@ class AsyncKube:
     def _auth_headers(self) -> list[tuple[str, str]]:
         if self._conf.refresh_api_key_hook is not None:
             self._conf.refresh_api_key_hook(self._conf)  # in-cluster tokens rotate
-        token = self._conf.get_api_key_with_prefix("authorization")
+        # the kubernetes package keeps a bearer token (kubeconfig token, in-cluster service account) under
+        # "BearerToken", its generated clients' name; "authorization" is the older key
+        token = self._conf.get_api_key_with_prefix("BearerToken", alias="authorization")
         return [("Authorization", token)] if token else []
 
     async def request(
