@@ -4,7 +4,7 @@ One :class:`Limit` row per SPEC.md "Limits" subject (plus required fields and th
 adds), each naming a field of ``ModelDeployment.spec`` (camelCase, as on the wire and in the CRD),
 values that must be accepted and values that must be rejected. Every consumer checks the same rows:
 
-- ``tests/unit/test_resources_limits.py``: the pydantic model and the generated CRD schema (offline);
+- ``tests/unit/core/test_resources_limits.py``: the pydantic model and the generated CRD schema (offline);
 - the e2e suite: the real API server (``kubectl apply`` of :func:`manifest`);
 - the facade: the public deploy call (SPEC.md §4), offline (``test_resources_limits.py``: the body model
   and query type) and through a real facade (``tests/e2e/test_crds.py``): :func:`deploy_request` turns a

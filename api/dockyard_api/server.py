@@ -10,7 +10,7 @@ while nothing is waiting as the ``bytes`` object the parser made; ``bytes(piece)
 the app took the previous one are joined as uvicorn does. Flow control is unchanged (reading pauses
 above uvicorn's high-water mark).
 
-The uvicorn version is pinned (pyproject.toml); ``tests/unit/test_server.py`` checks the protocol
+The uvicorn version is pinned (pyproject.toml); ``tests/unit/api/test_server.py`` checks the protocol
 against it (a body still arrives whole and in order, and a single piece is not copied).
 """
 

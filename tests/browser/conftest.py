@@ -21,7 +21,6 @@ from playwright.sync_api import Browser, ConsoleMessage, Page
 
 from dockyard_api.runtime.endpoints import LOCAL_ENDPOINT_ANNOTATION, MODEL_DEPLOYMENT_LABEL
 from dockyard_core import apikeys
-from tests.e2e.conftest import api, cluster, crds, namespace  # noqa: F401 - the same fixtures as e2e
 from tests.support.browser import Site, chromium, serve_site
 from tests.support.cluster import E2ECluster
 from tests.support.dockyard import create, get, hub_model, model_deployment, patch
@@ -34,12 +33,6 @@ ALLOWED_HOST = "127.0.0.2"
 OTHER_HOST = "127.0.0.3"
 """A site that is not."""
 WEATHER_SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if "tests/browser/" in item.nodeid:
-            item.add_marker(pytest.mark.k8s)
 
 
 @pytest.fixture(scope="package")
@@ -69,7 +62,7 @@ def model(model_server: ScriptedModel) -> ScriptedModel:
 
 
 @pytest.fixture(scope="module")
-def facade(cluster: E2ECluster, crds: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Facade]:  # noqa: F811
+def facade(cluster: E2ECluster, crds: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Facade]:
     """The operator (its generated URLs name this facade) and the facade in local endpoint mode; widget
     settings are read fresh on every request (no cache) so a test's spec change applies at once."""
     with run_local_runtime(tmp_path_factory.mktemp("facade"), widget_config_cache_seconds=0) as (url, running):
@@ -87,7 +80,7 @@ class Bot:
         return str(self.status["urls"]["apiBaseUrl"])
 
 
-def deploy_bot(api: client.ApiClient, namespace: str, model: ScriptedModel, **env_spec: Any) -> Bot:  # noqa: F811
+def deploy_bot(api: client.ApiClient, namespace: str, model: ScriptedModel, **env_spec: Any) -> Bot:
     """App ``bot`` (agent ``helper`` with HTTP tool ``weather``) on ModelDeployment ``tiny``, which the
     scripted model serves (this plays the local engine runner, Contract 1); its draft environment gets
     ``env_spec`` (access, widget) and is returned once the operator has published its URLs and embed code."""
@@ -118,7 +111,7 @@ def deploy_bot(api: client.ApiClient, namespace: str, model: ScriptedModel, **en
     return Bot(namespace, "bot-draft", status)
 
 
-def _get(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:  # noqa: F811
+def _get(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
     try:
         return get(api, namespace, "environments", name)
     except client.ApiException as exc:
@@ -127,7 +120,7 @@ def _get(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:  #
         raise
 
 
-def serve_model(api: client.ApiClient, namespace: str, url: str) -> None:  # noqa: F811
+def serve_model(api: client.ApiClient, namespace: str, url: str) -> None:
     core = client.CoreV1Api(api)
 
     def ready_pods() -> list[Any]:
@@ -140,7 +133,7 @@ def serve_model(api: client.ApiClient, namespace: str, url: str) -> None:  # noq
         )
 
 
-def api_key(api: client.ApiClient, namespace: str, environment: str) -> str:  # noqa: F811
+def api_key(api: client.ApiClient, namespace: str, environment: str) -> str:
     env = get(api, namespace, "environments", environment)
     key = apikeys.generate()
     secret = apikeys.key_secret(key=key, name="site", environment=env, created_by="test", created_at=datetime.now(UTC))

@@ -25,19 +25,12 @@ import pytest
 from kubernetes import client
 
 from dockyard_localcluster.cluster import LocalCluster
-from tests.e2e.conftest import api, cluster, crds, namespace  # noqa: F401  (the e2e suite's fixtures)
 from tests.support.cluster import E2ECluster
 from tests.support.runners import free_port, wait_http_ok
 from tests.support.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 FIGURES = ROOT / ".dockyard" / "chaos-figures.json"
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if "tests/chaos/" in item.nodeid:
-            item.add_marker(pytest.mark.k8s)
 
 
 # --- the control plane ------------------------------------------------------------------------------
@@ -124,7 +117,7 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.fixture(scope="session")
-def control_plane(cluster: E2ECluster) -> Iterator[ControlPlane]:  # noqa: F811
+def control_plane(cluster: E2ECluster) -> Iterator[ControlPlane]:
     plane = ControlPlane(cluster)
     stop = threading.Event()
     supervisor = threading.Thread(target=plane.supervise, args=(stop,), name="control-plane-supervisor", daemon=True)
@@ -175,8 +168,8 @@ class OperatorProcess:
 
 @pytest.fixture
 def operator_process(
-    cluster: E2ECluster,  # noqa: F811
-    crds: None,  # noqa: F811
+    cluster: E2ECluster,
+    crds: None,
     tmp_path: Path,
 ) -> Iterator[OperatorProcess]:
     proc = OperatorProcess(cluster.kubeconfig, tmp_path / "operator.log")

@@ -172,7 +172,7 @@ class ModelDeployBody(DockyardModel):
     """Body of POST {base_url}/api/public/models/{modelId}/deploy.
 
     Every member is a field of :class:`ModelDeploymentSpec` with the resource's type, so the limits are
-    the CRD's (tests/unit/test_public_openapi.py keeps it so; ``name`` is stricter: it names the object,
+    the CRD's (tests/unit/api/test_public_openapi.py keeps it so; ``name`` is stricter: it names the object,
     and ``scalingParameters`` may be absent); :meth:`to_spec` carries them over by name. Unknown fields
     are refused (a misspelt ``maxtokens`` is an error, not a silent default).
     """

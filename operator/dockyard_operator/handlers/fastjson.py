@@ -9,7 +9,7 @@ kopf reads the module through its global name ``json``; :func:`install` points t
 :class:`_Json`, whose ``loads`` is orjson's, falling back to the standard library for what orjson
 refuses (integers beyond 64 bits: Kubernetes sends none in the objects Dockyard watches, but a
 refused line must never break a watch). kopf is pinned (pyproject.toml), and
-``tests/unit/test_fastjson.py`` fails if the name it replaces is gone.
+``tests/unit/operator/test_fastjson.py`` fails if the name it replaces is gone.
 """
 
 from __future__ import annotations

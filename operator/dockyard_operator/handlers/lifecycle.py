@@ -43,7 +43,7 @@ WATCH_ONLY = frozenset(
     }
 )
 """Kinds with only index and on-event handlers here (no create/update/resume/delete handler): kopf needs
-no diff base of them (tests/unit/test_handlers.py keeps this true)."""
+no diff base of them (tests/unit/operator/test_handlers.py keeps this true)."""
 
 
 class DiffBaseOfChangeHandled(kopf.AnnotationsDiffBaseStorage):

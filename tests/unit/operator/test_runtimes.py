@@ -26,7 +26,7 @@ from dockyard_operator.runtimes import (
 )
 from tests.unit.k8s_shapes import HYPER_PARAMETERS, mdep_spec
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 VLLM = DEFAULT_CATALOG.runtimes["vllm"]
 CT2 = DEFAULT_CATALOG.runtimes["ctranslate2"]
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"

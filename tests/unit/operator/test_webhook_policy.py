@@ -12,7 +12,7 @@ from kopf._core.engines.admission import build_webhooks
 
 import dockyard_operator.handlers  # noqa: F401  (registers the webhooks)
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_the_operators_own_webhook_configurations_fail_closed() -> None:

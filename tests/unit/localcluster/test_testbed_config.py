@@ -171,7 +171,7 @@ def test_the_catalog_override_makes_a_g5_xlarge_model_pod_fit_two_cores(tmp_path
 
 def test_the_charts_testbed_values_do_not_contradict_the_override() -> None:
     """The in-cluster release passes both files; the test bed's helm-values.yaml carries the catalog."""
-    values = yaml.safe_load((Path(__file__).parents[2] / "charts/dockyard/ci/testbed-values.yaml").read_text())
+    values = yaml.safe_load((Path(__file__).parents[3] / "charts/dockyard/ci/testbed-values.yaml").read_text())
     assert values.get("deviceCatalog", addons.DEVICE_CATALOG_OVERRIDE) == addons.DEVICE_CATALOG_OVERRIDE
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from dockyard_localcluster import images
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 DOCKERFILE = """\
 ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
@@ -66,7 +66,7 @@ def test_select_context_files_applies_dockerignore() -> None:
         "api/dockyard_api/__pycache__/app.cpython-311.pyc",
         "operator/dockyard_operator/kube.py",
         "docs/install.md",
-        "tests/unit/test_images.py",
+        "tests/unit/localcluster/test_images.py",
     ]
     assert images.select_context_files(files, ["api", "operator", "pyproject.toml"], patterns) == [
         "api/dockyard_api/app.py",

@@ -29,7 +29,7 @@ from dockyard_core.resources.v1alpha1 import (
 )
 from tests.unit.crd_validator import CrdValidator
 
-EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "docs" / "examples"
+EXAMPLES_DIR = Path(__file__).resolve().parents[3] / "docs" / "examples"
 Edit = Callable[[dict[str, Any]], None]
 
 

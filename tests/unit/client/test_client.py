@@ -41,7 +41,7 @@ from dockyard_client.sse import SSEParser
 from dockyard_client.upload import RateLimit, detect_extension
 from tests.support.sse_server import KEY, sse_server
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 # --- errors and answers ---------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """The Helm chart rendered with the pinned helm: snapshots of the main value combinations, and the rules
 each rendering must follow (names, RBAC, webhooks, TLS, volumes, catalogs, security contexts).
 
-Snapshots live in ``tests/unit/snapshots/chart/<case>.yaml`` (generated TLS material replaced by
+Snapshots live in ``tests/tools/snapshots/chart/<case>.yaml`` (generated TLS material replaced by
 ``<generated>``). A rendering that differs fails with a diff; ``DOCKYARD_UPDATE_SNAPSHOTS=1`` rewrites them.
 """
 
