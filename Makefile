@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-16)
 WHEELS := $(or $(DOCKYARD_CACHE),$(HOME)/.cache/dockyard)/wheels
 
-.PHONY: run run-incluster test test-incluster venv engines binaries minio cluster cluster-down testbed testbed-down lint unit e2e chaos crds bench clean cli-docs
+.PHONY: run run-incluster test test-incluster venv engines binaries minio cluster cluster-down testbed testbed-down lint unit e2e chaos test-unit test-tools test-e2e test-browser test-chaos crds bench clean cli-docs
 
 ## run: start the local control plane and Dockyard (operator + facade on 127.0.0.1:8080)
 run: venv
@@ -74,16 +74,28 @@ lint: venv
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
-unit: venv
-	$(PY) -m pytest tests/unit
+## test-unit / test-tools / test-e2e / test-browser / test-chaos: one suite alone, by its marker (tests/conftest.py
+## marks each directory of tests/): unit (no cluster, no tool but Python), tools (helm, hadolint, MinIO,
+## PostgreSQL), e2e and browser (the local control plane), chaos (the control plane restarted under load, the
+## operator SIGKILLed; docs/reliability.md). `make test` runs them all; unit, e2e and chaos are aliases.
+test-unit: venv
+	$(PY) -m pytest -m unit
 
-e2e: venv
-	$(PY) -m pytest tests/e2e
+test-tools: venv minio
+	$(PY) -m pytest -m tools
 
-## chaos: the control plane restarted under load, the operator SIGKILLed (docs/reliability.md); `make test`
-## runs it too (tests/ is the test path)
-chaos: venv
-	$(PY) -m pytest tests/chaos
+test-e2e: venv
+	$(PY) -m pytest -m e2e
+
+test-browser: venv
+	$(PY) -m pytest -m browser
+
+test-chaos: venv
+	$(PY) -m pytest -m chaos
+
+unit: test-unit
+e2e: test-e2e
+chaos: test-chaos
 
 ## crds: regenerate crds/ from the resource types, and the Helm chart's copy of them
 crds: venv
