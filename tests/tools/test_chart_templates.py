@@ -377,8 +377,11 @@ def test_facade_rbac_is_least_privilege_but_sufficient(helm: Helm, tmp_path: Pat
     assert ("authentication.k8s.io", "tokenreviews", "create") in g
     assert ("authorization.k8s.io", "subjectaccessreviews", "create") in g
     assert {("", r, "impersonate") for r in ("users", "groups", "serviceaccounts")} <= g
+    # the caller's uid and extras (RBAC has no "userextras/*"); no more than groups already allow
+    assert ("authentication.k8s.io", "*", "impersonate") in g
     assert not any(resource in ("pods", "nodes", "deployments") for _, resource, _ in g)
-    assert not any(resource == "*" or verb == "*" for _, resource, verb in g)
+    wildcards = {(group, resource, verb) for group, resource, verb in g if resource == "*" or verb == "*"}
+    assert wildcards == {("authentication.k8s.io", "*", "impersonate")}
     binding = one(objects, "ClusterRoleBinding", "dockyard-api")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "dockyard-api", "namespace": NS}]
 
