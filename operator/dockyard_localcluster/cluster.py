@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -27,6 +28,15 @@ from dockyard_localcluster.stages import all_stages
 
 POD_CIDR = "10.64.0.0/12"
 SERVICE_CIDR = "10.96.0.0/16"
+PORT_OPTIONS = (
+    "etcdPeerPort",
+    "etcdPort",
+    "kubeApiserverPort",
+    "kwokControllerPort",
+    "kubeControllerManagerPort",
+    "kubeSchedulerPort",
+)
+"""kwokctl's options for the ports of the binary runtime's components."""
 
 
 class ClusterError(RuntimeError):
@@ -44,6 +54,18 @@ def ensure_binaries() -> Path:
     if proc.returncode != 0:
         raise ClusterError(f"building the control-plane binaries failed (exit {proc.returncode})")
     return Path(proc.stdout.strip().splitlines()[-1])
+
+
+def ephemeral_ports(count: int) -> list[int]:
+    """``count`` distinct free ports on 127.0.0.1, from the kernel's ephemeral range (all bound at once)."""
+    socks = [socket.socket() for _ in range(count)]
+    try:
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
 
 
 class LocalCluster:
@@ -119,7 +141,17 @@ class LocalCluster:
             time.sleep(0.5)
 
     # -- lifecycle -------------------------------------------------------------------------------
-    def kwokctl_config(self) -> dict[str, Any]:
+    def component_ports(self) -> dict[str, int]:
+        """The ports a new cluster's components get: kwokctl's own choice (none given here) unless
+        ``ephemeral_ports``; ``apiserver_port`` when set."""
+        ports: dict[str, int] = {}
+        if self.settings.ephemeral_ports:
+            ports = dict(zip(PORT_OPTIONS, ephemeral_ports(len(PORT_OPTIONS)), strict=True))
+        if self.settings.apiserver_port:
+            ports["kubeApiserverPort"] = self.settings.apiserver_port
+        return ports
+
+    def kwokctl_config(self, ports: Mapping[str, int] | None = None) -> dict[str, Any]:
         b = self.bin_dir
         options: dict[str, Any] = {
             "runtime": "binary",
@@ -132,8 +164,7 @@ class LocalCluster:
             "kubectlBinary": str(b / "kubectl"),
             "enableCRDs": ["Stage"],
         }
-        if self.settings.apiserver_port:
-            options["kubeApiserverPort"] = self.settings.apiserver_port
+        options.update(self.component_ports() if ports is None else ports)
         return {
             "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
             "kind": "KwokctlConfiguration",

@@ -1,8 +1,11 @@
 """Which Kubernetes cluster the e2e suite runs against.
 
 ``DOCKYARD_E2E_CLUSTER``:
-  ``local`` (default)  the local control plane (kwokctl, binary runtime), started if not running and
-                       deleted again at the end of the session if this session started it;
+  ``local`` (default)  the suite's own local control plane (kwokctl, binary runtime): the cluster
+                       ``dockyard-test`` with its state in ``.dockyard/test`` (``SuiteClusterSettings``,
+                       ``DOCKYARD_TEST_*``), never ``make run``'s ``dockyard``; created if it does not
+                       exist and deleted again at the end of the session if this session created it
+                       (also after Ctrl-C; ``DOCKYARD_KEEP_CLUSTER=1`` keeps it), left as it was if not;
   ``kind``             a kind cluster ``dockyard-e2e`` with in-cluster kwok (needs Docker and kind;
                        not exercised in Dockyard's CI);
   ``existing``         the cluster ``KUBECONFIG`` names, used as it is (it must run kwok with
@@ -10,6 +13,11 @@
 
 An explicit choice is required to use ``KUBECONFIG``: a shell that happens to point at a
 production cluster never receives test objects by accident.
+
+While a ``local`` session runs, the ``DOCKYARD_*`` variables of the local control plane name the suite's
+cluster (:meth:`LocalClusterSettings.as_env`): ``LocalCluster()`` in this process (the chaos suite's
+control plane) and ``python -m dockyard_localcluster run`` in a child (``make run``'s own test) reach the
+suite's cluster and its state dir, not the demo's.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from pathlib import Path
 
 from dockyard_localcluster.cluster import LocalCluster, Provisioner
 from dockyard_localcluster.nodes import parse_pools
+from dockyard_localcluster.settings import LocalClusterSettings, SuiteClusterSettings
 
 KIND_NAME = "dockyard-e2e"
 KWOK_RELEASE = "https://github.com/kubernetes-sigs/kwok/releases/download/v0.8.0"
@@ -47,21 +56,45 @@ def e2e_cluster() -> Iterator[E2ECluster]:
     elif mode == "kind":
         yield from _kind()
     elif mode == "local":
-        cluster = LocalCluster()
-        started_here = not cluster.is_ready()
-        cluster.up()
-        try:
-            yield E2ECluster(cluster.settings.kubeconfig, mode, str(cluster.bin_dir / "kubectl"))
-        finally:
-            if started_here and not os.environ.get("DOCKYARD_KEEP_CLUSTER"):
-                cluster.down()
+        yield from _local()
     else:
         raise RuntimeError(f"DOCKYARD_E2E_CLUSTER must be local, kind or existing, not {mode!r}")
 
 
+def suite_cluster() -> LocalCluster:
+    """The suite's own local cluster; refused if ``DOCKYARD_TEST_*`` and ``DOCKYARD_*`` name one cluster."""
+    settings = SuiteClusterSettings()
+    if settings.same_cluster(LocalClusterSettings()):
+        raise RuntimeError(
+            f"the test suite's cluster {settings.cluster_name!r} in {settings.kwok_workdir} is `make run`'s: "
+            "set DOCKYARD_TEST_CLUSTER_NAME or DOCKYARD_TEST_STATE_DIR to another one"
+        )
+    return LocalCluster(settings)
+
+
+def _local() -> Iterator[E2ECluster]:
+    cluster = suite_cluster()
+    # Whether this session creates it (a file-system fact: kwokctl's work dir), not whether it answers
+    # /readyz now: a cluster that exists is someone's, and a slow answer must not make it ours to delete.
+    created_here = not cluster.exists()
+    saved = {key: os.environ.get(key) for key in cluster.settings.as_env()}
+    try:
+        cluster.up()  # inside the try: a creation interrupted by Ctrl-C is deleted as well
+        os.environ.update(cluster.settings.as_env())
+        yield E2ECluster(cluster.settings.kubeconfig, "local", str(cluster.bin_dir / "kubectl"))
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        if created_here and not os.environ.get("DOCKYARD_KEEP_CLUSTER"):
+            cluster.down()
+
+
 def _kind() -> Iterator[E2ECluster]:
     """kind + in-cluster kwok + Dockyard's stages and GPU node pools (needs Docker; not in our CI)."""
-    tools = LocalCluster()  # the pinned kubectl and kwok's stock stage files
+    tools = LocalCluster(SuiteClusterSettings())  # the pinned kubectl and kwok's stock stage files
     settings = tools.settings
     settings.state_dir.mkdir(parents=True, exist_ok=True)
     kubeconfig = settings.state_dir / "kind-kubeconfig"
