@@ -165,7 +165,7 @@ def run(cluster: LocalCluster) -> int:
             if demo.new_key
             else f"  demo API key:        in {demo.key_file} (still valid)\n"
         )
-        print(
+        banner = (
             "\nDockyard is running on the local control plane.\n"
             f"  facade (public API): http://{FACADE_HOST}:{facade_port}   (OpenAPI: /docs)\n"
             f"  console sign-in:     {console.signin_link(f'http://{FACADE_HOST}:{facade_port}')}\n"
@@ -181,9 +181,11 @@ def run(cluster: LocalCluster) -> int:
             f"  model store:         {model_store}\n"
             f"  logs:                {state}/operator.log, {state}/facade.log, {state}/engines.log,"
             f" {state}/engines/\n"
-            "Press Ctrl-C to stop Dockyard (the cluster keeps running; `make cluster-down` removes it).",
-            flush=True,
+            "Press Ctrl-C to stop Dockyard (the cluster keeps running; `make cluster-down` removes it)."
         )
+        # announced once Ctrl-C is handled by supervise(): a Ctrl-C right after the banner stops Dockyard
+        # like any later one, and none between the two escapes with the children still running
+        return supervise(children, on_watch=lambda: print(banner, flush=True))
     except KeyboardInterrupt:
         stop(children)
         print("Dockyard stopped before it was ready.", flush=True)
@@ -191,4 +193,3 @@ def run(cluster: LocalCluster) -> int:
     except BaseException:
         stop(children)
         raise
-    return supervise(children)
