@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["tests.support.fixtures", "tests.support.k8s_fixtures"]
+pytest_plugins = ["tests.support.fixtures", "tests.support.k8s_fixtures", "tests.support.users"]
 
 TESTS = Path(__file__).resolve().parent
 SUITES: dict[str, tuple[str, ...]] = {

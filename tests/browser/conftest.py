@@ -23,7 +23,7 @@ from dockyard_api.runtime.endpoints import LOCAL_ENDPOINT_ANNOTATION, MODEL_DEPL
 from dockyard_core import apikeys
 from tests.support.browser import Site, chromium, serve_site
 from tests.support.cluster import E2ECluster
-from tests.support.dockyard import create, get, hub_model, model_deployment, patch
+from tests.support.dockyard import create, get, get_or_empty, hub_model, model_deployment, patch
 from tests.support.runners import run_local_runtime
 from tests.support.scripted_model import ScriptedModel, scripted_model
 from tests.support.waiting import wait_for
@@ -96,28 +96,20 @@ def deploy_bot(api: client.ApiClient, namespace: str, model: ScriptedModel, **en
         "toolVersions": [{"name": "weather", "version": "1.0.0"}],
     }
     create(api, namespace, "apps", "App", "bot", app)
-    wait_for(lambda: _get(api, namespace, "bot-draft"), timeout=30, what="the draft environment")
+    draft = "the draft environment"
+    wait_for(lambda: get_or_empty(api, namespace, "environments", "bot-draft"), timeout=30, what=draft)
     if env_spec:
         patch(api, namespace, "environments", "bot-draft", {"spec": env_spec})
     status = wait_for(
         lambda: (
-            (_get(api, namespace, "bot-draft").get("status") or {}).get("embedCode")
-            and _get(api, namespace, "bot-draft")["status"]
+            (get_or_empty(api, namespace, "environments", "bot-draft").get("status") or {}).get("embedCode")
+            and get_or_empty(api, namespace, "environments", "bot-draft")["status"]
         ),
         timeout=60,
         what="the environment's embed code",
     )
     serve_model(api, namespace, model.url)
     return Bot(namespace, "bot-draft", status)
-
-
-def _get(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
-    try:
-        return get(api, namespace, "environments", name)
-    except client.ApiException as exc:
-        if exc.status == 404:
-            return {}
-        raise
 
 
 def serve_model(api: client.ApiClient, namespace: str, url: str) -> None:

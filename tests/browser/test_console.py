@@ -16,10 +16,10 @@ from playwright.sync_api import Browser, BrowserContext, Page, expect
 from dockyard_core import apikeys
 from dockyard_localcluster.consoleuser import ConsoleUser
 from tests.browser.conftest import Facade, deploy_bot
-from tests.e2e.test_apps_environments import Users, team, user_roles, users  # noqa: F401 - fixtures
-from tests.e2e.test_apps_environments import get as get_or_none
 from tests.support.dockyard import create
+from tests.support.dockyard import get_or_empty as get_or_none
 from tests.support.scripted_model import Reply, ScriptedModel
+from tests.support.users import Users
 from tests.support.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -78,7 +78,7 @@ def test_console_lifecycle_and_viewer(
     facade: Facade,
     api: client.ApiClient,
     namespace: str,
-    team: Users,  # noqa: F811
+    team: Users,
     model: ScriptedModel,
 ) -> None:
     deploy_bot(api, namespace, model)  # App "bot" (agent helper, tool weather, model tiny) and its draft

@@ -3,12 +3,9 @@ real local control plane with the operator (and its admission webhooks) running.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import subprocess
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,86 +14,15 @@ import pytest
 from kubernetes import client
 
 from dockyard_api.settings import ApiSettings
-from dockyard_localcluster.cluster import LocalCluster
 from dockyard_localcluster.demo import ensure_demo
 from tests.support.cluster import E2ECluster
 from tests.support.dockyard import create, patch
-from tests.support.dockyard import get as get_strict
+from tests.support.dockyard import get_or_empty as get
 from tests.support.runners import RunningFacade, RunningOperator, run_facade, run_operator
+from tests.support.users import Users, kubectl
 from tests.support.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
-USERS_NS = "dockyard-e2e-users"
-
-
-@dataclass(frozen=True)
-class Users:
-    """Service accounts as users: alice is a Dockyard editor in each test namespace, vic a viewer,
-    mallory has no Dockyard role at all."""
-
-    tokens: dict[str, str]
-
-    def name(self, who: str) -> str:
-        return f"system:serviceaccount:{USERS_NS}:{who}"
-
-    def headers(self, who: str) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.tokens[who]}"}
-
-
-def _kubectl(cluster: E2ECluster, *args: str, input_: str | None = None, check: bool = True) -> str:
-    env_args = ["--kubeconfig", str(cluster.kubeconfig)]
-    done = subprocess.run([cluster.kubectl, *env_args, *args], input=input_, capture_output=True, text=True)
-    if check and done.returncode != 0:
-        raise AssertionError(f"kubectl {' '.join(args)} failed: {done.stderr}")
-    return done.stdout + done.stderr
-
-
-@pytest.fixture(scope="module")
-def user_roles(cluster: E2ECluster) -> None:
-    """The chart's user ClusterRoles, rendered with helm (one source of truth) and applied."""
-    helm = str(LocalCluster().bin_dir / "helm")
-    rendered = subprocess.run(
-        [
-            helm,
-            "template",
-            "dockyard",
-            str(ROOT / "charts/dockyard"),
-            "--show-only",
-            "templates/user-clusterroles.yaml",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    _kubectl(cluster, "apply", "-f", "-", input_=rendered)
-
-
-@pytest.fixture(scope="module")
-def users(cluster: E2ECluster, api: client.ApiClient, user_roles: None) -> Users:
-    core = client.CoreV1Api(api)
-    with contextlib.suppress(client.ApiException):  # exists from an earlier module run
-        core.create_namespace({"metadata": {"name": USERS_NS}})
-    tokens = {}
-    for who in ("alice", "vic", "mallory"):
-        with contextlib.suppress(client.ApiException):
-            core.create_namespaced_service_account(USERS_NS, {"metadata": {"name": who}})
-        tokens[who] = _kubectl(cluster, "create", "token", who, "-n", USERS_NS, "--duration=2h").strip()
-    return Users(tokens)
-
-
-@pytest.fixture
-def team(api: client.ApiClient, namespace: str, users: Users) -> Users:
-    rbac = client.RbacAuthorizationV1Api(api)
-    for who, role in (("alice", "dockyard-editor"), ("vic", "dockyard-viewer")):
-        rbac.create_namespaced_role_binding(
-            namespace,
-            {
-                "metadata": {"name": f"{who}-{role}"},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-                "subjects": [{"kind": "ServiceAccount", "name": who, "namespace": USERS_NS}],
-            },
-        )
-    return users
 
 
 @pytest.fixture(scope="module")
@@ -119,16 +45,6 @@ def tool(api: client.ApiClient, namespace: str, name: str, version: str) -> None
         "container": {"image": f"registry.example.com/tools/{name}:{version}", "port": 8080},
     }
     create(api, namespace, "tools", "Tool", f"{name}-{version}", spec)
-
-
-def get(api: client.ApiClient, namespace: str, plural: str, name: str) -> dict[str, Any]:
-    """The object, or {} while it does not exist (for polling)."""
-    try:
-        return get_strict(api, namespace, plural, name)
-    except client.ApiException as exc:
-        if exc.status == 404:
-            return {}
-        raise
 
 
 def mgmt(ns: str) -> str:
@@ -228,7 +144,7 @@ def test_app_versions_environments_history_and_rollback(
         409,
     )
     # versions are immutable
-    changed = _kubectl(
+    changed = kubectl(
         cluster,
         "-n",
         namespace,
@@ -348,11 +264,11 @@ def test_app_versions_environments_history_and_rollback(
         what="deployedIn after the rollback",
     )
     refused(http.delete(f"{mgmt(namespace)}/apps/bot/versions/1.0.0", headers=alice), 409, "bot-production")
-    kubectl_delete = _kubectl(cluster, "-n", namespace, "delete", "appversion", "bot-1.0.0", check=False)
+    kubectl_delete = kubectl(cluster, "-n", namespace, "delete", "appversion", "bot-1.0.0", check=False)
     assert "bot-production" in kubectl_delete
     assert "denied" in kubectl_delete
     # a tool of an active version cannot be deleted; the message names version and environment
-    tool_delete = _kubectl(cluster, "-n", namespace, "delete", "tool", "weather-1.0.0", check=False)
+    tool_delete = kubectl(cluster, "-n", namespace, "delete", "tool", "weather-1.0.0", check=False)
     assert "bot-1.0.0" in tool_delete
     assert "bot-production" in tool_delete
     assert "denied" in tool_delete
@@ -363,7 +279,7 @@ def test_app_versions_environments_history_and_rollback(
         what="1.1.0 to be no longer deployed",
     )
     ok(http.delete(f"{mgmt(namespace)}/apps/bot/versions/1.1.0", headers=alice), 204)
-    _kubectl(cluster, "-n", namespace, "delete", "tool", "weather-1.1.0")
+    kubectl(cluster, "-n", namespace, "delete", "tool", "weather-1.1.0")
     listed = ok(http.get(f"{mgmt(namespace)}/apps/bot/versions", headers=alice))
     assert [v["version"] for v in listed["items"]] == ["1.0.0"]
 
@@ -388,14 +304,14 @@ def test_kubectl_deploy_records_the_admission_user_and_cannot_be_spoofed(
         "metadata": {"name": "bot-staging"},
         "spec": {"appRef": "bot", "appVersion": "1.0.0"},
     }
-    _kubectl(cluster, "-n", namespace, "--as", alice, "apply", "-f", "-", input_=json.dumps(env))
+    kubectl(cluster, "-n", namespace, "--as", alice, "apply", "-f", "-", input_=json.dumps(env))
     wait_for(
         lambda: history(api, namespace, "bot-staging") == [("1.0.0", "Active", alice)],
         timeout=30,
         what="alice's deployment",
     )
     # a client cannot write who deployed
-    _kubectl(
+    kubectl(
         cluster,
         "-n",
         namespace,
@@ -410,7 +326,7 @@ def test_kubectl_deploy_records_the_admission_user_and_cannot_be_spoofed(
     notes = environment(api, namespace, "bot-staging")["metadata"]["annotations"]
     assert notes["dockyard.dev/deployed-by"] == alice
     # the cluster admin deploys 2.0.0 with kubectl: the history names the admin's user
-    _kubectl(
+    kubectl(
         cluster,
         "-n",
         namespace,
@@ -427,7 +343,7 @@ def test_kubectl_deploy_records_the_admission_user_and_cannot_be_spoofed(
     assert newest[2] not in ("", alice)
     assert "unknown" not in newest[2]
     # linking a version that does not exist is refused by the API server, naming the field
-    out = _kubectl(
+    out = kubectl(
         cluster,
         "-n",
         namespace,
@@ -637,11 +553,11 @@ def test_rbac_decides_through_the_facade_and_through_kubectl(
     refused(
         http.post(f"{mgmt(namespace)}/apps", json={"name": "bot"}, headers=team.headers("mallory")), 403, "forbidden"
     )
-    out = _kubectl(cluster, "-n", namespace, "--as", team.name("mallory"), "get", "apps.dockyard.dev", check=False)
+    out = kubectl(cluster, "-n", namespace, "--as", team.name("mallory"), "get", "apps.dockyard.dev", check=False)
     assert "Forbidden" in out
     # alice (editor) may, on both paths
     ok(http.post(f"{mgmt(namespace)}/apps", json={"name": "bot"}, headers=team.headers("alice")), 201)
-    assert "bot" in _kubectl(cluster, "-n", namespace, "--as", team.name("alice"), "get", "apps.dockyard.dev")
+    assert "bot" in kubectl(cluster, "-n", namespace, "--as", team.name("alice"), "get", "apps.dockyard.dev")
     wait_for(lambda: environment(api, namespace, "bot-draft"), timeout=30, what="the draft environment")
     # vic (viewer) reads but cannot deploy, create versions or manage keys
     vic = team.headers("vic")
@@ -655,9 +571,7 @@ def test_rbac_decides_through_the_facade_and_through_kubectl(
     refused(http.get(f"{mgmt(namespace)}/environments/bot-draft/apikeys", headers=vic), 403)
     deploy = http.post(f"{mgmt(namespace)}/environments/bot-draft/deploy", json={"version": "1.0.0"}, headers=vic)
     refused(deploy, 403, "environments/deploy")
-    out = _kubectl(
-        cluster, "-n", namespace, "--as", team.name("vic"), "delete", "environment", "bot-draft", check=False
-    )
+    out = kubectl(cluster, "-n", namespace, "--as", team.name("vic"), "delete", "environment", "bot-draft", check=False)
     assert "Forbidden" in out
 
 

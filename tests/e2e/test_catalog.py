@@ -7,26 +7,23 @@ from kubernetes import client
 
 from tests.e2e.test_apps_environments import (  # noqa: F401 - fixtures
     APP,
-    Users,
     facade,
     mgmt,
     ok,
     operator,
     refused,
-    team,
     tool,
-    user_roles,
-    users,
 )
 from tests.support.dockyard import create, hub_model, model_deployment
 from tests.support.runners import RunningFacade
+from tests.support.users import Users
 from tests.support.waiting import wait_for
 
 
 def test_catalog_lists_as_the_caller(
     api: client.ApiClient,
     namespace: str,
-    team: Users,  # noqa: F811
+    team: Users,
     facade: RunningFacade,  # noqa: F811
 ) -> None:
     http, alice, mallory = facade.client, team.headers("alice"), team.headers("mallory")

@@ -21,7 +21,7 @@ from kubernetes import client
 from dockyard_api.runtime.endpoints import LOCAL_ENDPOINT_ANNOTATION, MODEL_DEPLOYMENT_LABEL
 from dockyard_core import apikeys
 from tests.support.cluster import E2ECluster
-from tests.support.dockyard import create, get, hub_model, model_deployment, patch
+from tests.support.dockyard import create, get_or_empty, hub_model, model_deployment, patch
 from tests.support.runners import run_local_runtime
 from tests.support.scripted_model import Call, Reply, ScriptedModel, scripted_model
 from tests.support.waiting import wait_for
@@ -75,20 +75,11 @@ class Deployed:
 
 
 def _key(api: client.ApiClient, namespace: str, environment: str) -> str:
-    env = wait_for(lambda: _get(api, namespace, "environments", environment), timeout=30, what=environment)
+    env = wait_for(lambda: get_or_empty(api, namespace, "environments", environment), timeout=30, what=environment)
     key = apikeys.generate()
     secret = apikeys.key_secret(key=key, name="e2e", environment=env, created_by="e2e", created_at=datetime.now(UTC))
     client.CoreV1Api(api).create_namespaced_secret(namespace, secret)
     return key.value
-
-
-def _get(api: client.ApiClient, namespace: str, plural: str, name: str) -> dict[str, Any]:
-    try:
-        return get(api, namespace, plural, name)
-    except client.ApiException as exc:
-        if exc.status == 404:
-            return {}
-        raise
 
 
 def serve_model(api: client.ApiClient, namespace: str, url: str | None, name: str = "tiny") -> None:
@@ -203,7 +194,7 @@ def test_the_environment_curl_script_works_verbatim(
 ) -> None:
     bot = deploy_bot(api, namespace, model)
     script = wait_for(
-        lambda: (_get(api, namespace, "environments", "bot-draft").get("status") or {}).get("curlScript"),
+        lambda: (get_or_empty(api, namespace, "environments", "bot-draft").get("status") or {}).get("curlScript"),
         timeout=30,
         what="the cURL script",
     )

@@ -42,6 +42,16 @@ def get(api: client.ApiClient, namespace: str, plural: str, name: str) -> dict[s
     return obj
 
 
+def get_or_empty(api: client.ApiClient, namespace: str, plural: str, name: str) -> dict[str, Any]:
+    """The object, or {} while it does not exist (for polling)."""
+    try:
+        return get(api, namespace, plural, name)
+    except client.ApiException as exc:
+        if exc.status == 404:
+            return {}
+        raise
+
+
 def patch(api: client.ApiClient, namespace: str, plural: str, name: str, body: dict[str, Any]) -> None:
     objects(api).patch_namespaced_custom_object(GROUP, VERSION, namespace, plural, name, body)
 

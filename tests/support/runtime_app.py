@@ -12,7 +12,7 @@ from kubernetes import client
 
 from dockyard_api.runtime.endpoints import LOCAL_ENDPOINT_ANNOTATION, MODEL_DEPLOYMENT_LABEL
 from dockyard_core import apikeys
-from tests.support.dockyard import create, get, hub_model, model_deployment
+from tests.support.dockyard import create, get_or_empty, hub_model, model_deployment
 from tests.support.scripted_model import ScriptedModel
 from tests.support.waiting import wait_for
 
@@ -55,22 +55,13 @@ def deploy_bot(
         )
     if environment != "bot-draft":
         create(api, namespace, "environments", "Environment", environment, {"appRef": "bot", **env_spec})
-    env = wait_for(lambda: _get(api, namespace, "environments", environment), timeout=60, what=environment)
+    env = wait_for(lambda: get_or_empty(api, namespace, "environments", environment), timeout=60, what=environment)
     key = apikeys.generate()
     secret = apikeys.key_secret(
         key=key, name="chaos", environment=env, created_by="chaos", created_at=datetime.now(UTC)
     )
     core.create_namespaced_secret(namespace, secret)
     return Bot(namespace, environment, key.value)
-
-
-def _get(api: client.ApiClient, namespace: str, plural: str, name: str) -> dict[str, Any]:
-    try:
-        return get(api, namespace, plural, name)
-    except client.ApiException as exc:
-        if exc.status == 404:
-            return {}
-        raise
 
 
 def answered(http: httpx.Client, bot: Bot, body: dict[str, Any], timeout: float = 30) -> dict[str, Any]:
