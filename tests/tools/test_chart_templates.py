@@ -344,7 +344,10 @@ def test_operator_rbac_is_least_privilege_but_sufficient(helm: Helm, tmp_path: P
     for plural in PLURALS:
         assert {("dockyard.dev", plural, v) for v in ("get", "list", "watch", "patch")} <= g
         assert ("dockyard.dev", f"{plural}/status", "patch") in g
-        assert ("dockyard.dev", plural, "delete") not in g  # users delete resources, the operator never does
+        # users create and delete resources; the operator makes only an App's draft Environment and an
+        # Environment's ToolDeployments (reconcile/app.py, reconcile/environment.py)
+        made = {"environments": {"create"}, "tooldeployments": {"create", "delete"}}.get(plural, set())
+        assert {v for (grp, res, v) in g if (grp, res) == ("dockyard.dev", plural)} & {"create", "delete"} == made
     assert ("dockyard.dev", "modeldeployments/scale", "update") in g
     for group, resource in (("apps", "deployments"), ("", "services"), ("", "configmaps"), ("", "secrets")):
         assert {(group, resource, v) for v in ("get", "list", "watch", "create", "patch", "delete")} <= g
