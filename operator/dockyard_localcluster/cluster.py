@@ -8,6 +8,7 @@ reconciles stages and node pools.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -44,7 +45,10 @@ class ClusterError(RuntimeError):
 
 
 def log(message: str) -> None:
-    print(f"[dockyard-localcluster] {message}", file=sys.stderr, flush=True)
+    """A progress line on stderr, never an error: a cluster is still deleted when stderr is gone (a pytest
+    session interrupted by Ctrl-C is torn down with sys.stderr a closed capture file)."""
+    with contextlib.suppress(OSError, ValueError):
+        print(f"[dockyard-localcluster] {message}", file=sys.stderr, flush=True)
 
 
 def ensure_binaries() -> Path:
