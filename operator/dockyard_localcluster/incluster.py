@@ -145,6 +145,8 @@ class Release:
         args = helm_args(self.refs, self.url, self.values, self.sets)
         self.helm("upgrade", "--install", self.release, str(chart()), "--namespace", self.namespace,
                   "--create-namespace", *args)  # fmt: skip
+        # a forward left by an earlier release (kept with DOCKYARD_KEEP_RELEASE) names another port
+        self.cluster.stop_forward(self.namespace, facade_service(self.release), 80)
         self.cluster.forward(self.namespace, facade_service(self.release), 80, self.port)
         self.wait_rolled_out(timeout)
 

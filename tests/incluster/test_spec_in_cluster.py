@@ -249,10 +249,18 @@ def test_4_version_environment_key_and_an_answer_from_the_engine_and_the_tool(wa
     # pod, through its Service's cluster DNS name, asked from the facade's pod.
     assert set(body["tools_used"]) <= {TOOL}, body
     walk.session_id = body["session_id"]
-    found = walk.dockyard.kubectl(
-        "-n", walk.namespace, "get", "tooldeployments", "-l", f"dockyard.dev/environment={APP}-staging", "-o", "json"
-    ).stdout
-    (deployment,) = json.loads(found)["items"]
+
+    def served() -> dict[str, Any] | None:
+        found = walk.dockyard.kubectl(
+            "-n", walk.namespace, "get", "tooldeployments", "-l", f"dockyard.dev/environment={APP}-staging",
+            "-o", "json",
+        ).stdout  # fmt: skip
+        (deployment,) = json.loads(found)["items"]
+        status = deployment.get("status") or {}
+        return deployment if (status.get("job") or {}).get("status") == "SUCCESS" else None
+
+    # the environment's own ToolDeployment of the version's tool, serving (its pod Ready)
+    deployment = wait_for(served, timeout=180, interval=2, what="the staging environment's tool to serve")
     endpoint = deployment["status"]["endpoint"]
     assert ".svc" in endpoint, endpoint
     (facade,) = walk.dockyard.pods("api")

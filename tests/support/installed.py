@@ -24,6 +24,8 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -126,14 +128,29 @@ def _testbed() -> Iterator[Installed]:
         def load(new_refs: list[str]) -> None:
             images.load_into_containerd("ctr", str(bed.layout.containerd_socket), new_refs)
 
+        installed = Installed(release, str(bed.bin_dir / "kubectl"), bed.layout.node_name, load)
         try:
-            yield Installed(release, str(bed.bin_dir / "kubectl"), bed.layout.node_name, load)
+            yield installed
         finally:
+            save_logs(installed)
             if not os.environ.get("DOCKYARD_KEEP_RELEASE"):
                 release.uninstall()
     finally:
         if started_here and not os.environ.get("DOCKYARD_KEEP_TESTBED"):
             bed.down()
+
+
+def save_logs(installed: Installed) -> None:
+    """The release's pods' logs (operator, facade) into DOCKYARD_INCLUSTER_LOGS (default: a directory in
+    the system's temp dir), for a failure to be explained after the release is gone."""
+    directory = Path(os.environ.get("DOCKYARD_INCLUSTER_LOGS") or Path(tempfile.gettempdir()) / "dockyard-incluster")
+    directory.mkdir(parents=True, exist_ok=True)
+    for component in ("operator", "api"):
+        for pod in installed.pods(component):
+            name = pod["metadata"]["name"]
+            out = installed.kubectl("-n", installed.namespace, "logs", name, "--tail=2000", check=False)
+            (directory / f"{name}.log").write_text(out.stdout + out.stderr)
+    print(f"[in-cluster] the release's pod logs: {directory}", file=sys.stderr)
 
 
 # --- kind or any cluster of KUBECONFIG ----------------------------------------------------------------
@@ -212,9 +229,11 @@ def _kubeconfig_cluster(mode: str) -> Iterator[Installed]:
     release = Release(cluster, refs, free_port(), helm_binary=shutil.which("helm") or "helm",
                       values=[testbed_values()], sets=sets)  # fmt: skip
     release.install()
+    installed = Installed(release, kubectl, None, load)
     try:
-        yield Installed(release, kubectl, None, load)
+        yield installed
     finally:
+        save_logs(installed)
         if not os.environ.get("DOCKYARD_KEEP_RELEASE"):
             release.uninstall()
         cluster.stop_forward(release.namespace, facade_service(release.release), 80)
