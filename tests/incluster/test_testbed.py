@@ -23,7 +23,7 @@ from tests.support.waiting import wait_for
 from dockyard_core.devices import GPU_RESOURCE, GPU_TAINT_KEY, INSTANCE_TYPE_LABEL
 from dockyard_localcluster import images
 from dockyard_localcluster.testbed import TestBed
-from dockyard_localcluster.testbed.addons import REAL_DEVICE_TYPE, kwok_pools
+from dockyard_localcluster.testbed.addons import REAL_DEVICE_TYPE, REAL_NODE_GPUS, kwok_pools
 from dockyard_localcluster.testbed.config import CLUSTER_CIDR, SERVICE_CIDR
 
 WEB_PORT = 8080
@@ -176,26 +176,30 @@ def test_a_g5_xlarge_gpu_pod_runs_on_the_real_node(bed: TestBed, ns: str) -> Non
         tolerations=[{"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
         container={"resources": {"requests": {GPU_RESOURCE: "1", "cpu": "100m"}, "limits": {GPU_RESOURCE: "1"}}},
     )
-    bed.kubectl("-n", ns, "create", "-f", "-", input=yaml.safe_dump(pod))
-    bed.kubectl("-n", ns, "wait", "--for=condition=Ready", "pod/gpu", "--timeout=120s", timeout="0")
-    status = _get(bed, "-n", ns, "pod", "gpu")
-    assert status["spec"]["nodeName"] == bed.layout.node_name
-    assert status["status"]["containerStatuses"][0]["state"].get("running")
-    assert status["status"]["containerStatuses"][0]["containerID"].startswith("containerd://")
-    # the one GPU is taken: a second GPU pod stays Pending (kwok has no g5.xlarge nodes)
-    second = {**pod, "metadata": {"name": "gpu-2", "labels": {"app": "gpu-2"}}}
-    bed.kubectl("-n", ns, "create", "-f", "-", input=yaml.safe_dump(second))
+    names = [f"gpu-{i}" for i in range(REAL_NODE_GPUS)]
+    for name in names:
+        one = {**pod, "metadata": {"name": name, "labels": {"app": name}}}
+        bed.kubectl("-n", ns, "create", "-f", "-", input=yaml.safe_dump(one))
+    for name in names:
+        bed.kubectl("-n", ns, "wait", "--for=condition=Ready", f"pod/{name}", "--timeout=120s", timeout="0")
+        status = _get(bed, "-n", ns, "pod", name)
+        assert status["spec"]["nodeName"] == bed.layout.node_name
+        assert status["status"]["containerStatuses"][0]["state"].get("running")
+        assert status["status"]["containerStatuses"][0]["containerID"].startswith("containerd://")
+    # every GPU is taken: one more GPU pod stays Pending (kwok has no g5.xlarge nodes)
+    extra = {**pod, "metadata": {"name": "gpu-extra", "labels": {"app": "gpu-extra"}}}
+    bed.kubectl("-n", ns, "create", "-f", "-", input=yaml.safe_dump(extra))
     reason = wait_for(
         lambda: next(
-            (c.get("reason") for c in _get(bed, "-n", ns, "pod", "gpu-2")["status"].get("conditions", [])
+            (c.get("reason") for c in _get(bed, "-n", ns, "pod", "gpu-extra")["status"].get("conditions", [])
              if c["type"] == "PodScheduled" and c["status"] == "False"),
             None,
         ),
         timeout=60,
-        what="gpu-2 to be unschedulable",
+        what="gpu-extra to be unschedulable",
     )  # fmt: skip
     assert reason == "Unschedulable"
-    bed.kubectl("-n", ns, "delete", "pod", "gpu", "gpu-2", "--wait=false")
+    bed.kubectl("-n", ns, "delete", "pod", *names, "gpu-extra", "--wait=false")
 
 
 @pytest.mark.timeout(1200)
