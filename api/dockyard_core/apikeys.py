@@ -23,6 +23,8 @@ from dockyard_core.resources.v1alpha1 import API_KEY_LABEL, API_VERSION, APP_LAB
 
 KEY_PREFIX = "dky"
 KEY_ID_LENGTH = 12
+KEY_ID_PATTERN = rf"^[a-z0-9]{{{KEY_ID_LENGTH}}}$"
+"""An API key's public id (the part after ``dky_``)."""
 SECRET_TYPE = "dockyard.dev/api-key"
 NAME_ANNOTATION = "dockyard.dev/key-name"
 CREATED_BY_ANNOTATION = "dockyard.dev/created-by"

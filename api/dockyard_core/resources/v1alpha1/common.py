@@ -56,10 +56,12 @@ DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 SEMVER_PATTERN = r"^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$"
 HTTP_URL_PATTERN = r"^https?://[^\s]+$"
+DNS_LABEL_MAX_LENGTH = 63
+DNS_SUBDOMAIN_MAX_LENGTH = 253
 
-DnsLabel = Annotated[str, Field(min_length=1, max_length=63, pattern=DNS_LABEL_PATTERN)]
+DnsLabel = Annotated[str, Field(min_length=1, max_length=DNS_LABEL_MAX_LENGTH, pattern=DNS_LABEL_PATTERN)]
 """A Kubernetes DNS-1123 label: lower-case letters, digits and '-', at most 63 characters."""
-ObjectName = Annotated[str, Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)]
+ObjectName = Annotated[str, Field(min_length=1, max_length=DNS_SUBDOMAIN_MAX_LENGTH, pattern=DNS_SUBDOMAIN_PATTERN)]
 """The name of another object in the same namespace (a DNS-1123 subdomain)."""
 SemVer = Annotated[str, Field(min_length=5, max_length=32, pattern=SEMVER_PATTERN)]
 """A version number MAJOR.MINOR.PATCH, e.g. 1.4.0 (no leading zeros, no pre-release suffix)."""
