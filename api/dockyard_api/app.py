@@ -16,6 +16,7 @@ from dockyard_api.auth import Authenticator
 from dockyard_api.bodylimit import BodyLimit
 from dockyard_api.cache import Informer
 from dockyard_api.console import routes as console
+from dockyard_api.deps import AppState
 from dockyard_api.errors import install_error_handlers
 from dockyard_api.import_service import ImportService
 from dockyard_api.metrics import RequestMiddleware
@@ -74,23 +75,20 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        app.state.settings = settings
-        app.state.kube = AsyncKube(settings.kubeconfig, timeout=settings.kube_timeout_seconds)
-        app.state.authenticator = Authenticator(app.state.kube, settings)
-        app.state.web = WebService(app.state.kube, settings)
-        app.state.imports = ImportService(settings, app.state.kube)
-        await anyio.to_thread.run_sync(app.state.imports.store.ensure)
-        app.state.download_token_key = settings.token_key()
-        app.state.console_sealer = console.sealer_for(app.state.download_token_key)
+        kube = AsyncKube(settings.kubeconfig, timeout=settings.kube_timeout_seconds)
+        authenticator = Authenticator(kube, settings)
+        web_service = WebService(kube, settings)
+        imports = ImportService(settings, kube)
+        await anyio.to_thread.run_sync(imports.store.ensure)
+        download_token_key = settings.token_key()
+        console_sealer = console.sealer_for(download_token_key)
         sweeper = None
         if settings.sweep_interval_seconds > 0:
-            sweeper = asyncio.create_task(_sweep_forever(app.state.imports, settings.sweep_interval_seconds))
-        app.state.models = (
-            Informer(app.state.kube, AsyncKube.all_namespaces_path("models")) if settings.watch_models else None
-        )
-        if app.state.models is not None:
-            app.state.models.start()
-        app.state.store = ConversationStore(
+            sweeper = asyncio.create_task(_sweep_forever(imports, settings.sweep_interval_seconds))
+        models = Informer(kube, AsyncKube.all_namespaces_path("models")) if settings.watch_models else None
+        if models is not None:
+            models.start()
+        store = ConversationStore(
             settings.database_url or default_url(settings.model_store),
             history_messages=settings.history_messages,
             history_max_chars=settings.history_max_chars,
@@ -98,14 +96,24 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
             turn_lease_seconds=settings.turn_lease_seconds,
             heartbeat_seconds=settings.store_heartbeat_seconds,
         )
-        await app.state.store.start()  # migrates; a database that is away is retried in the background
-        app.state.runtime = Runtime(app.state.kube, runtime_settings(settings))
-        app.state.runtime.start()
+        await store.start()  # migrates; a database that is away is retried in the background
+        runtime = Runtime(kube, runtime_settings(settings))
+        runtime.start()
         summaries = None
         if settings.usage_summary_seconds > 0:
-            summaries = asyncio.create_task(
-                summarise_forever(app.state.store, app.state.kube, settings.usage_summary_seconds)
-            )
+            summaries = asyncio.create_task(summarise_forever(store, kube, settings.usage_summary_seconds))
+        AppState(
+            settings=settings,
+            kube=kube,
+            authenticator=authenticator,
+            web=web_service,
+            imports=imports,
+            download_token_key=download_token_key,
+            console_sealer=console_sealer,
+            models=models,
+            store=store,
+            runtime=runtime,
+        ).install(app)
         try:
             yield
         finally:
@@ -113,15 +121,15 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
                 summaries.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await summaries
-            await app.state.runtime.aclose()
-            await app.state.store.close()
-            if app.state.models is not None:
-                await app.state.models.stop()
+            await runtime.aclose()
+            await store.close()
+            if models is not None:
+                await models.stop()
             if sweeper is not None:
                 sweeper.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await sweeper
-            await app.state.kube.aclose()
+            await kube.aclose()
 
     app = FastAPI(
         title="Dockyard",

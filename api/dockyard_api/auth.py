@@ -8,6 +8,9 @@
   who that is (TokenReview) and then acts AS that user (impersonation), so Kubernetes RBAC decides
   and admission webhooks record the real user. Keys, which are Secrets no user is granted directly, are
   authorised with a SubjectAccessReview on the virtual subresource ``environments/apikeys``.
+
+Routes ask for their caller by type (``PublicCaller``, ``AppCaller``, ``KubeUser``): those dependencies are
+in :mod:`dockyard_api.deps`, and use the :class:`Authenticator` here.
 """
 
 from __future__ import annotations
@@ -18,19 +21,13 @@ import hashlib
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Annotated, Any
-
-from fastapi import Depends, Header, Path, Request
+from typing import Any
 
 from dockyard_api.settings import ApiSettings
-from dockyard_api.web import tokens as web_tokens
 from dockyard_core import apikeys
 from dockyard_core.errors import ForbiddenError, KubeUnavailableError, UnauthenticatedError
 from dockyard_core.kubeclient import AsyncKube, KubeError, User
 from dockyard_core.resources import GROUP
-
-NamespaceParam = Annotated[str, Path(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
-NameParam = Annotated[str, Path(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")]
 
 
 @dataclass(frozen=True)
@@ -194,7 +191,7 @@ class Authenticator:
             await self.kube.request("PATCH", path, json=patch, content_type="application/merge-patch+json")
 
     async def user(self, authorization: str | None) -> User:
-        token = _bearer(authorization)
+        token = bearer(authorization)
         if not token:
             raise UnauthenticatedError(
                 "a Kubernetes bearer token is required (Authorization: Bearer $(kubectl create token ...))"
@@ -260,64 +257,8 @@ def _retrieve(task: asyncio.Future[Any]) -> None:
         task.exception()
 
 
-def _bearer(authorization: str | None) -> str | None:
+def bearer(authorization: str | None) -> str | None:
     if not authorization:
         return None
     scheme, _, value = authorization.partition(" ")
     return value.strip() or None if scheme.lower() == "bearer" else None
-
-
-async def authenticator(request: Request) -> Authenticator:  # async: no thread-pool hop per request
-    auth: Authenticator = request.app.state.authenticator
-    return auth
-
-
-Auth = Annotated[Authenticator, Depends(authenticator)]
-
-
-async def public_caller(
-    namespace: NamespaceParam,
-    environment: NameParam,
-    auth: Auth,
-    x_api_key: Annotated[str | None, Header(description="An API key of this environment")] = None,
-) -> EnvironmentCaller:
-    return await auth.key_caller(namespace, environment, x_api_key)
-
-
-async def app_caller(
-    request: Request,
-    namespace: NamespaceParam,
-    environment: NameParam,
-    auth: Auth,
-    authorization: Annotated[
-        str | None, Header(description="Bearer <API key of this environment, or a widget / web-client token>")
-    ] = None,
-) -> EnvironmentCaller:
-    value = _bearer(authorization)
-    if value and web_tokens.is_token(value):  # a short-lived widget / web-client token: end_user is set
-        caller: EnvironmentCaller = await request.app.state.web.caller(
-            namespace=namespace,
-            environment=environment,
-            token=value,
-            origin=request.headers.get("origin"),
-            host=request.headers.get("host"),
-            address=request.client.host if request.client else "",
-        )
-        return caller
-    return await auth.key_caller(namespace, environment, value)
-
-
-async def kube_user(
-    auth: Auth,
-    authorization: Annotated[str | None, Header(description="Bearer <Kubernetes token>")] = None,
-) -> User:
-    return await auth.user(authorization)
-
-
-PublicCaller = Annotated[EnvironmentCaller, Depends(public_caller)]
-"""A public-API caller (``x-api-key``) of the environment in the path."""
-AppCaller = Annotated[EnvironmentCaller, Depends(app_caller)]
-"""A deployed-app caller (``Authorization: Bearer <API key>``, or a widget / web-client token, which sets
-``end_user``) of the environment in the path."""
-KubeUser = Annotated[User, Depends(kube_user)]
-"""A Kubernetes user (``Authorization: Bearer <token>``), for the management endpoints."""

@@ -1,56 +1,216 @@
 """The facade's FastAPI dependencies, in one place: what a route may ask for by type.
 
-Routers take these (``kube: Kube``, ``settings: Settings``, ``app: AppName``, ...) and never import one
-another; the callers' identities (``PublicCaller``, ``KubeUser``, ...) are in :mod:`dockyard_api.auth`.
-Everything here is built once at start-up by :func:`dockyard_api.app.create_app` and kept on
-``app.state``.
+Routers take these (``kube: Kube``, ``settings: Settings``, ``namespace: NamespaceParam``,
+``caller: PublicCaller``, ...) and never import one another, nor read ``app.state``:
+
+- the path parameters (defined in :mod:`dockyard_api.params` with core's patterns; re-exported here);
+- what :func:`dockyard_api.app.create_app` builds once at start-up: one :class:`AppState`, stored on the
+  application once (:meth:`AppState.install`), and one getter per piece of it;
+- the callers' identities (``PublicCaller``, ``AppCaller``, ``KubeUser``), checked by
+  :class:`dockyard_api.auth.Authenticator`.
+
+Code that has no request to declare dependencies on (the CORS middleware, the console's page helpers)
+reads the same typed :class:`AppState` through :func:`state_of` / :func:`app_state`.
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+from dataclasses import dataclass
+from typing import Annotated, Any
 
-from fastapi import Depends, Path, Request
+from fastapi import Depends, FastAPI, Header, Request
 
+from dockyard_api.auth import Authenticator, EnvironmentCaller, bearer
+from dockyard_api.cache import Informer
+from dockyard_api.console.session import Sealer
 from dockyard_api.import_service import ImportService
+from dockyard_api.params import (
+    AppId,
+    AppName,
+    DockStatusId,
+    EnvName,
+    KeyId,
+    ModelId,
+    NamespaceParam,
+    SessionId,
+    ToolId,
+    VersionParam,
+)
 from dockyard_api.runtime.service import Runtime
 from dockyard_api.settings import ApiSettings
-from dockyard_core.kubeclient import AsyncKube
+from dockyard_api.store import ConversationStore
+from dockyard_api.web import tokens as web_tokens
+from dockyard_api.web.service import WebService
+from dockyard_core.errors import DatabaseUnavailableError
+from dockyard_core.kubeclient import AsyncKube, User
 
-# --- path parameters shared by several routers ----------------------------------------------------
+__all__ = [
+    "AppCaller",
+    "AppId",
+    "AppName",
+    "AppState",
+    "Auth",
+    "ConversationDb",
+    "DockStatusId",
+    "DownloadTokenKey",
+    "EnvName",
+    "Imports",
+    "KeyId",
+    "Kube",
+    "KubeUser",
+    "ModelCache",
+    "ModelId",
+    "NamespaceParam",
+    "PublicCaller",
+    "RuntimeDep",
+    "SessionId",
+    "Settings",
+    "ToolId",
+    "VersionParam",
+    "Web",
+]
 
-AppName = Annotated[str, Path(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
-"""An App's name (a DNS label)."""
-EnvName = Annotated[str, Path(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")]
-"""An Environment's name (a DNS subdomain)."""
-VersionParam = Annotated[str, Path(pattern=r"^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$", max_length=32)]
-"""An AppVersion's version, MAJOR.MINOR.PATCH."""
-
-# --- services built at start-up ---------------------------------------------------------------------
+# --- what start-up builds -----------------------------------------------------------------------------
 
 
-async def get_kube(request: Request) -> AsyncKube:  # async: no thread-pool hop per request
-    kube: AsyncKube = request.app.state.kube
-    return kube
+@dataclass
+class AppState:
+    """Everything the facade builds once at start-up (:func:`dockyard_api.app.create_app`'s lifespan)."""
+
+    settings: ApiSettings
+    kube: AsyncKube
+    """The one async Kubernetes client (the facade's own identity; act as the caller with ``as_user``)."""
+    authenticator: Authenticator
+    web: WebService
+    imports: ImportService
+    download_token_key: bytes
+    console_sealer: Sealer
+    models: Informer | None
+    """The watch-fed cache of Models (None with ``watch_models`` off)."""
+    store: ConversationStore
+    runtime: Runtime
+
+    def install(self, app: FastAPI) -> None:
+        app.state.dockyard = self
+
+
+def state_of(app: Any) -> AppState:
+    """The application's :class:`AppState` (AttributeError before start-up, as any ``app.state`` read)."""
+    state: AppState = app.state.dockyard
+    return state
+
+
+def app_state(request: Request) -> AppState:
+    return state_of(request.app)
+
+
+# --- one getter per piece (async: no thread-pool hop per request) -------------------------------------
 
 
 async def get_settings(request: Request) -> ApiSettings:
-    settings: ApiSettings = request.app.state.settings
-    return settings
+    return app_state(request).settings
+
+
+async def get_kube(request: Request) -> AsyncKube:
+    return app_state(request).kube
+
+
+async def get_authenticator(request: Request) -> Authenticator:
+    return app_state(request).authenticator
+
+
+async def get_web(request: Request) -> WebService:
+    return app_state(request).web
 
 
 async def get_imports(request: Request) -> ImportService:
-    imports: ImportService = request.app.state.imports
-    return imports
+    return app_state(request).imports
+
+
+async def get_download_token_key(request: Request) -> bytes:
+    return app_state(request).download_token_key
+
+
+async def get_models(request: Request) -> Informer | None:
+    """The Model cache, or None when there is none (a route then reads the API server)."""
+    state: AppState | None = getattr(request.app.state, "dockyard", None)
+    return state.models if state is not None else None
+
+
+def store_of(request: Request) -> ConversationStore:
+    """The conversation database; 503 where the facade has none (an application that was not started)."""
+    state: AppState | None = getattr(request.app.state, "dockyard", None)
+    if state is None:
+        raise DatabaseUnavailableError("the conversation database is not configured")
+    return state.store
+
+
+async def get_store(request: Request) -> ConversationStore:
+    return store_of(request)
 
 
 async def get_runtime(request: Request) -> Runtime:
-    runtime: Runtime = request.app.state.runtime
-    return runtime
+    return app_state(request).runtime
 
 
+Settings = Annotated[ApiSettings, Depends(get_settings)]
 Kube = Annotated[AsyncKube, Depends(get_kube)]
 """The one async Kubernetes client (the facade's own identity; act as the caller with ``as_user``)."""
-Settings = Annotated[ApiSettings, Depends(get_settings)]
+Auth = Annotated[Authenticator, Depends(get_authenticator)]
+Web = Annotated[WebService, Depends(get_web)]
+"""The web client's and widget's service (their tokens, the environments' page settings)."""
 Imports = Annotated[ImportService, Depends(get_imports)]
+DownloadTokenKey = Annotated[bytes, Depends(get_download_token_key)]
+ModelCache = Annotated[Informer | None, Depends(get_models)]
+ConversationDb = Annotated[ConversationStore, Depends(get_store)]
 RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
+
+# --- who is calling (docs in dockyard_api.auth) -------------------------------------------------------
+
+
+async def public_caller(
+    namespace: NamespaceParam,
+    environment: EnvName,
+    auth: Auth,
+    x_api_key: Annotated[str | None, Header(description="An API key of this environment")] = None,
+) -> EnvironmentCaller:
+    return await auth.key_caller(namespace, environment, x_api_key)
+
+
+async def app_caller(
+    request: Request,
+    namespace: NamespaceParam,
+    environment: EnvName,
+    auth: Auth,
+    web: Web,
+    authorization: Annotated[
+        str | None, Header(description="Bearer <API key of this environment, or a widget / web-client token>")
+    ] = None,
+) -> EnvironmentCaller:
+    value = bearer(authorization)
+    if value and web_tokens.is_token(value):  # a short-lived widget / web-client token: end_user is set
+        return await web.caller(
+            namespace=namespace,
+            environment=environment,
+            token=value,
+            origin=request.headers.get("origin"),
+            host=request.headers.get("host"),
+            address=request.client.host if request.client else "",
+        )
+    return await auth.key_caller(namespace, environment, value)
+
+
+async def kube_user(
+    auth: Auth,
+    authorization: Annotated[str | None, Header(description="Bearer <Kubernetes token>")] = None,
+) -> User:
+    return await auth.user(authorization)
+
+
+PublicCaller = Annotated[EnvironmentCaller, Depends(public_caller)]
+"""A public-API caller (``x-api-key``) of the environment in the path."""
+AppCaller = Annotated[EnvironmentCaller, Depends(app_caller)]
+"""A deployed-app caller (``Authorization: Bearer <API key>``, or a widget / web-client token, which sets
+``end_user``) of the environment in the path."""
+KubeUser = Annotated[User, Depends(kube_user)]
+"""A Kubernetes user (``Authorization: Bearer <token>``), for the management endpoints."""

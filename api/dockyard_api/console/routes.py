@@ -21,15 +21,14 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
 from pydantic import ValidationError
 
 from dockyard_api import __version__
-from dockyard_api.auth import Authenticator, NamespaceParam
+from dockyard_api.auth import Authenticator
 from dockyard_api.console import session as sess
 from dockyard_api.console import views
-from dockyard_api.deps import AppName, EnvName, VersionParam
+from dockyard_api.deps import AppName, EnvName, KeyId, NamespaceParam, VersionParam, app_state, store_of
 from dockyard_api.routers import apps as apps_api
 from dockyard_api.routers import catalog as catalog_api
 from dockyard_api.routers import environments as env_api
 from dockyard_api.routers import usage as usage_api
-from dockyard_api.routers.environments import KeyId
 from dockyard_api.schemas.management import (
     Deploy,
     DraftUpdate,
@@ -75,13 +74,11 @@ class Ctx:
 
     @property
     def kube(self) -> AsyncKube:
-        kube: AsyncKube = self.request.app.state.kube
-        return kube
+        return app_state(self.request).kube
 
     @property
     def auth(self) -> Authenticator:
-        auth: Authenticator = self.request.app.state.authenticator
-        return auth
+        return app_state(self.request).authenticator
 
     @property
     def base(self) -> str:
@@ -89,8 +86,7 @@ class Ctx:
 
 
 def _sealer(request: Request) -> sess.Sealer:
-    sealer: sess.Sealer = request.app.state.console_sealer
-    return sealer
+    return app_state(request).console_sealer
 
 
 def _secure(request: Request) -> bool:
@@ -102,7 +98,7 @@ async def _ctx(request: Request, namespace: str | None = None) -> Ctx:
     if session is None:
         raise SignInRequired()
     try:
-        user = await request.app.state.authenticator.user(f"Bearer {session.token}")
+        user = await app_state(request).authenticator.user(f"Bearer {session.token}")
     except UnauthenticatedError as exc:
         raise SignInRequired(f"Your session ended: {exc.message}. Sign in again.") from exc
     flash = _sealer(request).open(request.cookies.get(sess.FLASH_COOKIE), sess.FLASH_SECONDS) or {}
@@ -227,14 +223,14 @@ async def signin(request: Request) -> Response:
     if not sess.csrf_ok(pre.get("c"), str(form.get("csrf") or "")):
         errors.add(None, "This sign-in form expired or was sent from another site. Try again.")
         return _signin_page(request, errors, values, 403)
-    if not namespace or not views.NAMESPACE.fullmatch(namespace):
+    if not views.is_namespace(namespace):
         errors.add("namespace", "Enter the Kubernetes namespace you work in, e.g. default or team-a.")
     if not token:
         errors.add("token", "Paste a Kubernetes token, e.g. the output of kubectl create token <service account>.")
     if errors:
         return _signin_page(request, errors, values, 422)
     try:
-        await request.app.state.authenticator.user(f"Bearer {token}")
+        await app_state(request).authenticator.user(f"Bearer {token}")
     except DockyardError as exc:
         errors.add("token", f"This token was not accepted: {exc.message}.")
         return _signin_page(request, errors, values, 401)
@@ -263,7 +259,7 @@ async def switch_namespace(request: Request) -> Response:
     ctx = await _ctx(request)
     form = await _form(ctx)
     namespace = str(form.get("namespace") or "")
-    if not views.NAMESPACE.fullmatch(namespace):
+    if not views.is_namespace(namespace):
         return redirect(ctx, f"{ctx.base}/apps", {"error": f"{namespace!r} is not a namespace name."})
     return RedirectResponse(f"{PREFIX}/ns/{namespace}/apps", status_code=303)
 
@@ -559,7 +555,7 @@ async def _env_view(
     if tab == "usage":
         try:
             report = await usage_api.environment_usage(
-                ctx.request, ctx.namespace, environment, ctx.user, ctx.auth, None, None
+                ctx.namespace, environment, ctx.user, ctx.auth, store_of(ctx.request), None, None
             )
             values["usage"], values["usageError"] = report, None
             values["chart"] = views.usage_chart(views.dense_days(report))

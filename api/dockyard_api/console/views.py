@@ -10,6 +10,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from dockyard_core.resources.v1alpha1.common import DNS_LABEL_MAX_LENGTH, DNS_LABEL_PATTERN
+
 FORM_FIELDS = ("version", "name", "description", "agents", "toolVersions", "appVersion", "confirm", "key", "token")
 
 
@@ -216,8 +218,12 @@ def usage_chart(days: list[dict[str, Any]], width: int = 600, height: int = 160)
     )
 
 
-NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-"""A Kubernetes namespace name."""
+_DNS_LABEL = re.compile(DNS_LABEL_PATTERN)
+
+
+def is_namespace(name: str) -> bool:
+    """Whether ``name`` is a Kubernetes namespace name (a DNS label)."""
+    return len(name) <= DNS_LABEL_MAX_LENGTH and _DNS_LABEL.fullmatch(name) is not None
 
 
 def dense_days(report: dict[str, Any]) -> list[dict[str, Any]]:

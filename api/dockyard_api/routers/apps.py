@@ -12,8 +12,7 @@ from typing import Any
 
 from fastapi import APIRouter, status
 
-from dockyard_api.auth import Auth, KubeUser, NamespaceParam
-from dockyard_api.deps import AppName, Kube, VersionParam
+from dockyard_api.deps import AppName, Auth, Kube, KubeUser, NamespaceParam, VersionParam
 from dockyard_api.events import record_event
 from dockyard_api.schemas.management import AppCreate, DraftUpdate, Restore, VersionCreate
 from dockyard_core.errors import InvalidError, NotFoundError

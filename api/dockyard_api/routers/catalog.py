@@ -9,8 +9,7 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from dockyard_api.auth import KubeUser, NamespaceParam
-from dockyard_api.deps import AppName, Kube
+from dockyard_api.deps import AppName, Kube, KubeUser, NamespaceParam
 from dockyard_core import jobs
 from dockyard_core.resources.v1alpha1.common import semver_key as _semver
 

@@ -21,12 +21,13 @@ import uuid
 from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter, Body, Path, Query, Request
+from fastapi import APIRouter, Body, Query
 from fastapi.responses import Response
 
 from dockyard_api import metrics
-from dockyard_api.auth import EnvironmentCaller, PublicCaller
+from dockyard_api.auth import EnvironmentCaller
 from dockyard_api.cache import Informer
+from dockyard_api.deps import Kube, ModelCache, ModelId, PublicCaller, Settings, ToolId
 from dockyard_api.schemas.public import (
     MODEL_DEPLOY_EXAMPLES,
     MODEL_DEPLOY_RESPONSE_EXAMPLES,
@@ -49,7 +50,6 @@ from dockyard_core.resources.v1alpha1 import (
     ModelType,
     OptimizationInfo,
 )
-from dockyard_core.resources.v1alpha1.common import DNS_SUBDOMAIN_PATTERN
 from dockyard_core.resources.v1alpha1.tool import tool_deployment_name
 
 router = APIRouter(prefix="/api/public", tags=["deploy"])
@@ -59,28 +59,6 @@ REQUESTED_BY_ANNOTATION = "dockyard.dev/requested-by"
 READY_TO_DEPLOY = "ReadyToDeploy"
 PENDING_MESSAGE = "deployment requested; poll GET {base_url}/api/public/dock-status/{dockStatusId}"
 
-ModelId = Annotated[
-    str,
-    Path(
-        alias="modelId",
-        min_length=1,
-        max_length=253,
-        pattern=DNS_SUBDOMAIN_PATTERN,
-        description="The model's id (the name of its Model object), e.g. llama-3-8b-instruct",
-        examples=["llama-3-8b-instruct"],
-    ),
-]
-ToolId = Annotated[
-    str,
-    Path(
-        alias="toolId",
-        min_length=1,
-        max_length=253,
-        pattern=DNS_SUBDOMAIN_PATTERN,
-        description="The tool version's id (<name>-<version>, the name of its Tool object), e.g. weather-1.2.0",
-        examples=["weather-1.2.0"],
-    ),
-]
 ModelTypeQuery = Annotated[
     ModelType, Query(alias="modelType", description="openSource or fineTune (required)", examples=["openSource"])
 ]
@@ -102,11 +80,6 @@ def _json_response(record: dict[str, Any]) -> Response:
         extra={"dock_status_id": record.get("dockStatusId"), "deployment": record.get("deploymentName")},
     )
     return Response(orjson.dumps(record), media_type="application/json")
-
-
-def _kube(request: Request) -> AsyncKube:
-    kube: AsyncKube = request.app.state.kube
-    return kube
 
 
 def _requested_by(caller: EnvironmentCaller) -> str:
@@ -135,11 +108,11 @@ async def deploy_model(
     model_type: ModelTypeQuery,
     body: Annotated[ModelDeployBody, Body(openapi_examples=MODEL_DEPLOY_EXAMPLES)],
     caller: PublicCaller,
-    request: Request,
+    kube: Kube,
+    models: ModelCache,
 ) -> Response:
-    kube = _kube(request)
     namespace = caller.namespace
-    model = await _check_model(request, namespace, model_id, model_type)
+    model = await _check_model(kube, models, namespace, model_id, model_type)
     _check_runtime(model, body.optimization_info)
     spec = body.to_spec(model_id, model_type)
     job_id = str(uuid.uuid4())
@@ -215,13 +188,14 @@ async def _owner(kube: AsyncKube, caller: EnvironmentCaller) -> dict[str, Any]:
             "blockOwnerDeletion": False}  # fmt: skip
 
 
-async def _check_model(request: Request, namespace: str, model_id: str, model_type: str) -> dict[str, Any]:
+async def _check_model(
+    kube: AsyncKube, cache: Informer | None, namespace: str, model_id: str, model_type: str
+) -> dict[str, Any]:
     """404 for an unknown model, 409 unless it is ReadyToDeploy, 422 when modelType contradicts it."""
-    cache: Informer | None = getattr(request.app.state, "models", None)
     model = cache.cached(namespace, model_id) if cache is not None else None
     if model is None or _phase(model) != READY_TO_DEPLOY:
         try:
-            model = await _kube(request).request("GET", AsyncKube.custom_path(namespace, "models", model_id))
+            model = await kube.request("GET", AsyncKube.custom_path(namespace, "models", model_id))
         except KubeError as exc:
             if exc.status == 404:
                 raise NotFoundError(f"model {model_id!r} not found", {"modelId": model_id}) from exc
@@ -283,9 +257,9 @@ async def deploy_tool(
     tool_id: ToolId,
     body: Annotated[ToolDeployBody, Body(openapi_examples=TOOL_DEPLOY_EXAMPLES)],
     caller: PublicCaller,
-    request: Request,
+    kube: Kube,
+    settings: Settings,
 ) -> Response:
-    kube = _kube(request)
     namespace = caller.namespace
     try:
         tool = await kube.request("GET", kube.custom_path(namespace, "tools", tool_id))
@@ -308,7 +282,6 @@ async def deploy_tool(
         )
     if body.is_async:
         return _json_response(jobs.pending(obj, "toolId", job_id, PENDING_MESSAGE))
-    settings: ApiSettings = request.app.state.settings
     return _json_response(await _wait_for_job(kube, obj, job_id, settings))
 
 

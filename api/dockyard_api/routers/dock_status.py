@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import re
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter
 
-from dockyard_api.auth import PublicCaller
-from dockyard_api.deps import Kube
+from dockyard_api.deps import DockStatusId, Kube, PublicCaller
 from dockyard_api.schemas.public import error_responses, job_responses
 from dockyard_core import jobs
 from dockyard_core.errors import NotFoundError
@@ -48,9 +47,7 @@ EXAMPLE = {
         **error_responses(401, 403, 404, 422, 503),
     },
 )
-async def dock_status(
-    dock_status_id: Annotated[str, Path(min_length=1, max_length=128)], caller: PublicCaller, kube: Kube
-) -> dict[str, Any]:
+async def dock_status(dock_status_id: DockStatusId, caller: PublicCaller, kube: Kube) -> dict[str, Any]:
     if not _LABEL_VALUE.match(dock_status_id):
         raise NotFoundError(f"no job {dock_status_id!r}")
     selector = {"labelSelector": f"{DOCK_STATUS_ID_LABEL}={dock_status_id}"}

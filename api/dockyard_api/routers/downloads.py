@@ -13,10 +13,11 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import anyio
-from fastapi import APIRouter, Header, Path, Request
+from fastapi import APIRouter, Header
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.concurrency import iterate_in_threadpool
 
+from dockyard_api.deps import DownloadTokenKey, Imports, ModelId, NamespaceParam
 from dockyard_api.errors import error_body
 from dockyard_core import downloadtokens
 from dockyard_core.errors import DockyardError, NotFoundError, UnauthenticatedError
@@ -26,9 +27,6 @@ from dockyard_core.storeerrors import parse_range
 
 router = APIRouter(prefix="/api/models", tags=["model downloads"])
 
-DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
-Namespace = Annotated[str, Path(pattern=DNS_LABEL, max_length=63)]
-ModelId = Annotated[str, Path(pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$", max_length=253)]
 ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"description": "no download token, or a forged, expired or other model's one"},
     404: {"description": "the model has no finished import, or no such file"},
@@ -37,24 +35,18 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-def _store(request: Request) -> ModelStore:
-    store: ModelStore = request.app.state.imports.store
-    return store
-
-
-def _authorize(request: Request, authorization: str | None, namespace: str, model_id: str) -> None:
+def _authorize(key: bytes, authorization: str | None, namespace: str, model_id: str) -> None:
     scheme, _, token = (authorization or "").partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise UnauthenticatedError("a download token is required (Authorization: Bearer <token>)")
-    key: bytes = request.app.state.download_token_key
     try:
         downloadtokens.verify(key, token, namespace, model_id)
     except downloadtokens.InvalidToken as exc:
         raise UnauthenticatedError(f"the download token is refused: {exc}") from exc
 
 
-async def _manifest(request: Request, namespace: str, model_id: str) -> ModelManifest:
-    manifest = await anyio.to_thread.run_sync(_store(request).model_manifest, namespace, model_id)
+async def _manifest(store: ModelStore, namespace: str, model_id: str) -> ModelManifest:
+    manifest = await anyio.to_thread.run_sync(store.model_manifest, namespace, model_id)
     if manifest is None:
         raise NotFoundError(f"model {namespace}/{model_id} has no finished import in the model store")
     return manifest
@@ -62,13 +54,14 @@ async def _manifest(request: Request, namespace: str, model_id: str) -> ModelMan
 
 @router.get("/{namespace}/{modelId}/manifest", summary="The files of an imported model", responses=ERRORS)
 async def manifest(
-    namespace: Namespace,
+    namespace: NamespaceParam,
     modelId: ModelId,
-    request: Request,
+    imports: Imports,
+    key: DownloadTokenKey,
     authorization: Annotated[str | None, Header()] = None,
 ) -> dict[str, Any]:
-    _authorize(request, authorization, namespace, modelId)
-    found = await _manifest(request, namespace, modelId)
+    _authorize(key, authorization, namespace, modelId)
+    found = await _manifest(imports.store, namespace, modelId)
     return {"namespace": namespace, "modelId": modelId, **found.to_dict(), "totalBytes": found.total_bytes}
 
 
@@ -79,15 +72,16 @@ async def manifest(
     response_class=StreamingResponse,
 )
 async def file(
-    namespace: Namespace,
+    namespace: NamespaceParam,
     modelId: ModelId,
     path: str,
-    request: Request,
+    imports: Imports,
+    key: DownloadTokenKey,
     authorization: Annotated[str | None, Header()] = None,
     range_header: Annotated[str | None, Header(alias="range")] = None,
 ) -> Response:
-    _authorize(request, authorization, namespace, modelId)
-    entry = (await _manifest(request, namespace, modelId)).file(path)
+    _authorize(key, authorization, namespace, modelId)
+    entry = (await _manifest(imports.store, namespace, modelId)).file(path)
     if entry is None:
         raise NotFoundError(f"model {namespace}/{modelId} has no file {path[:200]!r}")
     try:
@@ -108,7 +102,7 @@ async def file(
     if wanted is not None:
         headers["Content-Range"] = f"bytes {start}-{end - 1}/{entry.size}"
     # open it now, so that a missing file is a 404 and not a broken 200
-    blocks = _store(request).read_model_file(namespace, modelId, path, start, end)
+    blocks = imports.store.read_model_file(namespace, modelId, path, start, end)
     first = await anyio.to_thread.run_sync(next, blocks, b"")
 
     async def body() -> Any:

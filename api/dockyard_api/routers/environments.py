@@ -13,10 +13,9 @@ import uuid
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query, Response, status
+from fastapi import APIRouter, Query, Response, status
 
-from dockyard_api.auth import Auth, KubeUser, NamespaceParam
-from dockyard_api.deps import AppName, EnvName, Kube
+from dockyard_api.deps import AppName, Auth, EnvName, KeyId, Kube, KubeUser, NamespaceParam
 from dockyard_api.events import record_event
 from dockyard_api.schemas.management import Deploy, EnvironmentCreate, KeyCreate, KeyView, NewKeyView, Rollback
 from dockyard_core import apikeys, audit, requestid
@@ -26,7 +25,6 @@ from dockyard_core.resources.v1alpha1 import API_KEY_LABEL, API_VERSION, DEPLOY_
 
 router = APIRouter(prefix="/api/v1/namespaces/{namespace}", tags=["environments and API keys"])
 
-KeyId = Annotated[str, Path(pattern=r"^[a-z0-9]{12}$")]
 KEYS_CHANGED_ANNOTATION = "dockyard.dev/api-keys-changed-at"
 
 

@@ -9,24 +9,18 @@ docs/deployed-app-api.md.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Annotated
 
 import orjson
-from fastapi import APIRouter, Path, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
 
-from dockyard_api.auth import AppCaller
-from dockyard_api.runtime.service import Runtime, Store
+from dockyard_api.deps import AppCaller, AppId, ConversationDb, RuntimeDep, Settings
 from dockyard_api.schemas.public import ERROR_MEANINGS, ErrorBody
-from dockyard_api.settings import ApiSettings
-from dockyard_core.errors import DatabaseUnavailableError
 
 router = APIRouter(tags=["deployed apps"])
 
 MAX_MESSAGE_CHARS = 32_768
-
-AppId = Annotated[str, Path(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")]
 
 
 class ExecuteMetadata(BaseModel):
@@ -130,11 +124,15 @@ MEANINGS = {
         **{code: {"model": ErrorBody, "description": MEANINGS[code]} for code in (502, 503, 504)},
     },
 )
-async def execute(app_id: AppId, body: ExecuteBody, caller: AppCaller, request: Request) -> Response:
-    runtime: Runtime = request.app.state.runtime
-    store: Store | None = getattr(request.app.state, "store", None)
-    if store is None:
-        raise DatabaseUnavailableError("the conversation database is not configured")
+async def execute(
+    app_id: AppId,
+    body: ExecuteBody,
+    caller: AppCaller,
+    request: Request,
+    runtime: RuntimeDep,
+    store: ConversationDb,
+    settings: Settings,
+) -> Response:
     prepared = await runtime.prepare(
         store,
         caller,
@@ -147,7 +145,6 @@ async def execute(app_id: AppId, body: ExecuteBody, caller: AppCaller, request: 
     if not streaming:
         answer = await runtime.complete(store, prepared)
         return Response(orjson.dumps(answer), media_type="application/json")
-    settings: ApiSettings = request.app.state.settings
 
     async def events() -> AsyncIterator[bytes]:
         async for event, data in runtime.events(store, prepared, ping_seconds=settings.execute_ping_seconds):

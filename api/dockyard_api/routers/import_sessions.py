@@ -7,19 +7,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Path, Request
+from fastapi import APIRouter, Body, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from dockyard_api import metrics
-from dockyard_api.auth import PublicCaller
-from dockyard_api.import_service import ImportService
+from dockyard_api.deps import Imports, PublicCaller, SessionId
 from dockyard_api.schemas.public import error_responses, ok_responses
 from dockyard_core.upload import Upload, sha256_hex
 
 router = APIRouter(prefix="/api/public/files/session", tags=["model import"])
 
-SessionId = Annotated[str, Path(description="sessionId returned by the start call", max_length=128)]
 StartBody = Annotated[dict[str, Any], Body()]
 """The start call's JSON object, validated by the service as the one upload type
 (:class:`dockyard_core.upload.Upload`) with this facade's limits as the validation context."""
@@ -66,11 +64,6 @@ class JobRecord(BaseModel):
     status: str
 
 
-def service(request: Request) -> ImportService:
-    svc: ImportService = request.app.state.imports
-    return svc
-
-
 UPLOAD_SCHEMA = Upload.model_json_schema(by_alias=True)
 """The start body's schema in the OpenAPI document (the route takes the JSON object and validates it)."""
 SESSION_EXAMPLE = {
@@ -104,14 +97,13 @@ SESSION_STATE_EXAMPLE = {
     responses={**ok_responses(SESSION_EXAMPLE, "The session"), **error_responses(401, 403, 404, 413, 422, 503)},
     openapi_extra={"requestBody": {"content": {"application/json": {"schema": UPLOAD_SCHEMA}}}},
 )
-async def start(body: StartBody, caller: PublicCaller, request: Request) -> Any:
-    svc = service(request)
+async def start(body: StartBody, caller: PublicCaller, imports: Imports) -> Any:
     try:
-        upload = svc.upload_of(body)
+        upload = imports.upload_of(body)
     except ValidationError as exc:  # the same answer as FastAPI's own body validation: 422 naming body.<field>
         errors = [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
         raise RequestValidationError(errors, body=body) from exc
-    session = await svc.start(caller.namespace, caller.environment, upload)
+    session = await imports.start(caller.namespace, caller.environment, upload)
     metrics.import_outcome("started")
     return session
 
@@ -142,8 +134,8 @@ async def start(body: StartBody, caller: PublicCaller, request: Request) -> Any:
         }
     },
 )
-async def upload_chunk(sessionId: SessionId, caller: PublicCaller, request: Request) -> Any:
-    number, size, new = await service(request).receive_chunk(
+async def upload_chunk(sessionId: SessionId, caller: PublicCaller, imports: Imports, request: Request) -> Any:
+    number, size, new = await imports.receive_chunk(
         caller.namespace, caller.environment, sessionId, request.headers.get("content-type"), request.stream()
     )
     if new:
@@ -156,8 +148,8 @@ async def upload_chunk(sessionId: SessionId, caller: PublicCaller, request: Requ
     summary="Which chunks the session has received (to resume an upload)",
     responses={**ok_responses(SESSION_STATE_EXAMPLE, "The session"), **error_responses(401, 403, 404, 410, 422)},
 )
-async def describe(sessionId: SessionId, caller: PublicCaller, request: Request) -> dict[str, Any]:
-    return await service(request).describe(caller.namespace, caller.environment, sessionId)
+async def describe(sessionId: SessionId, caller: PublicCaller, imports: Imports) -> dict[str, Any]:
+    return await imports.describe(caller.namespace, caller.environment, sessionId)
 
 
 @router.delete(
@@ -168,8 +160,8 @@ async def describe(sessionId: SessionId, caller: PublicCaller, request: Request)
         **error_responses(401, 403, 404, 409, 422),
     },
 )
-async def abort(sessionId: SessionId, caller: PublicCaller, request: Request) -> dict[str, Any]:
-    aborted = await service(request).abort(caller.namespace, caller.environment, sessionId)
+async def abort(sessionId: SessionId, caller: PublicCaller, imports: Imports) -> dict[str, Any]:
+    aborted = await imports.abort(caller.namespace, caller.environment, sessionId)
     metrics.import_outcome("aborted")
     return aborted
 
@@ -185,9 +177,12 @@ async def abort(sessionId: SessionId, caller: PublicCaller, request: Request) ->
     },
 )
 async def complete(
-    sessionId: SessionId, caller: PublicCaller, request: Request, body: Annotated[CompleteBody | None, Body()] = None
+    sessionId: SessionId,
+    caller: PublicCaller,
+    imports: Imports,
+    body: Annotated[CompleteBody | None, Body()] = None,
 ) -> Any:
     sha256 = body.sha256 if body is not None else None
-    job = await service(request).complete(caller.namespace, caller.environment, sessionId, sha256)
+    job = await imports.complete(caller.namespace, caller.environment, sessionId, sha256)
     metrics.import_outcome("completed")
     return job

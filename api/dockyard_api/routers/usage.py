@@ -11,12 +11,10 @@ from __future__ import annotations
 from datetime import UTC, date, datetime, timedelta
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query
 
-from dockyard_api.auth import Auth, KubeUser, NamespaceParam
-from dockyard_api.deps import EnvName
-from dockyard_api.store import ConversationStore
-from dockyard_core.errors import DatabaseUnavailableError, InvalidError
+from dockyard_api.deps import Auth, ConversationDb, EnvName, KubeUser, NamespaceParam
+from dockyard_core.errors import InvalidError
 
 router = APIRouter(prefix="/api/v1/namespaces/{namespace}", tags=["environments and API keys"])
 
@@ -28,11 +26,11 @@ MAX_DAYS = 366
     summary="Usage statistics of an environment per day and per API key (kept after the environment is deleted)",
 )
 async def environment_usage(
-    request: Request,
     namespace: NamespaceParam,
     environment: EnvName,
     user: KubeUser,
     auth: Auth,
+    store: ConversationDb,
     since: Annotated[
         date | None, Query(alias="from", description="first UTC day (YYYY-MM-DD); default: 29 days before to")
     ] = None,
@@ -48,8 +46,5 @@ async def environment_usage(
         raise InvalidError("from must not be after to", [{"field": "query.from", "message": "after to"}])
     if (until - since).days >= MAX_DAYS:
         raise InvalidError(f"at most {MAX_DAYS} days at once", [{"field": "query.from", "message": "range too long"}])
-    store: ConversationStore | None = getattr(request.app.state, "store", None)
-    if store is None:
-        raise DatabaseUnavailableError("the conversation database is not configured")
     report = await store.usage(namespace=namespace, environment=environment, since=since, until=until)
     return report.view()

@@ -1,4 +1,5 @@
-"""The runtime of the facade: one object (``app.state.runtime``) that runs turns of deployed apps.
+"""The runtime of the facade: one object (``AppState.runtime`` of :mod:`dockyard_api.deps`) that runs turns of
+deployed apps.
 
 A turn, in order: the environment (404 when gone) and its app (404 for another app id); then ONE store
 transaction counts the request against the rate limits (429) and takes the session for the turn

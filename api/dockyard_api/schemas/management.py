@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from dockyard_core.resources.v1alpha1 import Agent, McpServer, ToolVersionRef
-from dockyard_core.resources.v1alpha1.common import Description, DisplayName, DnsLabel, SemVer
+from dockyard_core.resources.v1alpha1.common import DNS_LABEL_PATTERN, Description, DisplayName, DnsLabel, SemVer
 
 
 class Body(BaseModel):
@@ -103,7 +103,7 @@ class EnvironmentCreate(Body):
         json_schema_extra={"examples": [{"name": "production", "description": "Customers", "appVersion": "1.0.0"}]}
     )
 
-    name: Annotated[str, Field(min_length=1, max_length=40, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
+    name: Annotated[str, Field(min_length=1, max_length=40, pattern=DNS_LABEL_PATTERN)]
     """The environment's name; its object name is <app>-<name>."""
     description: Description = ""
     app_version: SemVer | None = None

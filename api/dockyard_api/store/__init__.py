@@ -1,7 +1,7 @@
 """Sessions, messages, usage statistics and rate limits of deployed apps, in a relational database.
 
 ``ConversationStore`` (Contract 3 of the runtime) is created in the facade's lifespan as
-``app.state.store``: a SQLite file on the model store volume by default (one facade replica),
+``AppState.store`` (:mod:`dockyard_api.deps`): a SQLite file on the model store volume by default (one facade replica),
 PostgreSQL when ``DOCKYARD_API_DATABASE_URL`` is set (any number of replicas). Alembic migrations
 (``migrations/``) run at start.
 """

@@ -25,7 +25,8 @@ from pydantic.alias_generators import to_camel
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dockyard_api import __version__
-from dockyard_api.auth import Auth, NameParam, NamespaceParam, _bearer
+from dockyard_api.auth import bearer
+from dockyard_api.deps import Auth, EnvName, NamespaceParam, Web, state_of
 from dockyard_api.errors import error_body
 from dockyard_api.web import tokens
 from dockyard_api.web.service import BrowserConfig, WebService, same_origin
@@ -78,11 +79,6 @@ class WebTokenRequest(BaseModel):
     previous_token: Annotated[str | None, Field(max_length=4096)] = None
 
 
-def _service(request: Request) -> WebService:
-    service: WebService = request.app.state.web
-    return service
-
-
 def _address(request: Request) -> str:
     return request.client.host if request.client else ""
 
@@ -93,7 +89,7 @@ def _address(request: Request) -> str:
     response_class=Response,
     responses={200: {"content": {"text/javascript": {}}}},
 )
-async def loader(request: Request, namespace: NamespaceParam, environment: NameParam) -> Response:
+async def loader(request: Request, namespace: NamespaceParam, environment: EnvName) -> Response:
     # The same script serves every environment: it finds its environment from its own src URL. So it is
     # served without reading the Environment (a CDN may cache it; an unknown environment fails at token time).
     return LOADER.response(
@@ -110,16 +106,16 @@ async def loader(request: Request, namespace: NamespaceParam, environment: NameP
 async def widget_token(
     request: Request,
     namespace: NamespaceParam,
-    environment: NameParam,
+    environment: EnvName,
     body: WidgetTokenRequest,
     auth: Auth,
+    service: Web,
     authorization: Annotated[str | None, Header(description="Bearer <API key>: only a site's server")] = None,
     origin: Annotated[str | None, Header(description="Sent by the browser: must be an allowed origin")] = None,
 ) -> dict[str, Any]:
-    service = _service(request)
     config = await service.directory.require(namespace, environment)
     _check_app(config, body.app_id)
-    key = _bearer(authorization)
+    key = bearer(authorization)
     if key and not tokens.is_token(key):
         # a site's server vouches for one of its signed-in users (identify): the API key is the proof
         await auth.key_caller(namespace, environment, key)  # 401/403 unless a key of this environment
@@ -172,8 +168,8 @@ async def web_no_slash(request: Request) -> RedirectResponse:
 
 
 @router.get("/web/", summary="The web client: a chat page for the environment's app", response_class=Response)
-async def web_page(request: Request, namespace: NamespaceParam, environment: NameParam) -> Response:
-    config = await _page_config(_service(request), namespace, environment)
+async def web_page(namespace: NamespaceParam, environment: EnvName, service: Web) -> Response:
+    config = await _page_config(service, namespace, environment)
     esc = html.escape
     title = f"{config.app} · {config.display_name}"
     page = (
@@ -201,13 +197,13 @@ async def web_page(request: Request, namespace: NamespaceParam, environment: Nam
 async def web_token(
     request: Request,
     namespace: NamespaceParam,
-    environment: NameParam,
+    environment: EnvName,
     body: WebTokenRequest,
     auth: Auth,
+    service: Web,
     authorization: Annotated[str | None, Header(description="signIn pages: Bearer <Kubernetes token>")] = None,
     origin: Annotated[str | None, Header()] = None,
 ) -> dict[str, Any]:
-    service = _service(request)
     config = await _page_config(service, namespace, environment)
     if not same_origin(origin, request.headers.get("host")):
         raise ForbiddenError(
@@ -224,7 +220,7 @@ async def web_token(
             config, kind="web", sub=None, ttl=config.widget.token_ttl_seconds, previous=body.previous_token
         )
         return issued.view()
-    if not _bearer(authorization):
+    if not bearer(authorization):
         raise UnauthenticatedError(
             f"the web client of {namespace}/{environment} needs a sign-in: a Kubernetes token of a user who may get "
             "the Environment (kubectl create token ...)",
@@ -266,7 +262,7 @@ class CorsMiddleware:
         if rest == "widget/token":
             allowed = True  # any site may ask; the endpoint answers which may not, readably
         else:
-            service: WebService = scope["app"].state.web
+            service = state_of(scope["app"]).web
             try:
                 config = await service.directory.get(namespace, environment)
             except Exception:  # the API server is away: no CORS grant; the request itself reports the error

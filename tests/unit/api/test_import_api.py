@@ -12,7 +12,8 @@ from fastapi import Header
 from fastapi.testclient import TestClient
 
 from dockyard_api.app import create_app
-from dockyard_api.auth import EnvironmentCaller, public_caller
+from dockyard_api.auth import EnvironmentCaller
+from dockyard_api.deps import public_caller
 from dockyard_api.settings import ApiSettings
 from dockyard_core.errors import UnauthenticatedError
 

@@ -15,7 +15,7 @@ import yaml
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from dockyard_api.auth import authenticator, kube_user
+from dockyard_api.deps import get_authenticator, get_store, kube_user
 from dockyard_api.errors import install_error_handlers
 from dockyard_api.routers import usage
 from dockyard_api.store import ConversationStore
@@ -54,9 +54,10 @@ def usage_app(store: ConversationStore | None, auth: FakeAuth) -> TestClient:
     app = FastAPI()
     install_error_handlers(app)
     app.include_router(usage.router)
-    app.state.store = store
+    if store is not None:
+        app.dependency_overrides[get_store] = lambda: store
     app.dependency_overrides[kube_user] = lambda: User(username="alice", uid="1", groups=(), extra={})
-    app.dependency_overrides[authenticator] = lambda: auth
+    app.dependency_overrides[get_authenticator] = lambda: auth
     return TestClient(app)
 
 
