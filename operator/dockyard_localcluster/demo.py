@@ -149,9 +149,10 @@ def _wait_job(http: httpx.Client, root: str, headers: dict[str, str], job_id: st
         time.sleep(0.5)
 
 
-def import_model(http: httpx.Client, root: str, key: str, path: Path) -> str:
-    """SPEC.md §1 to §3 with the file at ``path``: start, chunks, complete, then the dock status until
-    the import job is SUCCESS. Returns the modelId."""
+def import_model(http: httpx.Client, root: str, key: str, path: Path, extension: str = "gguf") -> str:
+    """The public chunked import (docs/public-api.md, "Chunked model import") of the file at ``path``
+    (``extension``: gguf, or tar for a model directory): start, chunks, complete, then the dock status
+    until the import job is SUCCESS. Returns the modelId."""
     from dockyard_localcluster.tinymodel import sha256_of
 
     headers = {"x-api-key": key}
@@ -160,7 +161,7 @@ def import_model(http: httpx.Client, root: str, key: str, path: Path) -> str:
     body = {
         "fileContext": "model",
         "totalChunks": len(chunks),
-        "fileExtension": "gguf",
+        "fileExtension": extension,
         "fileName": path.name,
         "fileSize": len(data),
         "sha256": sha256_of(path),

@@ -26,8 +26,9 @@ from dockyard_localcluster.testbed.bed import TestBed, log
 
 RELEASE = "dockyard"
 NAMESPACE = "dockyard-system"
-IMAGES = ("dockyard", "llama-cpp", "tool")
-"""The images a release in the test bed runs: Dockyard itself, the llama.cpp engine and the test tool."""
+IMAGES = ("dockyard", "llama-cpp", "ct2-server", "tool")
+"""The images a release in the test bed runs: Dockyard itself, its two CPU engines (llama.cpp's
+llama-server, Dockyard's CTranslate2 server) and the test tool."""
 STORAGE_CLASS = "dockyard-testbed"
 RUN_AS = 10001
 """The chart's user and group (podSecurityContext): the model-store directory belongs to them."""
@@ -90,6 +91,7 @@ def helm_args(refs: Mapping[str, str], public_url: str, values: Sequence[Path], 
         f"image.repository={repository}",
         f"image.tag={tag}",
         f"runtimeCatalog.runtimes.llama-cpp.image={refs['llama-cpp']}",
+        f"runtimeCatalog.runtimes.ctranslate2.image={refs['ct2-server']}",
         f"publicUrl={public_url}",
         *sets,
     ):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import tarfile
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -338,6 +339,68 @@ def test_6_the_operator_pod_deleted_in_the_middle_of_a_deploy(walk: Walk) -> Non
     assert new_operator["metadata"]["name"] != operator["metadata"]["name"]
 
 
+def facade_get(walk: Walk, url: str, body: dict[str, Any] | None = None) -> Any:
+    """GET (or POST ``body`` to) ``url`` from the facade's pod: what an in-cluster caller gets."""
+    (facade,) = walk.dockyard.pods("api")
+    call = (
+        "import json, sys, urllib.request\n"
+        "data = sys.argv[2].encode() if sys.argv[2] else None\n"
+        "req = urllib.request.Request(sys.argv[1], data=data, headers={'Content-Type': 'application/json'})\n"
+        "print(urllib.request.urlopen(req, timeout=60).read().decode())"
+    )
+    out = walk.dockyard.kubectl(
+        "-n", walk.dockyard.namespace, "exec", facade["metadata"]["name"], "--",
+        "python", "-c", call, url, json.dumps(body) if body is not None else "",
+    ).stdout  # fmt: skip
+    return json.loads(out)
+
+
+def test_6b_a_ctranslate2_model_runs_in_dockyards_ct2_server_image(
+    walk: Walk, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    from tests.support.ct2_model import build as build_ct2
+
+    # the second llama.cpp deployment gives its GPU back
+    walk.dockyard.kubectl("-n", walk.namespace, "delete", "modeldeployment", f"{MODEL}-2", "--wait=true")
+    model = build_ct2(tmp_path_factory.mktemp("ct2") / "tiny-ct2")
+    archive = model.path.parent / "tiny-ct2.tar"
+    with tarfile.open(archive, mode="w") as tar:
+        tar.add(model.path, arcname="tiny-ct2")
+    model_id = import_model(walk.http, walk.public(f"{APP}-draft"), walk.draft_key, archive, extension="tar")
+    body = {
+        **DEPLOY_BODY,
+        "name": "tiny-ct2",
+        "optimizationInfo": {"optimizationType": "ctranslate2", "quantizationType": "int8_float16"},
+    }
+    record = ok(
+        walk.http.post(
+            f"{walk.public(f'{APP}-draft')}/models/{model_id}/deploy",
+            params={"modelType": "openSource"},
+            json=body,
+            headers={"x-api-key": walk.draft_key},
+        )
+    )
+    walk.job(f"{APP}-draft", walk.draft_key, record["dockStatusId"], 300, "the CTranslate2 deployment job")
+    (pod,) = pods_of(walk, "dockyard.dev/model-deployment=tiny-ct2")
+    assert pod["spec"]["containers"][0]["image"] == walk.dockyard.refs["ct2-server"]
+    if walk.dockyard.node is not None:
+        assert pod["spec"]["nodeName"] == walk.dockyard.node
+    mdep = json.loads(
+        walk.dockyard.kubectl("-n", walk.namespace, "get", "modeldeployment", "tiny-ct2", "-o", "json").stdout
+    )
+    endpoint = mdep["status"]["endpoint"]
+    health = facade_get(walk, f"{endpoint}/health")
+    assert health["model"] == "tiny-ct2"
+    assert health["device"] == "cpu"  # no GPU in the pod: the compute type's CPU fallback
+    answer = facade_get(
+        walk,
+        f"{endpoint}/v1/chat/completions",
+        {"model": "tiny-ct2", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 8},
+    )
+    assert answer["usage"]["completion_tokens"] > 0, answer
+    walk.dockyard.kubectl("-n", walk.namespace, "delete", "modeldeployment", "tiny-ct2", "--wait=false")
+
+
 def test_7_helm_upgrade_to_another_image_keeps_an_import_and_a_conversation(walk: Walk) -> None:
     data = walk.gguf.read_bytes()
     chunks = [data[i : i + CHUNK] for i in range(0, len(data), CHUNK)]
@@ -361,9 +424,27 @@ def test_7_helm_upgrade_to_another_image_keeps_an_import_and_a_conversation(walk
     before = usage(walk)
     assert before["requests"] >= 2, before  # the staging environment's calls so far (execute and widget)
     old_pods = {p["metadata"]["name"] for p in walk.dockyard.pods("api")}
-    walk.dockyard.upgrade_to_changed_image()
+    new_ref = walk.dockyard.upgrade_to_changed_image()
     new_pods = {p["metadata"]["name"] for p in walk.dockyard.pods("api")}
     assert new_pods.isdisjoint(old_pods), (old_pods, new_pods)
+
+    # Dockyard's image is also the model pods' storage initializer, so the upgrade rolls the serving
+    # model too (one pod at a time: maxSurge 0, maxUnavailable 1); wait until it serves again
+    def model_rolled() -> bool:
+        out = walk.dockyard.kubectl(
+            "-n", walk.namespace, "get", "deployments", "-l", f"dockyard.dev/model-deployment={MODEL}", "-o", "json"
+        ).stdout
+        (deployment,) = json.loads(out)["items"]
+        inits = deployment["spec"]["template"]["spec"].get("initContainers") or []
+        status = deployment.get("status") or {}
+        return (
+            all(c["image"] == new_ref for c in inits)
+            and status.get("observedGeneration") == deployment["metadata"]["generation"]
+            and status.get("updatedReplicas") == status.get("availableReplicas") == 1
+            and not status.get("unavailableReplicas")
+        )
+
+    wait_for(model_rolled, timeout=300, interval=2, what="the model to serve again after Dockyard's upgrade")
 
     for number in range(half, len(chunks)):
         upload(number)

@@ -9,6 +9,7 @@ from tests.support.helm import Helm, helm_binary, one
 REFS = {  # the same image references as tests/unit/localcluster/test_incluster.py
     "dockyard": "localhost/dockyard:0123456789abcdef",
     "llama-cpp": "localhost/dockyard-llama-cpp:fedcba9876543210",
+    "ct2-server": "localhost/dockyard-ct2-server:0011",
     "tool": "localhost/dockyard-tool:00aa",
 }
 
@@ -29,3 +30,7 @@ def test_the_testbed_values_render_with_the_chart() -> None:
     assert one(objects, "Service", incluster.facade_service("dockyard"))
     claim = one(objects, "PersistentVolumeClaim")
     assert claim["spec"]["storageClassName"] == incluster.STORAGE_CLASS
+    # the runtime catalog the operator reads names the local engine images
+    catalog = one(objects, "ConfigMap", "dockyard-runtime-catalog")["data"]["runtimes.yaml"]
+    assert REFS["llama-cpp"] in catalog
+    assert REFS["ct2-server"] in catalog

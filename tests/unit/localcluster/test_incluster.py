@@ -9,6 +9,7 @@ from dockyard_localcluster import incluster
 REFS = {
     "dockyard": "localhost/dockyard:0123456789abcdef",
     "llama-cpp": "localhost/dockyard-llama-cpp:fedcba9876543210",
+    "ct2-server": "localhost/dockyard-ct2-server:0011",
     "tool": "localhost/dockyard-tool:00aa",
 }
 
@@ -21,6 +22,7 @@ def test_helm_args_name_the_images_and_the_public_url() -> None:
         "image.repository=localhost/dockyard",
         "image.tag=0123456789abcdef",
         "runtimeCatalog.runtimes.llama-cpp.image=localhost/dockyard-llama-cpp:fedcba9876543210",
+        "runtimeCatalog.runtimes.ctranslate2.image=localhost/dockyard-ct2-server:0011",
         "publicUrl=http://127.0.0.1:41000",
         "facade.replicas=1",
     ]
