@@ -84,7 +84,7 @@ class Walk:
             return record if record.get("status") in ("SUCCESS", "FAILED") else None
 
         record = wait_for(done, timeout=timeout, interval=1, what=what)
-        assert record["status"] == "SUCCESS", record
+        assert record["status"] == "SUCCESS", f"{what}: {record.get('reason')}: {record.get('message')}"
         return record
 
 
