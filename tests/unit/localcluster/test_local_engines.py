@@ -1,4 +1,4 @@
-"""Unit tests of the local engine runner's command lines (operator/dockyard_localcluster/engines.py)."""
+"""Unit tests of the local engine runner's command lines (dockyard_localcluster.engines.commands)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ import pytest
 
 import dockyard_ct2.config as ct2_config
 from dockyard_core.devices import BUILT_IN as DEVICES
-from dockyard_localcluster import engines
-from dockyard_localcluster.engines import NoLocalEngine, ctranslate2_command, llama_cpp_command
+from dockyard_localcluster.engines import NoLocalEngine, commands, ctranslate2_command, llama_cpp_command
 from dockyard_operator.runtimes import DEFAULT_CATALOG, engine_args
 from tests.unit.k8s_shapes import mdep_spec
 
@@ -48,7 +47,7 @@ def test_ctranslate2_runs_the_pods_arguments_on_this_cpu(
 ) -> None:
     """The arguments the operator gives the pod (runtimes.ctranslate2_args), rewritten for this machine,
     are what dockyard-ct2-server's own parser accepts: the local model directory, the CPU, one replica."""
-    monkeypatch.setattr(engines.importlib.util, "find_spec", lambda name: object())
+    monkeypatch.setattr(commands.importlib.util, "find_spec", lambda name: object())
     spec = mdep_spec(
         name="chat",
         deviceType=device_type,
@@ -76,7 +75,7 @@ def test_ctranslate2_runs_the_pods_arguments_on_this_cpu(
 def test_an_engine_that_is_not_installed_leaves_the_pod_simulated(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(engines.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(commands.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(NoLocalEngine, match="dockyard_ct2"):
         ctranslate2_command([], tmp_path, 1)
     with pytest.raises(NoLocalEngine, match="llama-cpp-python"):

@@ -1,42 +1,18 @@
-"""The local engine runner: real model engines, on the host, for the model pods of the local control plane.
-
-kwok pods run no process. For each Dockyard model pod bound to a kwok node that the operator marked
-``dockyard.dev/local-engine: "true"`` (operator setting ``DOCKYARD_OPERATOR_LOCAL_ENGINES``), the
-runner plays the kubelet's part for its one container:
-
-1. kwok runs the pod without making it Ready (stage ``dockyard-local-engine-start``);
-2. the runner starts the real engine on ``127.0.0.1:<free port>`` with the model's files from the
-   local model store: llama.cpp's OpenAI-compatible server (llama-cpp-python) for a GGUF model,
-   Dockyard's CTranslate2 server (``python -m dockyard_ct2``) for a CTranslate2 model;
-3. when the engine answers its health check, it sets the pod annotation
-   ``dockyard.dev/local-endpoint: http://127.0.0.1:<port>`` and then makes the pod Ready (readiness
-   gate ``dockyard.dev/local-engine`` and ``Ready`` True) — Contract 1;
-4. an engine that exits shows as a crashed container (``CrashLoopBackOff``, its exit code, the tail of
-   its log), so the deployment job FAILS with the reason; the annotation goes and the pod is not Ready;
-5. the engine stops with the pod (deleted, or the runner stopping).
-
-At most ``max_engines`` engines run at once (default 4). A pod beyond the cap, or whose runtime has no
-local engine (vLLM needs a GPU), stays simulated: Ready as kwok would make it, without the annotation,
-and an Event (reason ``LocalEngineSimulated``) says so.
-
-Run: ``python -m dockyard_localcluster engines`` (``make run`` starts it beside the operator).
-"""
+"""The runner itself: its settings (``DOCKYARD_LOCAL_ENGINES_*``), the engine of one pod, and
+:class:`EngineRunner`, which watches the local-engine model pods, starts and stops one engine per pod
+(up to the cap), and plays the kubelet's part in the API (pod status, the endpoint annotation, Events);
+started by :mod:`~.cli` (``python -m dockyard_localcluster engines``)."""
 
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import logging
 import os
-import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
-import urllib.error
-import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
@@ -47,6 +23,14 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from dockyard_core.resources import GROUP
 from dockyard_core.resources.v1alpha1 import VERSION
+from dockyard_localcluster.engines.commands import (
+    EngineCommand,
+    NoLocalEngine,
+    ctranslate2_command,
+    free_port,
+    healthy,
+    llama_cpp_command,
+)
 
 log = logging.getLogger("dockyard.local-engines")
 
@@ -57,8 +41,6 @@ MODEL_DEPLOYMENT_LABEL = "dockyard.dev/model-deployment"
 RUNTIME_LABEL = "dockyard.dev/runtime"
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 COMPONENT = "dockyard-local-engines"
-CHAT_FORMAT = "chatml-function-calling"
-"""llama-cpp-python's chat format with grammar-constrained tool calls (valid JSON arguments)."""
 
 
 class EngineSettings(BaseSettings):
@@ -84,115 +66,6 @@ class EngineSettings(BaseSettings):
         from dockyard_core.modelstore import default_root
 
         return default_root()
-
-
-# --- the engine's command line ---------------------------------------------------------------------
-
-
-class NoLocalEngine(Exception):
-    """This pod's model cannot run on the host; the message says why (it stays simulated)."""
-
-
-@dataclass(frozen=True)
-class EngineCommand:
-    argv: list[str]
-    health_path: str
-    files: dict[str, str] = field(default_factory=dict)
-    """Files to write before starting (path → content), e.g. the sampling settings."""
-
-
-def _arg_values(args: list[str]) -> dict[str, str]:
-    """The pod container's arguments as a dict: ``--key=value``, ``--key value`` (llama-server's form)
-    or a bare ``--flag`` (an empty value)."""
-    values: dict[str, str] = {}
-    key: str | None = None
-    for arg in args:
-        if arg.startswith("--"):
-            key, sep, value = arg[2:].partition("=")
-            values[key] = value
-            if sep:
-                key = None
-        elif key is not None:
-            values[key] = arg
-            key = None
-    return values
-
-
-def llama_cpp_command(args: list[str], model_file: Path, port: int, threads: int) -> EngineCommand:
-    """llama-cpp-python's server for the arguments the operator gave llama-server (runtimes.py):
-    the same served name and context per sequence; one sequence at a time (that server has no
-    parallel slots); tool calls with grammar-constrained JSON (chat format chatml-function-calling)."""
-    if importlib.util.find_spec("llama_cpp") is None:
-        raise NoLocalEngine("llama-cpp-python is not installed (make venv builds and installs it)")
-    values = _arg_values(args)
-    parallel = max(1, int(values.get("parallel") or 1))
-    n_ctx = max(256, int(values.get("ctx-size") or 4096) // parallel)
-    argv = [
-        sys.executable,
-        "-m",
-        "llama_cpp.server",
-        "--model",
-        str(model_file),
-        "--model_alias",
-        values.get("alias") or model_file.stem,
-        "--n_ctx",
-        str(n_ctx),
-        "--n_threads",
-        str(threads),
-        "--n_threads_batch",
-        str(threads),
-        "--chat_format",
-        CHAT_FORMAT,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-    ]
-    return EngineCommand(argv, "/v1/models")
-
-
-def ctranslate2_command(args: list[str], model_dir: Path, port: int, threads: int = 1) -> EngineCommand:
-    """Dockyard's CTranslate2 server with the operator's arguments (runtimes.ctranslate2_args, its sampling
-    defaults among them), on the CPU of this machine: the model directory from the local store, a loopback
-    port, one replica, ``threads`` CPU threads. The requested compute type stays (``int8_float16`` falls
-    back to ``int8_float32`` on the CPU, as in a pod without a GPU)."""
-    if importlib.util.find_spec("dockyard_ct2") is None:
-        raise NoLocalEngine("Dockyard's CTranslate2 server (package dockyard_ct2) is not installed")
-    rewritten: list[str] = []
-    for arg in args:
-        key = arg[2:].partition("=")[0] if arg.startswith("--") else ""
-        if key == "model-dir":
-            rewritten.append(f"--model-dir={model_dir}")
-        elif key == "port":
-            rewritten.append(f"--port={port}")
-        elif key == "device":
-            rewritten.append("--device=cpu")
-        elif key == "device-count":
-            rewritten.append("--device-count=1")
-        elif key in ("host", "intra-threads", "tensor-parallel"):
-            continue
-        else:
-            rewritten.append(arg)
-    argv = [sys.executable, "-m", "dockyard_ct2", *rewritten, f"--intra-threads={threads}", "--host=127.0.0.1"]
-    return EngineCommand(argv, "/health")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as resp:
-            return bool(resp.status == 200)
-    except (OSError, urllib.error.URLError):
-        return False
-
-
-# --- the runner --------------------------------------------------------------------------------------
 
 
 def _now() -> str:
@@ -539,28 +412,3 @@ class EngineRunner:
                     raise
             finally:
                 stream.stop()
-
-
-def main() -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    settings = EngineSettings()
-    from dockyard_core.kubeconfig import api_client
-
-    kubeconfig = settings.kubeconfig or os.environ.get("KUBECONFIG")
-    with api_client(kubeconfig) as api:
-        runner = EngineRunner(api, settings)
-
-        def _stop(signum: int, frame: object) -> None:
-            runner.stop_event.set()
-            raise KeyboardInterrupt
-
-        signal.signal(signal.SIGTERM, _stop)
-        log.info("local engine runner: model store %s, at most %d engines", runner.store, runner.settings.max_engines)
-        try:
-            runner.run()
-        except KeyboardInterrupt:
-            pass
-        finally:
-            runner.stop_event.set()
-            runner.stop_all()
-    return 0
