@@ -116,7 +116,7 @@ def test_the_real_node_is_ready_beside_the_kwok_gpu_pools(bed: TestBed) -> None:
     assert ready == "True"
     assert "kwok.x-k8s.io/node" not in real["metadata"].get("annotations", {})
     assert real["metadata"]["labels"][INSTANCE_TYPE_LABEL] == REAL_DEVICE_TYPE
-    assert real["status"]["allocatable"][GPU_RESOURCE] == "1"
+    assert real["status"]["allocatable"][GPU_RESOURCE] == str(REAL_NODE_GPUS)
     assert real["status"]["nodeInfo"]["containerRuntimeVersion"].startswith("containerd://")
     wanted = sum(kwok_pools(bed.settings.nodes_per_type).values())
     assert len(nodes) == wanted
