@@ -4,7 +4,6 @@ same way (`pip wheel` of the files the Dockerfile copies, filtered by .dockerign
 
 from __future__ import annotations
 
-import fnmatch
 import re
 import shutil
 import subprocess
@@ -16,6 +15,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from dockyard_localcluster.images.dockerfile import dockerignore_admits, dockerignore_patterns
 
 ROOT = Path(__file__).resolve().parents[3]
 DOCKERFILE = ROOT / "Dockerfile"
@@ -227,30 +228,8 @@ def test_image_version_is_the_project_version(dockerfile: tuple[dict[str, str], 
     assert chart["appVersion"] == version  # the chart's default image tag
 
 
-def dockerignore_admits(rel: str, patterns: list[str]) -> bool:
-    """Docker's rule: the last matching pattern wins; ``!`` re-admits."""
-    admitted = True
-    for pattern in patterns:
-        negate = pattern.startswith("!")
-        glob = pattern[1:] if negate else pattern
-        glob = glob.rstrip("/")
-        parts = rel.split("/")
-        prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
-        if glob.startswith("**/"):
-            hit = any(fnmatch.fnmatch(part, glob[3:]) for part in parts)
-        else:
-            hit = any(fnmatch.fnmatch(prefix, glob) for prefix in prefixes)
-        if hit:
-            admitted = negate
-    return admitted
-
-
 def test_dockerignore_admits_only_the_package_sources() -> None:
-    patterns = [
-        line.strip()
-        for line in (ROOT / ".dockerignore").read_text().splitlines()
-        if line.strip() and not line.startswith("#")
-    ]
+    patterns = dockerignore_patterns((ROOT / ".dockerignore").read_text())
     admits = lambda rel: dockerignore_admits(rel, patterns)  # noqa: E731
     for rel in ("pyproject.toml", "README.md", "api/dockyard_api/app.py", "api/dockyard_core/crdgen.py",
                 "operator/dockyard_operator/handlers/__init__.py",
@@ -264,11 +243,7 @@ def test_dockerignore_admits_only_the_package_sources() -> None:
 
 def test_build_stage_wheel_builds_and_holds_both_components(tmp_path: Path) -> None:
     """What `pip wheel` in the build stage does, on the same files (the build context after .dockerignore)."""
-    patterns = [
-        line.strip()
-        for line in (ROOT / ".dockerignore").read_text().splitlines()
-        if line.strip() and not line.startswith("#")
-    ]
+    patterns = dockerignore_patterns((ROOT / ".dockerignore").read_text())
     context = tmp_path / "context"
     tracked = subprocess.run(
         ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
