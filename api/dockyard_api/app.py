@@ -15,29 +15,26 @@ from dockyard_api import __version__
 from dockyard_api.auth import Authenticator
 from dockyard_api.bodylimit import BodyLimit
 from dockyard_api.cache import Informer
-from dockyard_api.console import routes as console
+from dockyard_api.console import router as console
 from dockyard_api.deps import AppState
 from dockyard_api.errors import install_error_handlers
-from dockyard_api.import_service import ImportService
+from dockyard_api.management.apps import router as apps
+from dockyard_api.management.catalog import router as catalog
+from dockyard_api.management.environments import router as environments
+from dockyard_api.management.usage import router as usage
 from dockyard_api.metrics import RequestMiddleware
-from dockyard_api.routers import (
-    apps,
-    catalog,
-    deploy,
-    dock_status,
-    downloads,
-    environments,
-    execute,
-    health,
-    import_sessions,
-    usage,
-)
-from dockyard_api.routers import metrics as metrics_router
+from dockyard_api.ops import router as ops
+from dockyard_api.public.deploy import router as deploy
+from dockyard_api.public.dock_status import router as dock_status
+from dockyard_api.public.downloads import router as downloads
+from dockyard_api.public.imports import router as import_sessions
+from dockyard_api.public.imports.service import ImportService
+from dockyard_api.runtime import router as execute
 from dockyard_api.runtime.service import Runtime, RuntimeSettings
 from dockyard_api.settings import ApiSettings
 from dockyard_api.store import ConversationStore, default_url
 from dockyard_api.store.summary import summarise_forever
-from dockyard_api.web import routes as web
+from dockyard_api.web import router as web
 from dockyard_api.web.service import WebService
 from dockyard_core.kubeclient import AsyncKube
 
@@ -141,8 +138,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     install_error_handlers(app)
     app.add_middleware(RequestMiddleware)  # request id (header, logs, annotations) and request metrics
     app.add_middleware(BodyLimit, max_bytes=settings.max_json_body_bytes)
-    app.include_router(health.router)
-    app.include_router(metrics_router.router)
+    app.include_router(ops.router)
     # The public API's {base_url} is the environment's address (docs/public-api.md): public APIs live
     # under it. They come first: a request is matched against the routes in order, and the public calls
     # are the frequent ones.

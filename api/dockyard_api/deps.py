@@ -23,7 +23,6 @@ from fastapi import Depends, FastAPI, Header, Request
 from dockyard_api.auth import Authenticator, EnvironmentCaller, bearer
 from dockyard_api.cache import Informer
 from dockyard_api.console.session import Sealer
-from dockyard_api.import_service import ImportService
 from dockyard_api.params import (
     AppId,
     AppName,
@@ -36,6 +35,7 @@ from dockyard_api.params import (
     ToolId,
     VersionParam,
 )
+from dockyard_api.public.imports.service import ImportService
 from dockyard_api.runtime.service import Runtime
 from dockyard_api.settings import ApiSettings
 from dockyard_api.store import ConversationStore

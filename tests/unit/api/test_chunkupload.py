@@ -11,7 +11,7 @@ import anyio
 import httpx
 import pytest
 
-from dockyard_api.chunkupload import ChunkUpload, UnsupportedMediaType
+from dockyard_api.public.imports.chunks import ChunkUpload, UnsupportedMediaType
 from dockyard_core.errors import DockyardError
 from dockyard_core.modelstore import ModelStore, SessionMeta
 from dockyard_core.storeerrors import ChunkTooLarge, InvalidChunkNumber, parse_chunk_number

@@ -11,9 +11,9 @@ from pydantic import ValidationError
 
 from dockyard_api.console import session as sess
 from dockyard_api.console import views
-from dockyard_api.console.routes import TEMPLATES
-from dockyard_api.routers.catalog import agent_versions
-from dockyard_api.schemas.management import VersionCreate
+from dockyard_api.console.router import TEMPLATES
+from dockyard_api.management.catalog.router import agent_versions
+from dockyard_api.management.schemas import VersionCreate
 
 KEY = b"k" * 32
 

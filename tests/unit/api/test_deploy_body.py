@@ -3,7 +3,7 @@ same type (so the CRD's limits apply), and the spec is built from the body by na
 
 from __future__ import annotations
 
-from dockyard_api.schemas.public import MODEL_DEPLOY_EXAMPLES, ModelDeployBody
+from dockyard_api.public.schemas import MODEL_DEPLOY_EXAMPLES, ModelDeployBody
 from dockyard_core.resources.v1alpha1 import ModelDeploymentSpec, ScalingParameters
 
 OWN_TYPE = {"name", "scaling_parameters"}

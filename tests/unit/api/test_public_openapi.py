@@ -9,7 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from dockyard_api.app import ENVIRONMENT_PREFIX, create_app
-from dockyard_api.schemas.public import MODEL_DEPLOY_SAMPLE, JobRecord, ModelDeployBody, ToolDeployBody
+from dockyard_api.public.schemas import MODEL_DEPLOY_SAMPLE, JobRecord, ModelDeployBody, ToolDeployBody
 
 PUBLIC = f"{ENVIRONMENT_PREFIX}/api/public"
 MODEL_DEPLOY = f"{PUBLIC}/models/{{modelId}}/deploy"

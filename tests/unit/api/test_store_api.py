@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 
 from dockyard_api.deps import get_authenticator, get_store, kube_user
 from dockyard_api.errors import install_error_handlers
-from dockyard_api.routers import usage
+from dockyard_api.management.usage import router as usage
 from dockyard_api.store import ConversationStore
 from dockyard_api.store.summary import write_summaries
 from dockyard_core.errors import DatabaseUnavailableError, ForbiddenError, RateLimitedError

@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from dockyard_api.app import create_app
-from dockyard_api.schemas.public import MODEL_DEPLOY_SAMPLE, ModelDeployBody
+from dockyard_api.public.schemas import MODEL_DEPLOY_SAMPLE, ModelDeployBody
 from dockyard_core.crdgen import openapi_schema
 from dockyard_core.devices import DEVICE_TYPES
 from dockyard_core.resources.structural import Schema, to_structural

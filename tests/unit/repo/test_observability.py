@@ -37,7 +37,7 @@ def sample(text: str, name: str, **labels: str) -> float | None:
 
 
 def small_app() -> FastAPI:
-    from dockyard_api.routers import metrics as metrics_router
+    from dockyard_api.ops import router as metrics_router
 
     app = FastAPI()
     app.add_middleware(RequestMiddleware)

@@ -22,7 +22,7 @@ from typing import Any, NoReturn, TypeVar
 
 import anyio
 
-from dockyard_api.chunkupload import ChunkUpload
+from dockyard_api.public.imports.chunks import ChunkUpload
 from dockyard_api.settings import ApiSettings
 from dockyard_core import clock, import_status, jobs, requestid
 from dockyard_core.clock import iso

@@ -14,7 +14,7 @@ from fastapi import APIRouter, status
 
 from dockyard_api.deps import AppName, Auth, Kube, KubeUser, NamespaceParam, VersionParam
 from dockyard_api.events import record_event
-from dockyard_api.schemas.management import AppCreate, DraftUpdate, Restore, VersionCreate
+from dockyard_api.management.schemas import AppCreate, DraftUpdate, Restore, VersionCreate
 from dockyard_core.errors import InvalidError, NotFoundError
 from dockyard_core.kubeclient import AsyncKube, KubeError
 from dockyard_core.resources.v1alpha1 import API_VERSION, RESTORED_FROM_ANNOTATION, AppVersion

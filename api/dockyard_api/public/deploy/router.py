@@ -28,7 +28,7 @@ from dockyard_api import metrics
 from dockyard_api.auth import EnvironmentCaller
 from dockyard_api.cache import Informer
 from dockyard_api.deps import Kube, ModelCache, ModelId, PublicCaller, Settings, ToolId
-from dockyard_api.schemas.public import (
+from dockyard_api.public.schemas import (
     MODEL_DEPLOY_EXAMPLES,
     MODEL_DEPLOY_RESPONSE_EXAMPLES,
     TOOL_DEPLOY_EXAMPLES,

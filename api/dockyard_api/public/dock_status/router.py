@@ -13,7 +13,7 @@ from typing import Any
 from fastapi import APIRouter
 
 from dockyard_api.deps import DockStatusId, Kube, PublicCaller
-from dockyard_api.schemas.public import error_responses, job_responses
+from dockyard_api.public.schemas import error_responses, job_responses
 from dockyard_core import jobs
 from dockyard_core.errors import NotFoundError
 from dockyard_core.resources.v1alpha1 import DOCK_STATUS_ID_LABEL

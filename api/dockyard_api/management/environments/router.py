@@ -17,7 +17,7 @@ from fastapi import APIRouter, Query, Response, status
 
 from dockyard_api.deps import AppName, Auth, EnvName, KeyId, Kube, KubeUser, NamespaceParam
 from dockyard_api.events import record_event
-from dockyard_api.schemas.management import Deploy, EnvironmentCreate, KeyCreate, KeyView, NewKeyView, Rollback
+from dockyard_api.management.schemas import Deploy, EnvironmentCreate, KeyCreate, KeyView, NewKeyView, Rollback
 from dockyard_core import apikeys, audit, requestid
 from dockyard_core.errors import ConflictError, InvalidError, NotFoundError
 from dockyard_core.kubeclient import AsyncKube, KubeError, User

@@ -16,7 +16,7 @@ from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
 
 from dockyard_api.deps import AppCaller, AppId, ConversationDb, RuntimeDep, Settings
-from dockyard_api.schemas.public import ERROR_MEANINGS, ErrorBody
+from dockyard_api.public.schemas import ERROR_MEANINGS, ErrorBody
 
 router = APIRouter(tags=["deployed apps"])
 

@@ -25,11 +25,10 @@ from dockyard_api.auth import Authenticator
 from dockyard_api.console import session as sess
 from dockyard_api.console import views
 from dockyard_api.deps import AppName, EnvName, KeyId, NamespaceParam, VersionParam, app_state, store_of
-from dockyard_api.routers import apps as apps_api
-from dockyard_api.routers import catalog as catalog_api
-from dockyard_api.routers import environments as env_api
-from dockyard_api.routers import usage as usage_api
-from dockyard_api.schemas.management import (
+from dockyard_api.management.apps import router as apps_api
+from dockyard_api.management.catalog import router as catalog_api
+from dockyard_api.management.environments import router as env_api
+from dockyard_api.management.schemas import (
     Deploy,
     DraftUpdate,
     EnvironmentCreate,
@@ -38,6 +37,7 @@ from dockyard_api.schemas.management import (
     Rollback,
     VersionCreate,
 )
+from dockyard_api.management.usage import router as usage_api
 from dockyard_core.errors import DockyardError, UnauthenticatedError, from_kube
 from dockyard_core.kubeclient import AsyncKube, KubeError, User
 

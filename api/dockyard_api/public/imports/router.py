@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from dockyard_api import metrics
 from dockyard_api.deps import Imports, PublicCaller, SessionId
-from dockyard_api.schemas.public import error_responses, ok_responses
+from dockyard_api.public.schemas import error_responses, ok_responses
 from dockyard_core.upload import Upload, sha256_hex
 
 router = APIRouter(prefix="/api/public/files/session", tags=["model import"])

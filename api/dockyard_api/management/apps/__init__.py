@@ -1,0 +1,1 @@
+"""Apps (the draft), their versions, restore."""

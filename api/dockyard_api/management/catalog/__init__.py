@@ -1,0 +1,1 @@
+"""What an app owner picks from: agent versions, tools, models, deployments."""

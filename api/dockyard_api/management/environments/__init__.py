@@ -1,0 +1,1 @@
+"""Environments: create, deploy, rollback, history, delete; their API keys."""

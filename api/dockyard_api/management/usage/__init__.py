@@ -1,0 +1,1 @@
+"""Usage statistics of an environment (from the conversation database)."""

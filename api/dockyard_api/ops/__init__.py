@@ -1,0 +1,1 @@
+"""Operations endpoints: /healthz, /readyz, /metrics."""

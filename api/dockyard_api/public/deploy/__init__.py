@@ -1,0 +1,1 @@
+"""Model and tool deployment through the public API: a new dock job per call."""

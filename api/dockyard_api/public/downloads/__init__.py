@@ -1,0 +1,1 @@
+"""Model downloads for the storage initializer of model pods (signed, short-lived tokens)."""
