@@ -18,9 +18,8 @@ import aiohttp
 import orjson
 from kubernetes import client
 
+from dockyard_core import kubepaths
 from dockyard_core.kubeconfig import load_configuration
-from dockyard_core.resources import GROUP
-from dockyard_core.resources.v1alpha1 import VERSION
 
 FIELD_MANAGER = "dockyard-operator"
 """The field manager of everything the operator applies (server-side apply)."""
@@ -207,25 +206,22 @@ class AsyncKube:
         items: list[dict[str, Any]] = found.get("items") or []
         return items
 
-    # --- conveniences for the dockyard.dev kinds and core objects -----------------------------------
+    # --- paths (kept for the callers that still build them here; dockyard_core.kubepaths has them all) ---
 
     @staticmethod
     def custom_path(namespace: str, plural: str, name: str | None = None, sub: str | None = None) -> str:
-        path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{plural}"
-        if name:
-            path += f"/{name}"
-        if sub:
-            path += f"/{sub}"
-        return path
+        """:func:`dockyard_core.kubepaths.path` of a dockyard.dev kind."""
+        return kubepaths.path(plural, namespace, name, sub)
 
     @staticmethod
     def all_namespaces_path(plural: str) -> str:
-        return f"/apis/{GROUP}/{VERSION}/{plural}"
+        """:func:`dockyard_core.kubepaths.collection` in all namespaces."""
+        return kubepaths.collection(plural, None)
 
     @staticmethod
     def core_path(namespace: str, plural: str, name: str | None = None) -> str:
-        path = f"/api/v1/namespaces/{namespace}/{plural}"
-        return f"{path}/{name}" if name else path
+        """:func:`dockyard_core.kubepaths.path` of a core (``/api/v1``) kind."""
+        return kubepaths.path(plural, namespace, name)
 
 
 def _ssl_context(conf: client.Configuration) -> ssl.SSLContext:

@@ -116,8 +116,9 @@ class Objects:
         items: list[dict[str, Any]] = found.get("items") or []
         return items
 
-    async def create(self, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
-        """Create ``obj``; the API server's refusal (exists already: 409, schema: 422) as a domain error."""
+    async def create(self, namespace: str | None, obj: dict[str, Any]) -> dict[str, Any]:
+        """Create ``obj`` (``namespace`` None: of a cluster-scoped kind, e.g. a TokenReview); the API
+        server's refusal (exists already: 409, schema: 422) as a domain error."""
         return await self._call("POST", self.path(namespace), json=obj)
 
     async def merge(

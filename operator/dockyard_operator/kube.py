@@ -5,8 +5,9 @@ Apps and Environments), the import job, the autoscaler and the admission webhook
 through ``Context.kube``: a :class:`KubeApi` over the aiohttp client the facade uses too
 (:class:`~dockyard_core.kubeclient.AsyncKube`, orjson): no thread hop, no urllib3 header bookkeeping,
 no generated-client argument validation. The calls themselves (get-or-None, server-side apply as the
-operator's field manager, the guarded merge patch) are the core client's; this module maps kinds to
-their paths and turns a 409 on a merge patch into :class:`Conflict`.
+operator's field manager, the guarded merge patch) are the core client's and the paths core's
+(:mod:`dockyard_core.kubepaths`); this module turns a 409 on a merge patch into :class:`Conflict`. It
+answers plain dicts, unvalidated: the reconciles read the few fields they need on their hot paths.
 """
 
 from __future__ import annotations
@@ -15,12 +16,9 @@ import contextlib
 from typing import Any
 
 from dockyard_core.kubeclient import FIELD_MANAGER, AsyncKube, KubeError
+from dockyard_core.kubepaths import collection, object_path
 from dockyard_core.resources import GROUP
 from dockyard_core.resources.v1alpha1 import VERSION
-
-CORE_PLURALS = frozenset({"secrets", "configmaps", "services", "events"})
-"""The core (``/api/v1``) kinds the operator reads or writes; every other plural is a dockyard.dev kind
-(or ``deployments``, apps/v1)."""
 
 APPLIED_KINDS = {
     "Deployment": "deployments",
@@ -31,20 +29,6 @@ APPLIED_KINDS = {
 }
 """The kinds the operator applies (children of its deployments, an Environment's ToolDeployments, audit
 records), and their plurals."""
-
-
-def collection(plural: str, namespace: str | None) -> str:
-    """The path of a kind's collection in ``namespace`` (all namespaces when None)."""
-    if plural in CORE_PLURALS:
-        return f"/api/v1/namespaces/{namespace}/{plural}" if namespace is not None else f"/api/v1/{plural}"
-    if plural == "deployments":
-        return f"/apis/apps/v1/namespaces/{namespace}/deployments"
-    return AsyncKube.custom_path(namespace, plural) if namespace is not None else AsyncKube.all_namespaces_path(plural)
-
-
-def object_path(plural: str, namespace: str, name: str, sub: str | None = None) -> str:
-    path = f"{collection(plural, namespace)}/{name}"
-    return f"{path}/{sub}" if sub else path
 
 
 def owner_reference(kind: str, meta: dict[str, Any]) -> dict[str, Any]:

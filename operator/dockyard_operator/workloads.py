@@ -22,6 +22,7 @@ from typing import Any
 
 from dockyard_core.informer import ListWatch
 from dockyard_core.kubeclient import AsyncKube
+from dockyard_core.kubepaths import collection
 from dockyard_operator.builders.common import COMPONENT_LABEL, MANAGED_BY
 
 Key = tuple[str, str, str]
@@ -125,8 +126,8 @@ class WorkloadViews:
     """The Deployments and Pods of the workloads; ``changed`` hears of every change by owner key."""
 
     def __init__(self, kube: AsyncKube, changed: Callable[[Key], None]) -> None:
-        self.deployments = Workloads(kube, "/apis/apps/v1/deployments", DEPLOYMENT_STATUS, changed)
-        self.pods = Workloads(kube, "/api/v1/pods", POD_STATUS, changed)
+        self.deployments = Workloads(kube, collection("deployments", None), DEPLOYMENT_STATUS, changed)
+        self.pods = Workloads(kube, collection("pods", None), POD_STATUS, changed)
 
     def start(self) -> None:
         self.deployments.start()

@@ -18,6 +18,7 @@ import kopf
 
 from dockyard_core import devices
 from dockyard_core.kubeclient import AsyncKube, KubeError
+from dockyard_core.kubepaths import object_path
 from dockyard_core.resources import GROUP
 from dockyard_core.resources.v1alpha1 import VERSION
 from dockyard_operator import health
@@ -158,8 +159,7 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
         # a stopped local operator leaves no webhook behind that would slow or block other clients
         for plural in ("validatingwebhookconfigurations", "mutatingwebhookconfigurations"):
             with contextlib.suppress(KubeError):
-                path = f"/apis/admissionregistration.k8s.io/v1/{plural}/{WEBHOOK_CONFIGURATION}"
-                await memo.ctx.kube.http.request("DELETE", path)
+                await memo.ctx.kube.http.request("DELETE", object_path(plural, None, WEBHOOK_CONFIGURATION))
     if "ctx" in memo:
         await memo.ctx.kube.http.aclose()
     if "http" in memo:
