@@ -82,7 +82,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         sweeper = None
         if settings.sweep_interval_seconds > 0:
             sweeper = asyncio.create_task(_sweep_forever(imports, settings.sweep_interval_seconds))
-        models = Informer(kube, AsyncKube.all_namespaces_path("models")) if settings.watch_models else None
+        models = Informer(kube, "models") if settings.watch_models else None
         if models is not None:
             models.start()
         store = ConversationStore(

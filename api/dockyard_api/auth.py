@@ -25,8 +25,9 @@ from typing import Any
 
 from dockyard_api.settings import ApiSettings
 from dockyard_core import apikeys
-from dockyard_core.errors import ForbiddenError, KubeUnavailableError, UnauthenticatedError
-from dockyard_core.kubeclient import AsyncKube, KubeError, User
+from dockyard_core.errors import DockyardError, ForbiddenError, KubeUnavailableError, UnauthenticatedError
+from dockyard_core.kubeclient import AsyncKube, User
+from dockyard_core.repository import Objects
 from dockyard_core.resources import GROUP
 
 
@@ -81,8 +82,10 @@ class Authenticator:
     """Verifies API keys and Kubernetes tokens against the API server, with short-lived caches."""
 
     def __init__(self, kube: AsyncKube, settings: ApiSettings) -> None:
-        self.kube = kube
         self.settings = settings
+        self._secrets = Objects(kube, "secrets", "Secret")
+        self._token_reviews = Objects(kube, "tokenreviews", "TokenReview")
+        self._access_reviews = Objects(kube, "subjectaccessreviews", "SubjectAccessReview")
         self._keys = _TtlCache(settings.api_key_cache_seconds)
         self._tokens = _TtlCache(settings.token_cache_seconds)
         self._reads: dict[tuple[str, str], tuple[float, asyncio.Future[apikeys.StoredKey | None]]] = {}
@@ -163,13 +166,9 @@ class Authenticator:
 
     async def _read_key(self, namespace: str, key_id: str) -> apikeys.StoredKey | None:
         try:
-            secret = await self.kube.request(
-                "GET", AsyncKube.core_path(namespace, "secrets", apikeys.secret_name(key_id))
-            )
-        except KubeError as exc:
-            if exc.status != 404:
-                raise KubeUnavailableError(f"cannot verify the API key: {exc.message}") from exc
-            secret = {}
+            secret = await self._secrets.find(namespace, apikeys.secret_name(key_id))
+        except DockyardError as exc:  # whatever kept the key from being read: retry later
+            raise KubeUnavailableError(f"cannot verify the API key: {exc.message}") from exc
         return apikeys.stored_key(secret) if secret else None
 
     def _touch(self, namespace: str, key_id: str) -> None:
@@ -180,15 +179,14 @@ class Authenticator:
         self._last_used_written[key_id] = now
         stamp = datetime.now(UTC).isoformat(timespec="seconds")
         patch = {"metadata": {"annotations": {apikeys.LAST_USED_ANNOTATION: stamp}}}
-        path = AsyncKube.core_path(namespace, "secrets", apikeys.secret_name(key_id))
-        task = asyncio.create_task(self._patch_quietly(path, patch))
+        task = asyncio.create_task(self._patch_quietly(namespace, apikeys.secret_name(key_id), patch))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _patch_quietly(self, path: str, patch: dict[str, Any]) -> None:
+    async def _patch_quietly(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
         # best effort: the key was valid; last-used is informational
-        with contextlib.suppress(KubeError, OSError):
-            await self.kube.request("PATCH", path, json=patch, content_type="application/merge-patch+json")
+        with contextlib.suppress(DockyardError, OSError):
+            await self._secrets.merge(namespace, name, patch)
 
     async def user(self, authorization: str | None) -> User:
         token = bearer(authorization)
@@ -203,8 +201,8 @@ class Authenticator:
             return user
         review = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}}
         try:
-            result = await self.kube.request("POST", "/apis/authentication.k8s.io/v1/tokenreviews", json=review)
-        except KubeError as exc:
+            result = await self._token_reviews.create(None, review)
+        except DockyardError as exc:
             raise KubeUnavailableError(f"cannot review the token: {exc.message}") from exc
         status = result.get("status") or {}
         if not status.get("authenticated"):
@@ -238,8 +236,8 @@ class Authenticator:
             },
         }
         try:
-            result = await self.kube.request("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", json=review)
-        except KubeError as exc:
+            result = await self._access_reviews.create(None, review)
+        except DockyardError as exc:
             raise KubeUnavailableError(f"cannot check permissions: {exc.message}") from exc
         return bool((result.get("status") or {}).get("allowed"))
 

@@ -14,15 +14,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from dockyard_core import kubepaths
 from dockyard_core.informer import ListWatch
-from dockyard_core.kubeclient import AsyncKube, KubeError
+from dockyard_core.kubeclient import AsyncKube
+from dockyard_core.repository import Objects
 
 Key = tuple[str, str]
 """(namespace, name)."""
 
 
 class Informer(ListWatch):
-    """Objects at ``path`` (a cluster-wide list path) by (namespace, name), kept current by list + watch.
+    """The objects of one kind (``plural``: ``models``, ``pods``, ...) in every namespace, by (namespace,
+    name), kept current by list + watch; what the cache cannot answer is read through core's
+    :class:`~dockyard_core.repository.Objects` (plain dicts: the turn's hot path validates nothing).
 
     ``index_label``: also index the objects by (namespace, value of that label), e.g. the pods of a
     ModelDeployment by ``dockyard.dev/model-deployment``.
@@ -31,13 +35,19 @@ class Informer(ListWatch):
     def __init__(
         self,
         kube: AsyncKube,
-        path: str,
+        plural: str,
         *,
         label_selector: str | None = None,
         index_label: str | None = None,
         watch_timeout_seconds: int = 300,
     ) -> None:
-        super().__init__(kube, path, label_selector=label_selector, watch_timeout_seconds=watch_timeout_seconds)
+        super().__init__(
+            kube,
+            kubepaths.collection(plural, None),
+            label_selector=label_selector,
+            watch_timeout_seconds=watch_timeout_seconds,
+        )
+        self.objects = Objects(kube, plural, plural)
         self.index_label = index_label
         self._items: dict[Key, dict[str, Any]] = {}
         self._index: dict[Key, dict[str, dict[str, Any]]] = {}
@@ -50,21 +60,14 @@ class Informer(ListWatch):
         hit = self.cached(namespace, name)
         if hit is not None:
             return hit
-        try:
-            return await self.kube.request("GET", _namespaced(self.path, namespace) + f"/{name}")
-        except KubeError as exc:
-            if exc.status == 404:
-                return None
-            raise
+        return await self.objects.find(namespace, name)
 
     async def indexed(self, namespace: str, value: str) -> list[dict[str, Any]]:
         """The objects whose ``index_label`` is ``value`` (from the API server while the cache is not synced)."""
         assert self.index_label is not None
         if self.synced:
             return list(self._index.get((namespace, value), {}).values())
-        selector = f"{self.index_label}={value}"
-        listing = await self.kube.request("GET", _namespaced(self.path, namespace), params={"labelSelector": selector})
-        return list(listing.get("items", []))
+        return await self.objects.select(namespace, labels={self.index_label: value})
 
     # --- what the list + watch says ----------------------------------------------------------------
 
@@ -101,9 +104,3 @@ class Informer(ListWatch):
                 group.pop(key[1], None)
                 if not group:
                     self._index.pop((key[0], str(value)), None)
-
-
-def _namespaced(cluster_path: str, namespace: str) -> str:
-    """``/apis/g/v/plural`` or ``/api/v1/plural`` → the same path inside ``namespace``."""
-    head, _, plural = cluster_path.rpartition("/")
-    return f"{head}/namespaces/{namespace}/{plural}"

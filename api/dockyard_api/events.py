@@ -7,7 +7,9 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from dockyard_core.kubeclient import AsyncKube, KubeError
+from dockyard_core.errors import DockyardError
+from dockyard_core.kubeclient import AsyncKube
+from dockyard_core.repository import Objects
 
 
 async def record_event(
@@ -35,5 +37,5 @@ async def record_event(
         "lastTimestamp": stamp,
         "count": 1,
     }
-    with contextlib.suppress(KubeError, OSError):
-        await kube.request("POST", AsyncKube.core_path(meta["namespace"], "events"), json=event)
+    with contextlib.suppress(DockyardError, OSError):
+        await Objects(kube, "events", "Event").create(meta["namespace"], event)

@@ -245,8 +245,8 @@ def resolve_and_complete(kubeconfig: str, namespace: str, mdep: str) -> tuple[st
 
     async def go() -> tuple[str, Completion, Completion, str]:
         kube = AsyncKube(kubeconfig)
-        deployments = Informer(kube, "/apis/dockyard.dev/v1alpha1/modeldeployments")
-        pods = Informer(kube, "/api/v1/pods", label_selector=MODEL_DEPLOYMENT_LABEL, index_label=MODEL_DEPLOYMENT_LABEL)
+        deployments = Informer(kube, "modeldeployments")
+        pods = Informer(kube, "pods", label_selector=MODEL_DEPLOYMENT_LABEL, index_label=MODEL_DEPLOYMENT_LABEL)
         deployments.start()
         pods.start()
         models = ModelClient()

@@ -22,8 +22,9 @@ from dockyard_api.runtime.endpoints import EndpointResolver
 from dockyard_api.runtime.errors import AppNotRunnableError, ModelUnavailableError
 from dockyard_api.runtime.model import ModelClient
 from dockyard_api.runtime.tools import Limits, McpClient, McpServerRef, Toolbox, http_function
-from dockyard_core.errors import NotFoundError
-from dockyard_core.kubeclient import AsyncKube, KubeError
+from dockyard_core.errors import DockyardError, NotFoundError
+from dockyard_core.kubeclient import AsyncKube
+from dockyard_core.repository import Objects
 from dockyard_core.resources.v1alpha1.tool import tool_deployment_name
 
 log = logging.getLogger(__name__)
@@ -107,7 +108,7 @@ class Catalog:
     """Reads environments, app contents, model deployments, tools and the Secrets MCP servers need."""
 
     def __init__(self, kube: AsyncKube, informers: dict[str, Informer], resolver: EndpointResolver) -> None:
-        self.kube = kube
+        self.secrets = Objects(kube, "secrets", "Secret")
         self.informers = informers
         self.resolver = resolver
         self._contents: dict[tuple[str, str], tuple[str, AppContent]] = {}
@@ -178,8 +179,8 @@ class Catalog:
         if hit is not None and hit[0] > time.monotonic():
             return hit[1]
         try:
-            obj = await self.kube.request("GET", AsyncKube.core_path(namespace, "secrets", secret))
-        except KubeError as exc:
+            obj = await self.secrets.get(namespace, secret)
+        except DockyardError as exc:  # missing, or not readable: the server gets no extra headers
             log.warning("MCP headers Secret %s/%s cannot be read: %s", namespace, secret, exc.message)
             return ()
         found = tuple(

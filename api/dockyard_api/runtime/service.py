@@ -28,10 +28,8 @@ from dockyard_api.runtime.endpoints import MODEL_DEPLOYMENT_LABEL, EndpointMode,
 from dockyard_api.runtime.errors import AppNotRunnableError, ModelTimeoutError
 from dockyard_api.runtime.model import ModelClient, Usage
 from dockyard_api.runtime.tools import Limits, McpClient
-from dockyard_core.errors import DockyardError, NotFoundError, RateLimitedError, from_kube
-from dockyard_core.kubeclient import AsyncKube, KubeError
-from dockyard_core.resources import GROUP
-from dockyard_core.resources.v1alpha1 import VERSION
+from dockyard_core.errors import DockyardError, NotFoundError, RateLimitedError
+from dockyard_core.kubeclient import AsyncKube
 
 log = logging.getLogger(__name__)
 
@@ -106,12 +104,10 @@ class Runtime:
     def __init__(self, kube: AsyncKube, settings: RuntimeSettings) -> None:
         self.settings = settings
         self.kube = kube
-        self.informers = {plural: Informer(kube, f"/apis/{GROUP}/{VERSION}/{plural}") for plural in KINDS}
+        self.informers = {plural: Informer(kube, plural) for plural in KINDS}
         pods = None
         if settings.endpoint_mode == "local":
-            pods = Informer(
-                kube, "/api/v1/pods", label_selector=MODEL_DEPLOYMENT_LABEL, index_label=MODEL_DEPLOYMENT_LABEL
-            )
+            pods = Informer(kube, "pods", label_selector=MODEL_DEPLOYMENT_LABEL, index_label=MODEL_DEPLOYMENT_LABEL)
             self.informers["pods"] = pods
         resolver = EndpointResolver(settings.endpoint_mode, self.informers["modeldeployments"], pods)
         self.catalog = Catalog(kube, self.informers, resolver)
@@ -234,9 +230,8 @@ class Runtime:
             try:
                 body = await self.complete(store, prepared, emit=emit, stream=True)
                 queue.put_nowait(("done", body))
-            except (DockyardError, KubeError) as exc:
-                error = from_kube(exc) if isinstance(exc, KubeError) else exc
-                queue.put_nowait(("error", _error_event(error.code, error.message, error.details, error.status_code)))
+            except DockyardError as exc:
+                queue.put_nowait(("error", _error_event(exc.code, exc.message, exc.details, exc.status_code)))
             except Exception as exc:
                 log.exception("turn failed")
                 queue.put_nowait(("error", _error_event("internal_error", _why(exc), None, 500)))

@@ -17,8 +17,10 @@ from typing import Any
 
 from dockyard_api.store.records import UsageReport
 from dockyard_api.store.store import ConversationStore
-from dockyard_core.errors import DockyardError
-from dockyard_core.kubeclient import AsyncKube, KubeError
+from dockyard_core.errors import DockyardError, NotFoundError
+from dockyard_core.kubeclient import AsyncKube
+from dockyard_core.repository import Repository
+from dockyard_core.resources.v1alpha1.environment import Environment
 
 log = logging.getLogger("dockyard.store.summary")
 
@@ -39,22 +41,17 @@ def summary(report: UsageReport, now: datetime) -> dict[str, Any]:
 async def write_summaries(store: ConversationStore, kube: AsyncKube, since: datetime) -> int:
     """One pass: the summaries of environments used after ``since``; how many were written."""
     now = datetime.now(UTC)
+    environments = Repository(kube, Environment).objects  # the answers are not read: no model to validate
     written = 0
     for namespace, environment in await store.environments_used_since(since):
         report = await store.usage(
             namespace=namespace, environment=environment, since=now.date() - timedelta(days=29), until=now.date()
         )
         try:
-            await kube.request(
-                "PATCH",
-                kube.custom_path(namespace, "environments", environment, "status"),
-                json={"status": {"usage": summary(report, now)}},
-                content_type="application/merge-patch+json",
-            )
+            await environments.merge(namespace, environment, {"status": {"usage": summary(report, now)}}, sub="status")
             written += 1
-        except KubeError as exc:
-            if exc.status != 404:  # 404: the environment is gone; its statistics stay in the database
-                raise
+        except NotFoundError:  # the environment is gone; its statistics stay in the database
+            pass
     return written
 
 
@@ -66,5 +63,5 @@ async def summarise_forever(store: ConversationStore, kube: AsyncKube, interval:
         try:
             await write_summaries(store, kube, since - timedelta(seconds=5))  # margin: replicas' clocks
             since = started
-        except (DockyardError, KubeError, OSError) as exc:
+        except (DockyardError, OSError) as exc:
             log.warning("usage summary not written: %s", getattr(exc, "message", exc))

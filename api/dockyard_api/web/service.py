@@ -20,9 +20,17 @@ from urllib.parse import urlsplit
 
 from dockyard_api.settings import ApiSettings
 from dockyard_api.web import tokens
-from dockyard_core.errors import ForbiddenError, NotFoundError, RateLimitedError, UnauthenticatedError, UpstreamError
-from dockyard_core.kubeclient import AsyncKube, KubeError
-from dockyard_core.resources.v1alpha1.environment import Access, WidgetSettings
+from dockyard_core.errors import (
+    DockyardError,
+    ForbiddenError,
+    NotFoundError,
+    RateLimitedError,
+    UnauthenticatedError,
+    UpstreamError,
+)
+from dockyard_core.kubeclient import AsyncKube
+from dockyard_core.repository import Repository
+from dockyard_core.resources.v1alpha1.environment import Access, Environment, WidgetSettings
 
 if TYPE_CHECKING:
     from dockyard_api.auth import EnvironmentCaller
@@ -72,7 +80,7 @@ class Directory:
     """Environments' browser settings, read from the API server with a short cache."""
 
     def __init__(self, kube: AsyncKube, ttl: float) -> None:
-        self.kube = kube
+        self.environments = Repository(kube, Environment)
         self.ttl = ttl
         self._cache: dict[tuple[str, str], tuple[float, BrowserConfig | None]] = {}
 
@@ -81,12 +89,12 @@ class Directory:
         if hit and hit[0] > time.monotonic():
             return hit[1]
         try:
-            obj = await self.kube.request("GET", AsyncKube.custom_path(namespace, "environments", environment))
-        except KubeError as exc:
-            if exc.status not in (403, 404):
-                raise UpstreamError(f"cannot read environment {namespace}/{environment}: {exc.message}") from exc
-            obj = None
-        config = _config(namespace, environment, obj) if obj else None
+            env = await self.environments.find(namespace, environment)
+        except ForbiddenError:  # the facade may not read it: as good as missing
+            env = None
+        except DockyardError as exc:
+            raise UpstreamError(f"cannot read environment {namespace}/{environment}: {exc.message}") from exc
+        config = _config(namespace, environment, env) if env is not None else None
         if self.ttl > 0:
             if len(self._cache) > 10_000:
                 self._cache.clear()
@@ -100,15 +108,15 @@ class Directory:
         return config
 
 
-def _config(namespace: str, environment: str, obj: dict[str, Any]) -> BrowserConfig:
-    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+def _config(namespace: str, environment: str, env: Environment) -> BrowserConfig:
+    spec = env.spec
     return BrowserConfig(
         namespace=namespace,
         environment=environment,
-        app=str(status.get("appId") or spec.get("appRef") or ""),
-        display_name=str(spec.get("displayName") or environment),
-        access=Access.model_validate(spec.get("access") or {}),
-        widget=WidgetSettings.model_validate(spec.get("widget") or {}),
+        app=env.status.app_id or spec.app_ref,
+        display_name=spec.display_name or environment,
+        access=spec.access or Access(),
+        widget=spec.widget or WidgetSettings(),
     )
 
 

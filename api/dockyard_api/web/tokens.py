@@ -23,8 +23,9 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from dockyard_api.settings import ApiSettings
-from dockyard_core.errors import UpstreamError
-from dockyard_core.kubeclient import AsyncKube, KubeError
+from dockyard_core.errors import ConflictError, DockyardError, UpstreamError
+from dockyard_core.kubeclient import AsyncKube
+from dockyard_core.repository import Objects
 
 PREFIX = "dyw1"
 SECRET_NAME = "dockyard-widget-signing-key"
@@ -145,7 +146,7 @@ class SigningKeys:
     """Signing keys per namespace: from the setting, or from the namespace's Secret (created on first use)."""
 
     def __init__(self, kube: AsyncKube, settings: ApiSettings) -> None:
-        self.kube = kube
+        self.secrets = Objects(kube, "secrets", "Secret")
         self.settings = settings
         self._cache: dict[str, tuple[float, bytes]] = {}
 
@@ -164,14 +165,12 @@ class SigningKeys:
         return key
 
     async def _read_or_create(self, namespace: str) -> bytes:
-        path = AsyncKube.core_path(namespace, "secrets", SECRET_NAME)
         for _ in range(2):
             try:
-                secret = await self.kube.request("GET", path)
-            except KubeError as exc:
-                if exc.status != 404:
-                    raise UpstreamError(f"cannot read the widget signing key: {exc.message}") from exc
-            else:
+                secret = await self.secrets.find(namespace, SECRET_NAME)
+            except DockyardError as exc:
+                raise UpstreamError(f"cannot read the widget signing key: {exc.message}") from exc
+            if secret is not None:
                 value = (secret.get("data") or {}).get(SECRET_KEY)
                 if value:
                     return base64.b64decode(value)
@@ -192,9 +191,10 @@ class SigningKeys:
                 "data": {SECRET_KEY: base64.b64encode(secrets.token_bytes(32)).decode()},
             }
             try:
-                created = await self.kube.request("POST", AsyncKube.core_path(namespace, "secrets"), json=body)
+                created = await self.secrets.create(namespace, body)
                 return base64.b64decode(created["data"][SECRET_KEY])
-            except KubeError as exc:
-                if exc.status != 409:  # 409: another replica created it first: read theirs
-                    raise UpstreamError(f"cannot create the widget signing key: {exc.message}") from exc
+            except ConflictError:  # another replica created it first: read theirs
+                continue
+            except DockyardError as exc:
+                raise UpstreamError(f"cannot create the widget signing key: {exc.message}") from exc
         raise UpstreamError(f"cannot read the widget signing key Secret {namespace}/{SECRET_NAME}")

@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 
 from dockyard_api.cache import Informer
-from dockyard_core.kubeclient import AsyncKube, KubeError
+from dockyard_core import kubepaths
+from dockyard_core.kubeclient import KubeError
 from tests.support.listwatch import ScriptedKube
 
-MODELS = AsyncKube.all_namespaces_path("models")
+MODELS = kubepaths.collection("models", None)
 
 
 def model(namespace: str, name: str, phase: str | None, version: str) -> dict[str, Any]:
@@ -23,7 +24,7 @@ def model(namespace: str, name: str, phase: str | None, version: str) -> dict[st
 
 
 async def follow(kube: ScriptedKube) -> Informer:
-    cache = Informer(kube, MODELS)  # type: ignore[arg-type]
+    cache = Informer(kube, "models")  # type: ignore[arg-type]
     cache.start()
     await asyncio.wait_for(kube.done.wait(), timeout=10)
     return cache
@@ -103,7 +104,7 @@ def test_without_permission_to_list_every_lookup_is_live() -> None:
         kube = ScriptedKube(
             MODELS, lists=[KubeError(403, "Forbidden", "cannot list models at the cluster scope")], watches=[]
         )
-        cache = Informer(kube, MODELS)  # type: ignore[arg-type]
+        cache = Informer(kube, "models")  # type: ignore[arg-type]
         cache.start()
         await asyncio.sleep(0.1)
         assert not cache.synced

@@ -39,9 +39,9 @@ def test_local_endpoints_are_the_ready_annotated_pods_that_are_not_going_away() 
 
 def resolver(kubeconfig: str, mode: str, mdeps: list[dict[str, Any]], pods: list[dict[str, Any]]) -> EndpointResolver:
     kube = AsyncKube(kubeconfig)
-    deployments = Informer(kube, "/apis/dockyard.dev/v1alpha1/modeldeployments")
+    deployments = Informer(kube, "modeldeployments")
     deployments.replace(mdeps)
-    pod_informer = Informer(kube, "/api/v1/pods", index_label="dockyard.dev/model-deployment")
+    pod_informer = Informer(kube, "pods", index_label="dockyard.dev/model-deployment")
     pod_informer.replace(pods)
     return EndpointResolver(mode, deployments, pod_informer)  # type: ignore[arg-type]
 

@@ -18,8 +18,8 @@ from dockyard_api import metrics
 from dockyard_api.auth import EnvironmentCaller
 from dockyard_api.runtime.service import Runtime, RuntimeSettings
 from dockyard_api.store import ConversationStore
-from dockyard_core.errors import DockyardError, NotFoundError
-from dockyard_core.kubeclient import AsyncKube, KubeError
+from dockyard_core.errors import DockyardError, KubeUnavailableError, NotFoundError
+from dockyard_core.kubeclient import AsyncKube
 from tests.support.conversations import stored_messages
 from tests.support.scripted_model import Reply, ScriptedModel, scripted_model
 
@@ -158,9 +158,9 @@ def test_a_session_stays_on_its_version(unreachable_kubeconfig: str, tmp_path: P
             assert [b["messages"][0]["content"] for b in model.bodies()] == ["one", "two", "one"]
             # version 1.0.0 is not in the cache any more: it is read from the API server, which is away here
             rt.informers["appversions"].replace(objects(model.url)["appversions"][1:])
-            with pytest.raises(KubeError) as caught:
+            with pytest.raises(KubeUnavailableError) as caught:
                 await turn(rt, store, "and now?", session="s1", who=prod)
-            assert caught.value.status == 503  # unreachable: temporary, retry (docs/reliability.md)
+            assert caught.value.status_code == 503  # unreachable: temporary, retry (docs/reliability.md)
             model.script(Reply(text="ok"))
             await turn(rt, store, "a new session", who=prod)  # s1 was released; new sessions run 2.0.0
 

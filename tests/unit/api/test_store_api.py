@@ -147,10 +147,6 @@ class RecordingKube:
         self.gone = gone
         self.patches: list[tuple[str, Any]] = []
 
-    @staticmethod
-    def custom_path(namespace: str, plural: str, name: str | None = None, sub: str | None = None) -> str:
-        return f"/{namespace}/{plural}/{name}/{sub}"
-
     async def request(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
         if any(f"/{g}/" in path for g in self.gone):
             raise KubeError(404, "Not Found", "environments.dockyard.dev not found")
@@ -170,7 +166,7 @@ def test_usage_summary_is_written_to_used_environments_status(tmp_path: Path) ->
         kube = RecordingKube(gone={"deleted"})
         assert await write_summaries(store, kube, before) == 1  # type: ignore[arg-type]
         [(path, patch)] = kube.patches
-        assert path == "/shop/environments/bot-prod/status"
+        assert path == "/apis/dockyard.dev/v1alpha1/namespaces/shop/environments/bot-prod/status"
         summary = UsageSummary.model_validate(patch["status"]["usage"])  # the CRD's schema for status.usage
         assert summary.today.requests == 1
         assert summary.today.tokens_out == 7
