@@ -3,7 +3,10 @@
 Each directory under tests/ is one suite, marked by its directory (``pytest -m <marker>``, ``make
 test-<marker>``): unit (no tool but Python, no cluster), tools (helm, hadolint, MinIO, PostgreSQL), e2e,
 browser and chaos (a real API server: also ``k8s``), incluster (the real-node test bed). Fixtures shared
-by more than one suite live in tests/support and are loaded here as plugins."""
+by more than one suite live in tests/support and are loaded here as plugins.
+
+`make test` runs the suites on pytest-xdist workers, each with a local control plane of its own
+(tests/support/cluster.py): a test file (or a suite that shares one thing, below) runs whole on one worker."""
 
 from __future__ import annotations
 
@@ -25,12 +28,32 @@ SUITES: dict[str, tuple[str, ...]] = {
 """Markers per directory of tests/."""
 
 
+SHARED_GROUPS = {"incluster": "testbed", "chaos": "chaos"}
+"""Suites whose files share one thing a worker cannot have twice: the test bed's real node (one network
+namespace per machine), the chaos figures file. Each runs whole on one pytest-xdist worker."""
+
+FIRST = ("incluster", "chaos", "e2e", "browser", "tools", "unit")
+"""The order the suites are handed to pytest-xdist workers: the longest groups first, so that the many short
+unit files fill the workers' gaps at the end instead of one long file running alone."""
+
+
+def _suite(item: pytest.Item) -> str:
+    try:
+        return item.path.resolve().relative_to(TESTS).parts[0]
+    except ValueError:  # a test outside tests/
+        return ""
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        try:
-            suite = item.path.resolve().relative_to(TESTS).parts[0]
-        except ValueError:  # a test outside tests/
-            continue
+        suite = _suite(item)
         for marker in SUITES.get(suite, ()):
             if item.get_closest_marker(marker) is None:
                 item.add_marker(marker)
+        # pytest-xdist (`make test` runs `pytest -n N --dist loadgroup`): a test file is one group, so its
+        # module-scoped fixtures (an operator, a facade) start once, on one worker
+        if item.get_closest_marker("xdist_group") is None:
+            group = SHARED_GROUPS.get(suite) or str(item.path)
+            item.add_marker(pytest.mark.xdist_group(group))
+    rank = {suite: i for i, suite in enumerate(FIRST)}
+    items.sort(key=lambda item: rank.get(_suite(item), len(FIRST)))  # stable: a file's own order is kept

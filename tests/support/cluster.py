@@ -3,7 +3,8 @@
 ``DOCKYARD_E2E_CLUSTER``:
   ``local`` (default)  the suite's own local control plane (kwokctl, binary runtime): the cluster
                        ``dockyard-test`` with its state in ``.dockyard/test`` (``SuiteClusterSettings``,
-                       ``DOCKYARD_TEST_*``), never ``make run``'s ``dockyard``; created if it does not
+                       ``DOCKYARD_TEST_*``; one per pytest-xdist worker: ``dockyard-test-gw0``, ...),
+                       never ``make run``'s ``dockyard``; created if it does not
                        exist and deleted again at the end of the session if this session created it
                        (also after Ctrl-C; ``DOCKYARD_KEEP_CLUSTER=1`` keeps it), left as it was if not;
   ``kind``             a kind cluster ``dockyard-e2e`` with in-cluster kwok (needs Docker and kind;
@@ -61,9 +62,22 @@ def e2e_cluster() -> Iterator[E2ECluster]:
         raise RuntimeError(f"DOCKYARD_E2E_CLUSTER must be local, kind or existing, not {mode!r}")
 
 
+def suite_settings() -> SuiteClusterSettings:
+    """The suite's cluster settings; a pytest-xdist worker (``PYTEST_XDIST_WORKER``, e.g. ``gw1``) has a cluster
+    of its own, ``dockyard-test-gw1`` in ``.dockyard/test/gw1``: workers never see one another's objects,
+    operators or admission webhooks, and the chaos suite restarts only its worker's control plane."""
+    settings = SuiteClusterSettings()
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker:
+        settings = settings.model_copy(
+            update={"cluster_name": f"{settings.cluster_name}-{worker}", "state_dir": settings.state_dir / worker}
+        )
+    return settings
+
+
 def suite_cluster() -> LocalCluster:
     """The suite's own local cluster; refused if ``DOCKYARD_TEST_*`` and ``DOCKYARD_*`` name one cluster."""
-    settings = SuiteClusterSettings()
+    settings = suite_settings()
     if settings.same_cluster(LocalClusterSettings()):
         raise RuntimeError(
             f"the test suite's cluster {settings.cluster_name!r} in {settings.kwok_workdir} is `make run`'s: "
@@ -94,7 +108,7 @@ def _local() -> Iterator[E2ECluster]:
 
 def _kind() -> Iterator[E2ECluster]:
     """kind + in-cluster kwok + Dockyard's stages and GPU node pools (needs Docker; not in our CI)."""
-    tools = LocalCluster(SuiteClusterSettings())  # the pinned kubectl and kwok's stock stage files
+    tools = LocalCluster(suite_settings())  # the pinned kubectl and kwok's stock stage files
     settings = tools.settings
     settings.state_dir.mkdir(parents=True, exist_ok=True)
     kubeconfig = settings.state_dir / "kind-kubeconfig"
