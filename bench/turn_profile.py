@@ -3,8 +3,8 @@ filled as a watch would fill them) and the REAL conversation store, against the 
 in its own process, in this process.
 
 For each concurrency (32 and 1): ``direct`` (the runtime's own model client posts the chat completion),
-then ``turn`` (``Runtime.prepare`` + ``Runtime.complete``: environment, rate limits, session, one model
-call, storing the turn and its usage). Printed: p50 of both and what the turn adds, and per turn the
+then ``turn`` (``AppRuntime.prepare`` + ``AppRuntime.complete``: environment, rate limits, session, one
+model call, storing the turn and its usage). Printed: p50 of both and what the turn adds, and per turn the
 database transactions and statements, the time spent inside transactions and waiting for them (SQLite's
 one writer thread, PostgreSQL's pool), and the time spent in each store call. ``--cprofile FILE`` also
 writes a cProfile of the concurrency-32 turns (``python -m pstats FILE``).
@@ -31,7 +31,7 @@ from sqlalchemy import event
 
 from bench.execute import HYPER, INSTRUCTIONS, MESSAGE, model_process, percentile
 from dockyard_api.auth import EnvironmentCaller
-from dockyard_api.runtime.service import Runtime, RuntimeSettings
+from dockyard_api.runtime.service import AppRuntime, RuntimeSettings
 from dockyard_api.store import ConversationStore
 from dockyard_core.kubeclient import AsyncKube
 
@@ -129,7 +129,7 @@ def objects(model_url: str, limits: bool) -> dict[str, list[dict[str, Any]]]:
 
 
 async def measure(url: str, model_url: str, args: argparse.Namespace, kubeconfig: str) -> None:
-    runtime = Runtime(AsyncKube(kubeconfig), RuntimeSettings())
+    runtime = AppRuntime(AsyncKube(kubeconfig), RuntimeSettings())
     for plural, items in objects(model_url, args.limits).items():
         runtime.informers[plural].replace(items)
     store = ConversationStore(url)

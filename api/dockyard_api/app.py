@@ -30,7 +30,7 @@ from dockyard_api.public.downloads import router as downloads
 from dockyard_api.public.imports import router as import_sessions
 from dockyard_api.public.imports.service import ImportService
 from dockyard_api.runtime import router as execute
-from dockyard_api.runtime.service import Runtime, RuntimeSettings
+from dockyard_api.runtime.service import AppRuntime, RuntimeSettings
 from dockyard_api.settings import ApiSettings
 from dockyard_api.store import ConversationStore, default_url
 from dockyard_api.store.summary import summarise_forever
@@ -94,7 +94,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
             heartbeat_seconds=settings.store_heartbeat_seconds,
         )
         await store.start()  # migrates; a database that is away is retried in the background
-        runtime = Runtime(kube, runtime_settings(settings))
+        runtime = AppRuntime(kube, runtime_settings(settings))
         runtime.start()
         summaries = None
         if settings.usage_summary_seconds > 0:

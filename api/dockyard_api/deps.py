@@ -36,7 +36,7 @@ from dockyard_api.params import (
     VersionParam,
 )
 from dockyard_api.public.imports.service import ImportService
-from dockyard_api.runtime.service import Runtime
+from dockyard_api.runtime.service import AppRuntime
 from dockyard_api.settings import ApiSettings
 from dockyard_api.store import ConversationStore
 from dockyard_api.web import tokens as web_tokens
@@ -88,7 +88,7 @@ class AppState:
     models: Informer | None
     """The watch-fed cache of Models (None with ``watch_models`` off)."""
     store: ConversationStore
-    runtime: Runtime
+    runtime: AppRuntime
 
     def install(self, app: FastAPI) -> None:
         app.state.dockyard = self
@@ -149,7 +149,7 @@ async def get_store(request: Request) -> ConversationStore:
     return store_of(request)
 
 
-async def get_runtime(request: Request) -> Runtime:
+async def get_runtime(request: Request) -> AppRuntime:
     return app_state(request).runtime
 
 
@@ -163,7 +163,7 @@ Imports = Annotated[ImportService, Depends(get_imports)]
 DownloadTokenKey = Annotated[bytes, Depends(get_download_token_key)]
 ModelCache = Annotated[Informer | None, Depends(get_models)]
 ConversationDb = Annotated[ConversationStore, Depends(get_store)]
-RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
+RuntimeDep = Annotated[AppRuntime, Depends(get_runtime)]
 
 # --- who is calling (docs in dockyard_api.auth) -------------------------------------------------------
 

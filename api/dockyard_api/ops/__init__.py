@@ -1,1 +1,2 @@
-"""Operations endpoints: /healthz, /readyz, /metrics."""
+"""Operations endpoints: /healthz, /readyz, /metrics (:mod:`.router`; the readiness check in :mod:`.service`,
+the answers in :mod:`.schemas`)."""

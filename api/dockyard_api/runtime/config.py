@@ -4,8 +4,10 @@ An Environment serves the AppVersion ``<appRef>-<spec.appVersion>``, or the App'
 ``spec.appVersion`` is absent (the draft environment). A session is pinned to the version it started
 with (the conversation store keeps it), so a turn may run an older version than the active one.
 
-Objects come from informers (watch-fed, no API call per turn) and a parsed app content is cached by
-(namespace, name, resourceVersion): an AppVersion never changes, a draft edit is a new resourceVersion.
+Objects come from informers (watch-fed, no API call per turn) as the plain dicts they hold: a turn
+validates no resource model (the hot path ``bench.execute`` measures), and a parsed app content is cached
+by (namespace, name, resourceVersion): an AppVersion never changes, a draft edit is a new resourceVersion.
+The Secret of an MCP server's headers is read through core's :class:`~dockyard_core.repository.Objects`.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ class McpServerSpec:
 
 
 @dataclass(frozen=True)
-class AppContent:
+class RunnableContent:
     """The runnable part of an App's draft or of an AppVersion."""
 
     version: str
@@ -62,7 +64,7 @@ class AppContent:
     mcp_servers: tuple[McpServerSpec, ...]
 
 
-def parse_content(spec: dict[str, Any], version: str) -> AppContent:
+def parse_content(spec: dict[str, Any], version: str) -> RunnableContent:
     agents = tuple(
         AgentSpec(
             name=str(a.get("name", "")),
@@ -83,7 +85,7 @@ def parse_content(spec: dict[str, Any], version: str) -> AppContent:
         )
         for s in spec.get("mcpServers") or ()
     )
-    return AppContent(version, agents, tools, servers)
+    return RunnableContent(version, agents, tools, servers)
 
 
 def model_params(mdep: dict[str, Any]) -> dict[str, Any]:
@@ -104,15 +106,15 @@ def model_params(mdep: dict[str, Any]) -> dict[str, Any]:
     return params
 
 
-class Catalog:
+class AppLookup:
     """Reads environments, app contents, model deployments, tools and the Secrets MCP servers need."""
 
     def __init__(self, kube: AsyncKube, informers: dict[str, Informer], resolver: EndpointResolver) -> None:
         self.secrets = Objects(kube, "secrets", "Secret")
         self.informers = informers
         self.resolver = resolver
-        self._contents: dict[tuple[str, str], tuple[str, AppContent]] = {}
-        self._secrets: dict[tuple[str, str], tuple[float, tuple[tuple[str, str], ...]]] = {}
+        self._contents: dict[tuple[str, str], tuple[str, RunnableContent]] = {}
+        self._headers: dict[tuple[str, str], tuple[float, tuple[tuple[str, str], ...]]] = {}
 
     async def environment(self, namespace: str, name: str) -> EnvironmentView:
         env = await self.informers["environments"].get(namespace, name)
@@ -127,7 +129,7 @@ class Catalog:
             dict(spec.get("rateLimits") or {}),
         )
 
-    async def content(self, namespace: str, app: str, version: str) -> AppContent:
+    async def content(self, namespace: str, app: str, version: str) -> RunnableContent:
         """The app content of ``version`` ("draft": the App's draft)."""
         if version == DRAFT:
             obj = await self.informers["apps"].get(namespace, app)
@@ -175,7 +177,7 @@ class Catalog:
         """The keys and values of Secret ``secret`` as HTTP headers (cached 30 s)."""
         if not secret:
             return ()
-        hit = self._secrets.get((namespace, secret))
+        hit = self._headers.get((namespace, secret))
         if hit is not None and hit[0] > time.monotonic():
             return hit[1]
         try:
@@ -186,7 +188,7 @@ class Catalog:
         found = tuple(
             sorted((k, base64.b64decode(v).decode("utf-8", "replace")) for k, v in (obj.get("data") or {}).items())
         )
-        self._secrets[(namespace, secret)] = (time.monotonic() + 30.0, found)
+        self._headers[(namespace, secret)] = (time.monotonic() + 30.0, found)
         return found
 
 
@@ -195,14 +197,14 @@ class TurnWorld:
 
     def __init__(
         self,
-        catalog: Catalog,
+        lookup: AppLookup,
         models: ModelClient,
         mcp: McpClient,
         env: EnvironmentView,
-        content: AppContent,
+        content: RunnableContent,
         limits: Limits,
     ) -> None:
-        self.catalog = catalog
+        self.lookup = lookup
         self.models = models
         self.mcp = mcp
         self.env = env
@@ -210,7 +212,7 @@ class TurnWorld:
         self.limits = limits
 
     async def model(self, agent: AgentSpec) -> ModelTarget:
-        return await self.catalog.model_target(self.env.namespace, agent)
+        return await self.lookup.model_target(self.env.namespace, agent)
 
     async def toolbox(self, agent: AgentSpec) -> Toolbox:
         box = Toolbox()
@@ -218,12 +220,12 @@ class TurnWorld:
         servers: list[McpServerRef] = []
         for name in agent.tools:
             version = self.content.tool_versions.get(name)
-            tool = await self.catalog.informers["tools"].get(namespace, f"{name}-{version}") if version else None
+            tool = await self.lookup.informers["tools"].get(namespace, f"{name}-{version}") if version else None
             if tool is None:
                 log.warning("tool %s-%s of agent %s does not exist: not offered", name, version, agent.name)
                 continue
             spec = tool.get("spec") or {}
-            url = await self.catalog.tool_url(namespace, self.env.name, tool)
+            url = await self.lookup.tool_url(namespace, self.env.name, tool)
             if spec.get("mcp"):
                 if url:
                     path = str((spec["mcp"] or {}).get("path") or "/mcp")
@@ -241,7 +243,7 @@ class TurnWorld:
                 )
             )
         for server in self.content.mcp_servers:
-            secret_headers = await self.catalog.headers(namespace, server.headers_secret_ref)
+            secret_headers = await self.lookup.headers(namespace, server.headers_secret_ref)
             servers.append(McpServerRef(server.name, server.url, server.transport, server.headers + secret_headers))
         for ref in servers:
             try:

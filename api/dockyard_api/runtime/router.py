@@ -13,71 +13,12 @@ from collections.abc import AsyncIterator
 import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
 
 from dockyard_api.deps import AppCaller, AppId, ConversationDb, RuntimeDep, Settings
 from dockyard_api.public.schemas import ERROR_MEANINGS, ErrorBody
+from dockyard_api.runtime.schemas import ExecuteAnswer, ExecuteBody
 
 router = APIRouter(tags=["deployed apps"])
-
-MAX_MESSAGE_CHARS = 32_768
-
-
-class ExecuteMetadata(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    user_id: StrictStr | None = Field(
-        default=None,
-        min_length=1,
-        max_length=256,
-        description="the end user; a session belongs to the user who started it (ignored for widget tokens, "
-        "which name their user)",
-    )
-
-
-class ExecuteBody(BaseModel):
-    """The request: message, session_id, metadata.user_id (and ``stream``)."""
-
-    model_config = ConfigDict(
-        extra="forbid",
-        json_schema_extra={
-            "examples": [
-                {"message": "Hello!", "session_id": "session-1", "metadata": {"user_id": "user-1"}},
-                {"message": "What is the weather in Oslo?", "stream": True},
-            ]
-        },
-    )
-
-    message: StrictStr = Field(
-        min_length=1, max_length=MAX_MESSAGE_CHARS, description="the user's message (1 to 32,768 characters)"
-    )
-    session_id: StrictStr | None = Field(
-        default=None,
-        max_length=128,
-        description="the conversation: absent, the server starts one and returns its id; an id that does not "
-        "exist yet starts a session with that id",
-    )
-    metadata: ExecuteMetadata | None = Field(default=None, description="who the end user is")
-    stream: StrictBool = Field(
-        default=False, description="answer with Server-Sent Events (as does Accept: text/event-stream)"
-    )
-
-
-class Tokens(BaseModel):
-    input: int = Field(description="prompt tokens of every model call of the turn")
-    output: int = Field(description="generated tokens of every model call of the turn")
-
-
-class ExecuteAnswer(BaseModel):
-    """The answer: the reply, the session, the agent that answered, the tools used, tokens, the stored reply's id."""
-
-    response: str = Field(description="the answer")
-    session_id: str = Field(description="the conversation, to send with the next message")
-    agent: str = Field(description="the agent that answered")
-    tools_used: list[str] = Field(description="the tools called during the turn, each named once")
-    tokens: Tokens
-    message_id: str = Field(description="id of the stored reply")
-
 
 EXAMPLE = {
     "response": "It is 12 °C and cloudy in Oslo.",
@@ -144,6 +85,7 @@ async def execute(
     streaming = body.stream or "text/event-stream" in request.headers.get("accept", "")
     if not streaming:
         answer = await runtime.complete(store, prepared)
+        # the ExecuteAnswer's JSON, serialised once with orjson (the hot path: bench.execute measures it)
         return Response(orjson.dumps(answer), media_type="application/json")
 
     async def events() -> AsyncIterator[bytes]:

@@ -23,7 +23,7 @@ from dockyard_api import metrics
 from dockyard_api.auth import EnvironmentCaller
 from dockyard_api.cache import Informer
 from dockyard_api.runtime.agent import AgentRunner, Emit, TurnResult
-from dockyard_api.runtime.config import AppContent, Catalog, EnvironmentView, TurnWorld
+from dockyard_api.runtime.config import AppLookup, EnvironmentView, RunnableContent, TurnWorld
 from dockyard_api.runtime.endpoints import MODEL_DEPLOYMENT_LABEL, EndpointMode, EndpointResolver
 from dockyard_api.runtime.errors import AppNotRunnableError, ModelTimeoutError
 from dockyard_api.runtime.model import ModelClient, Usage
@@ -89,7 +89,9 @@ class Prepared:
 
 
 def answer_body(result: TurnResult, session_id: str, message_id: str) -> dict[str, Any]:
-    """The execute answer (docs/deployed-app-api.md, 'Answer')."""
+    """The execute answer (docs/deployed-app-api.md, 'Answer'): the JSON of
+    :class:`~dockyard_api.runtime.schemas.ExecuteAnswer`, built as a dict and serialised once with orjson
+    (the blocking answer, and the stream's done event)."""
     return {
         "response": result.response,
         "session_id": session_id,
@@ -100,7 +102,7 @@ def answer_body(result: TurnResult, session_id: str, message_id: str) -> dict[st
     }
 
 
-class Runtime:
+class AppRuntime:
     def __init__(self, kube: AsyncKube, settings: RuntimeSettings) -> None:
         self.settings = settings
         self.kube = kube
@@ -110,7 +112,7 @@ class Runtime:
             pods = Informer(kube, "pods", label_selector=MODEL_DEPLOYMENT_LABEL, index_label=MODEL_DEPLOYMENT_LABEL)
             self.informers["pods"] = pods
         resolver = EndpointResolver(settings.endpoint_mode, self.informers["modeldeployments"], pods)
-        self.catalog = Catalog(kube, self.informers, resolver)
+        self.lookup = AppLookup(kube, self.informers, resolver)
         self.models = ModelClient(max_connections=settings.model_connections)
         self.mcp = McpClient()
         self.runner = AgentRunner(self.models, max_steps=settings.max_steps)
@@ -138,7 +140,7 @@ class Runtime:
         user_id: str | None,
     ) -> Prepared:
         """Everything that can refuse the request with a plain HTTP error, before any answer is sent."""
-        env = await self.catalog.environment(caller.namespace, caller.environment)
+        env = await self.lookup.environment(caller.namespace, caller.environment)
         if app_id != env.app:
             raise NotFoundError(
                 f"app {app_id!r} is not deployed in environment {env.name!r} (its app is {env.app!r})",
@@ -171,7 +173,7 @@ class Runtime:
         env, turn = prepared.env, prepared.turn
         started = time.monotonic()
         try:
-            content = await self.catalog.content(env.namespace, env.app, turn.version)
+            content = await self.lookup.content(env.namespace, env.app, turn.version)
             result = await self._run(prepared, content, usage, emit, stream)
             message_id = await store.finish_turn(
                 turn,
@@ -195,14 +197,14 @@ class Runtime:
         return answer_body(result, turn.session_id, message_id)
 
     async def _run(
-        self, prepared: Prepared, content: AppContent, usage: Usage, emit: Emit | None, stream: bool
+        self, prepared: Prepared, content: RunnableContent, usage: Usage, emit: Emit | None, stream: bool
     ) -> TurnResult:
         if not content.agents:
             raise AppNotRunnableError(
                 f"version {content.version} of app {prepared.env.app!r} has no agents: add one to answer messages",
                 {"app": prepared.env.app, "version": content.version},
             )
-        world = TurnWorld(self.catalog, self.models, self.mcp, prepared.env, content, self.limits)
+        world = TurnWorld(self.lookup, self.models, self.mcp, prepared.env, content, self.limits)
         history = [{"role": m.role, "content": m.content} for m in prepared.turn.history]
         deadline = self.settings.turn_timeout_seconds
         try:

@@ -6,8 +6,10 @@
 - :class:`WindowLimiter`: per-token and per-address limits, counted per facade replica in one-minute
   sliding windows (with N replicas behind a load balancer a client may get up to N times the limit;
   the environment's ``spec.rateLimits``, counted in the database, still bound the whole environment).
-- :class:`WebService`: issues tokens (origin checked, renewal keeps the anonymous end user) and turns a
-  token on the execute endpoint into an :class:`~dockyard_api.auth.EnvironmentCaller` with ``end_user``.
+- :class:`WebService`: the token endpoints' rules (the widget's: allowed origins, or a site's server
+  with an API key naming its signed-in user; the web client's: same origin, public or signIn), token issue
+  (renewal keeps the anonymous end user), and a token on the execute endpoint turned into an
+  :class:`~dockyard_api.auth.EnvironmentCaller` with ``end_user``.
 """
 
 from __future__ import annotations
@@ -15,11 +17,12 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from dockyard_api.auth import Authenticator, EnvironmentCaller, bearer
 from dockyard_api.settings import ApiSettings
 from dockyard_api.web import tokens
+from dockyard_api.web.schemas import IssuedToken, WebTokenRequest, WidgetTokenRequest
 from dockyard_core.errors import (
     DockyardError,
     ForbiddenError,
@@ -31,9 +34,6 @@ from dockyard_core.errors import (
 from dockyard_core.kubeclient import AsyncKube
 from dockyard_core.repository import Repository
 from dockyard_core.resources.v1alpha1.environment import Access, Environment, WidgetSettings
-
-if TYPE_CHECKING:
-    from dockyard_api.auth import EnvironmentCaller
 
 WIDGET_KEY_ID = "widget"
 """The key id under which widget calls are counted (usage statistics, spec.rateLimits.requestsPerMinute)."""
@@ -165,16 +165,17 @@ class Issued:
     token: str
     claims: tokens.Claims
 
-    def view(self) -> dict[str, Any]:
-        return {
-            "token": self.token,
-            "tokenType": "Bearer",
-            "expiresAt": self.claims.exp,
-            "expiresIn": self.claims.exp - self.claims.iat,
-            "endUser": self.claims.sub,
-            "appId": self.claims.app,
-            "kind": self.claims.kind,
-        }
+    def answer(self, signed_in_as: str | None = None) -> IssuedToken:
+        """The token endpoints' answer (``signed_in_as``: the Kubernetes user of a signIn web client)."""
+        return IssuedToken(
+            token=self.token,
+            expires_at=self.claims.exp,
+            expires_in=self.claims.exp - self.claims.iat,
+            end_user=self.claims.sub,
+            app_id=self.claims.app,
+            kind=self.claims.kind,
+            signed_in_as=signed_in_as,
+        )
 
 
 class WebService:
@@ -218,13 +219,111 @@ class WebService:
         )
         return Issued(tokens.sign(key, claims), claims)
 
+    async def widget_token(
+        self,
+        auth: Authenticator,
+        namespace: str,
+        environment: str,
+        request: WidgetTokenRequest,
+        *,
+        authorization: str | None,
+        origin: str | None,
+        address: str,
+    ) -> IssuedToken:
+        """A widget token for a page of an allowed site (Origin checked), or, asked by a site's server with
+        an API key of the environment, for one of the site's signed-in users (identify)."""
+        config = await self.directory.require(namespace, environment)
+        if request.app_id != config.app:
+            raise NotFoundError(
+                f"environment {namespace}/{environment} serves app {config.app!r}, not {request.app_id!r}",
+                {"appId": config.app},
+            )
+        key = bearer(authorization)
+        if key and not tokens.is_token(key):
+            # a site's server vouches for one of its signed-in users (identify): the API key is the proof
+            await auth.key_caller(namespace, environment, key)  # 401/403 unless a key of this environment
+            if not request.end_user:
+                raise UnauthenticatedError("endUser is required with an API key (the site's id of its signed-in user)")
+            sub = f"user:{request.end_user}"
+            return (await self.issue(config, kind="widget", sub=sub, ttl=config.widget.token_ttl_seconds)).answer()
+        if request.end_user:
+            raise ForbiddenError(
+                "endUser may only be set by a site's server with an API key (a page cannot choose who it is)",
+                {"reason": "end_user_needs_api_key"},
+            )
+        if not config.origin_allowed(origin):
+            raise ForbiddenError(
+                f"the site {origin or '(no Origin header)'} is not allowed to use this chat: the environment's "
+                f"owner can add it to spec.widget.allowedOrigins of environment {namespace}/{environment}",
+                {
+                    "reason": "origin_not_allowed",
+                    "origin": origin,
+                    "allowedOrigins": len(config.widget.allowed_origins),
+                },
+            )
+        self._count_token(config, address)
+        issued = await self.issue(
+            config, kind="widget", sub=None, ttl=config.widget.token_ttl_seconds, previous=request.previous_token
+        )
+        return issued.answer()
+
+    async def page_config(self, namespace: str, environment: str) -> BrowserConfig:
+        """The environment's browser settings, when it has a web client (404 otherwise)."""
+        config = await self.directory.get(namespace, environment)
+        if config is None or config.access.web_client == "disabled":
+            raise NotFoundError(f"environment {namespace}/{environment} has no web client")
+        return config
+
+    async def web_token(
+        self,
+        auth: Authenticator,
+        namespace: str,
+        environment: str,
+        request: WebTokenRequest,
+        *,
+        authorization: str | None,
+        origin: str | None,
+        host: str | None,
+        address: str,
+    ) -> IssuedToken:
+        """A token for the web client page itself (same origin): anonymous on a public page; on a signIn
+        page for the holder of a Kubernetes token who may get the Environment."""
+        config = await self.page_config(namespace, environment)
+        if not same_origin(origin, host):
+            raise ForbiddenError(
+                "web-client tokens are only issued to the web client page itself (same origin); sites embed the widget",
+                {"reason": "origin"},
+            )
+        self._count_token(config, address)
+        if config.access.web_client == "public":
+            issued = await self.issue(
+                config, kind="web", sub=None, ttl=config.widget.token_ttl_seconds, previous=request.previous_token
+            )
+            return issued.answer()
+        if not bearer(authorization):
+            raise UnauthenticatedError(
+                f"the web client of {namespace}/{environment} needs a sign-in: a Kubernetes token of a user who may "
+                "get the Environment (kubectl create token ...)",
+                {"reason": "sign_in_required"},
+            )
+        user = await auth.user(authorization)
+        await auth.require(user, verb="get", namespace=namespace, resource="environments")
+        issued = await self.issue(config, kind="web", sub=f"k8s:{user.username}", ttl=self.settings.web_sign_in_seconds)
+        return issued.answer(signed_in_as=user.username)
+
+    def _count_token(self, config: BrowserConfig, address: str) -> None:
+        """Tokens issued to one address, per minute (spec.widget.tokensPerMinutePerAddress; 429 over it)."""
+        self.limits.hit(
+            f"t/{config.namespace}/{config.environment}/{address}",
+            config.widget.tokens_per_minute_per_address,
+            "spec.widget.tokensPerMinutePerAddress",
+        )
+
     async def caller(
         self, *, namespace: str, environment: str, token: str, origin: str | None, host: str | None, address: str
     ) -> EnvironmentCaller:
         """The caller of a widget or web-client token on the deployed-app API (401 expired or invalid, 403
         another environment or a site no longer allowed, 429 over the per-token or per-address limit)."""
-        from dockyard_api.auth import EnvironmentCaller  # auth imports this module lazily too
-
         try:
             claims = tokens.verify(await self.keys.key(namespace, environment), token)
         except tokens.TokenError as exc:

@@ -13,7 +13,7 @@ from dockyard_api.cache import Informer
 from dockyard_api.runtime.config import model_params, parse_content
 from dockyard_api.runtime.endpoints import LOCAL_ENDPOINT_ANNOTATION, EndpointResolver, local_endpoints
 from dockyard_api.runtime.errors import ModelUnavailableError
-from dockyard_api.runtime.router import ExecuteBody
+from dockyard_api.runtime.schemas import ExecuteBody
 from dockyard_core.kubeclient import AsyncKube
 
 

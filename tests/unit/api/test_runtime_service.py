@@ -16,7 +16,7 @@ import pytest
 
 from dockyard_api import metrics
 from dockyard_api.auth import EnvironmentCaller
-from dockyard_api.runtime.service import Runtime, RuntimeSettings
+from dockyard_api.runtime.service import AppRuntime, RuntimeSettings
 from dockyard_api.store import ConversationStore
 from dockyard_core.errors import DockyardError, KubeUnavailableError, NotFoundError
 from dockyard_core.kubeclient import AsyncKube
@@ -65,15 +65,15 @@ def objects(model_url: str) -> dict[str, list[dict[str, Any]]]:
     }
 
 
-Scenario = Callable[[Runtime, ConversationStore], Awaitable[None]]
+Scenario = Callable[[AppRuntime, ConversationStore], Awaitable[None]]
 
 
 @asynccontextmanager
 async def runtime(
     kubeconfig: str, db: Path, model_url: str, **settings: Any
-) -> AsyncIterator[tuple[Runtime, ConversationStore]]:
+) -> AsyncIterator[tuple[AppRuntime, ConversationStore]]:
     kube = AsyncKube(kubeconfig)
-    found = Runtime(kube, RuntimeSettings(**settings))
+    found = AppRuntime(kube, RuntimeSettings(**settings))
     for plural, items in objects(model_url).items():
         found.informers[plural].replace(items)
     store = ConversationStore(f"sqlite+aiosqlite:///{db}")
@@ -91,7 +91,7 @@ def caller(environment: str = "bot-draft", end_user: str | None = None) -> Envir
 
 
 async def turn(
-    rt: Runtime,
+    rt: AppRuntime,
     store: ConversationStore,
     message: str,
     *,

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from dockyard_api.web import tokens
-from dockyard_api.web.router import LOADER
+from dockyard_api.web.assets import LOADER
 from dockyard_api.web.service import BrowserConfig, WindowLimiter, same_origin
 from dockyard_core.errors import RateLimitedError
 from dockyard_core.resources.v1alpha1.environment import Access, EnvironmentSpec, WidgetSettings

@@ -1,0 +1,63 @@
+"""The execute request and answer (docs/deployed-app-api.md, 'Request' and 'Answer')."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
+
+MAX_MESSAGE_CHARS = 32_768
+
+
+class ExecuteMetadata(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    user_id: StrictStr | None = Field(
+        default=None,
+        min_length=1,
+        max_length=256,
+        description="the end user; a session belongs to the user who started it (ignored for widget tokens, "
+        "which name their user)",
+    )
+
+
+class ExecuteBody(BaseModel):
+    """The request: message, session_id, metadata.user_id (and ``stream``)."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {"message": "Hello!", "session_id": "session-1", "metadata": {"user_id": "user-1"}},
+                {"message": "What is the weather in Oslo?", "stream": True},
+            ]
+        },
+    )
+
+    message: StrictStr = Field(
+        min_length=1, max_length=MAX_MESSAGE_CHARS, description="the user's message (1 to 32,768 characters)"
+    )
+    session_id: StrictStr | None = Field(
+        default=None,
+        max_length=128,
+        description="the conversation: absent, the server starts one and returns its id; an id that does not "
+        "exist yet starts a session with that id",
+    )
+    metadata: ExecuteMetadata | None = Field(default=None, description="who the end user is")
+    stream: StrictBool = Field(
+        default=False, description="answer with Server-Sent Events (as does Accept: text/event-stream)"
+    )
+
+
+class Tokens(BaseModel):
+    input: int = Field(description="prompt tokens of every model call of the turn")
+    output: int = Field(description="generated tokens of every model call of the turn")
+
+
+class ExecuteAnswer(BaseModel):
+    """The answer: the reply, the session, the agent that answered, the tools used, tokens, the stored reply's id."""
+
+    response: str = Field(description="the answer")
+    session_id: str = Field(description="the conversation, to send with the next message")
+    agent: str = Field(description="the agent that answered")
+    tools_used: list[str] = Field(description="the tools called during the turn, each named once")
+    tokens: Tokens
+    message_id: str = Field(description="id of the stored reply")
