@@ -1,5 +1,6 @@
 """The facade's watch-fed object cache: list, then follow ADDED / MODIFIED / DELETED; list again when the
-watch's version expires (410) or the connection fails; give up (every lookup live) on 403."""
+watch's version expires (410) or the connection fails; give up (every lookup live) on 403; a live lookup
+answers None for a missing object and a domain error for a failure."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 
 from dockyard_api.cache import Informer
 from dockyard_core import kubepaths
+from dockyard_core.errors import KubeUnavailableError
 from dockyard_core.kubeclient import KubeError
 from tests.support.listwatch import ScriptedKube
 
@@ -111,5 +113,47 @@ def test_without_permission_to_list_every_lookup_is_live() -> None:
         assert cache.cached("a", "m") is None
         assert kube.list_calls == 1
         await cache.stop()
+
+    asyncio.run(scenario())
+
+
+class LiveKube:
+    """Answers single GETs and label-selected lists by path (what an unsynced informer asks)."""
+
+    def __init__(self, answers: dict[str, Any]) -> None:
+        self.answers = answers
+        self.calls: list[tuple[str, dict[str, str] | None]] = []
+
+    async def request(self, method: str, path: str, params: dict[str, str] | None = None, **_: Any) -> dict[str, Any]:
+        assert method == "GET"
+        self.calls.append((path, params))
+        answer = self.answers[path]
+        if isinstance(answer, Exception):
+            raise answer
+        result: dict[str, Any] = answer
+        return result
+
+
+def test_an_unsynced_informer_reads_the_api_server_with_domain_errors() -> None:
+    async def scenario() -> None:
+        models_in_a, pods = "/apis/dockyard.dev/v1alpha1/namespaces/a/models", "/api/v1/namespaces/a/pods"
+        kube = LiveKube(
+            {
+                f"{models_in_a}/m": model("a", "m", "ReadyToDeploy", "1"),
+                f"{models_in_a}/gone": KubeError(404, "NotFound", "not found"),
+                f"{models_in_a}/down": KubeError(503, "Unreachable", "down"),
+                pods: {"items": [{"metadata": {"namespace": "a", "name": "p"}}]},
+            }
+        )
+        models = Informer(kube, "models")  # type: ignore[arg-type]
+        found = await models.get("a", "m")
+        assert found is not None
+        assert found["status"]["phase"] == "ReadyToDeploy"
+        assert await models.get("a", "gone") is None
+        with pytest.raises(KubeUnavailableError):
+            await models.get("a", "down")
+        by_label = Informer(kube, "pods", index_label="dockyard.dev/model-deployment")  # type: ignore[arg-type]
+        assert [p["metadata"]["name"] for p in await by_label.indexed("a", "tiny")] == ["p"]
+        assert kube.calls[-1] == (pods, {"labelSelector": "dockyard.dev/model-deployment=tiny"})
 
     asyncio.run(scenario())
