@@ -65,8 +65,14 @@ def e2e_cluster() -> Iterator[E2ECluster]:
 def suite_settings() -> SuiteClusterSettings:
     """The suite's cluster settings; a pytest-xdist worker (``PYTEST_XDIST_WORKER``, e.g. ``gw1``) has a cluster
     of its own, ``dockyard-test-gw1`` in ``.dockyard/test/gw1``: workers never see one another's objects,
-    operators or admission webhooks, and the chaos suite restarts only its worker's control plane."""
+    operators or admission webhooks, and the chaos suite restarts only its worker's control plane.
+    Refused if ``DOCKYARD_TEST_*`` and ``DOCKYARD_*`` name one cluster (worker or not)."""
     settings = SuiteClusterSettings()
+    if settings.same_cluster(LocalClusterSettings()):
+        raise RuntimeError(
+            f"the test suite's cluster {settings.cluster_name!r} in {settings.kwok_workdir} is `make run`'s: "
+            "set DOCKYARD_TEST_CLUSTER_NAME or DOCKYARD_TEST_STATE_DIR to another one"
+        )
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker:
         settings = settings.model_copy(
@@ -76,14 +82,8 @@ def suite_settings() -> SuiteClusterSettings:
 
 
 def suite_cluster() -> LocalCluster:
-    """The suite's own local cluster; refused if ``DOCKYARD_TEST_*`` and ``DOCKYARD_*`` name one cluster."""
-    settings = suite_settings()
-    if settings.same_cluster(LocalClusterSettings()):
-        raise RuntimeError(
-            f"the test suite's cluster {settings.cluster_name!r} in {settings.kwok_workdir} is `make run`'s: "
-            "set DOCKYARD_TEST_CLUSTER_NAME or DOCKYARD_TEST_STATE_DIR to another one"
-        )
-    return LocalCluster(settings)
+    """The suite's own local cluster (:func:`suite_settings`)."""
+    return LocalCluster(suite_settings())
 
 
 def _local() -> Iterator[E2ECluster]:
