@@ -52,7 +52,7 @@ from bench.common import (
     namespace,
     request_counts,
 )
-from dockyard_api.public.deploy.router import REQUESTED_BY_ANNOTATION
+from dockyard_api.public.deploy.service import REQUESTED_BY_ANNOTATION
 from dockyard_api.public.schemas import MODEL_DEPLOY_SAMPLE
 from dockyard_core import apikeys, requestid
 from dockyard_core.kubeclient import AsyncKube, KubeError

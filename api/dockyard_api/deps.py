@@ -35,6 +35,8 @@ from dockyard_api.params import (
     ToolId,
     VersionParam,
 )
+from dockyard_api.public.deploy.service import DeployService
+from dockyard_api.public.dock_status.service import DockStatusService
 from dockyard_api.public.imports.service import ImportService
 from dockyard_api.runtime.service import AppRuntime
 from dockyard_api.settings import ApiSettings
@@ -51,6 +53,8 @@ __all__ = [
     "AppState",
     "Auth",
     "ConversationDb",
+    "Deploys",
+    "DockStatus",
     "DockStatusId",
     "DownloadTokenKey",
     "EnvName",
@@ -131,6 +135,16 @@ async def get_download_token_key(request: Request) -> bytes:
     return app_state(request).download_token_key
 
 
+async def get_deploys(request: Request) -> DeployService:
+    """The public deploys' service (built per request over the start-up client, settings and Model cache)."""
+    state = app_state(request)
+    return DeployService(state.kube, state.settings, state.models)
+
+
+async def get_dock_status(request: Request) -> DockStatusService:
+    return DockStatusService(app_state(request).kube)
+
+
 async def get_models(request: Request) -> Informer | None:
     """The Model cache, or None when there is none (a route then reads the API server)."""
     state: AppState | None = getattr(request.app.state, "dockyard", None)
@@ -160,6 +174,10 @@ Auth = Annotated[Authenticator, Depends(get_authenticator)]
 Web = Annotated[WebService, Depends(get_web)]
 """The web client's and widget's service (their tokens, the environments' page settings)."""
 Imports = Annotated[ImportService, Depends(get_imports)]
+Deploys = Annotated[DeployService, Depends(get_deploys)]
+"""The public model and tool deploys (docs/public-api.md, 'Deploy a model', 'Deploy a tool')."""
+DockStatus = Annotated[DockStatusService, Depends(get_dock_status)]
+"""The dock-status lookup (docs/public-api.md, 'Dock status')."""
 DownloadTokenKey = Annotated[bytes, Depends(get_download_token_key)]
 ModelCache = Annotated[Informer | None, Depends(get_models)]
 ConversationDb = Annotated[ConversationStore, Depends(get_store)]

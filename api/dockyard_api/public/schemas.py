@@ -1,5 +1,7 @@
-"""Bodies of the public deploy endpoints and the job record they answer with (docs/public-api.md, 'Deploy a
-model', 'Deploy a tool').
+"""The public API's request bodies and answers (docs/public-api.md): the deploy bodies ('Deploy a model',
+'Deploy a tool'), the job record every job answer is (:class:`dockyard_core.jobs.JobRecord`, re-exported
+here), the import session's answers ('Chunked model import'), the model files' manifest and the one error
+shape.
 
 The model-deploy body is made of the ModelDeployment resource's own types (HyperParameters,
 ScalingParameters, OptimizationInfo, DeviceType): the facade checks exactly the limits the CRD
@@ -10,10 +12,12 @@ must be a DNS-1123 label (a Kubernetes object name that is also a valid label va
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, WithJsonSchema
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, WithJsonSchema, field_validator
+from pydantic.alias_generators import to_camel
 
+from dockyard_core.jobs import JobRecord
 from dockyard_core.resources.base import DockyardModel
 from dockyard_core.resources.v1alpha1 import (
     HyperParameters,
@@ -22,6 +26,7 @@ from dockyard_core.resources.v1alpha1 import (
     ScalingParameters,
 )
 from dockyard_core.resources.v1alpha1.common import DNS_LABEL_PATTERN, DeviceType, ModelType
+from dockyard_core.upload import sha256_hex
 
 _DNS_LABEL = re.compile(DNS_LABEL_PATTERN)
 NAME_RULE = (
@@ -208,27 +213,127 @@ class ToolDeployBody(DockyardModel):
     the facade's sync_deploy_timeout_seconds; after it the answer is IN_PROGRESS with a message)."""
 
 
-class JobRecord(BaseModel):
-    """The job record, with both spellings of the id, as every job answer carries."""
+class Answer(BaseModel):
+    """Base of the public answers: snake_case attributes, the exact camelCase wire names."""
 
-    model_config = ConfigDict(populate_by_name=True)
+    model_config = ConfigDict(alias_generator=to_camel, validate_by_name=True, validate_by_alias=True,
+                              serialize_by_alias=True)  # fmt: skip
 
-    dock_status_id: str = Field(alias="dockStatusId", description="identifier of the job")
-    dock_status_id_sample_spelling: str = Field(
-        alias="dock-statusId", description="the same identifier, spelt as the published sample responses spell it"
+
+# --- chunked model import (docs/public-api.md, 'Chunked model import') -----------------------------------
+
+
+class CompleteBody(BaseModel):
+    """Optional body of the completion call (a Dockyard extension: the published call has no body)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sha256: str | None = Field(
+        default=None,
+        description="hex SHA-256 of the whole file, computed while uploading; the import job FAILS when it "
+        "differs (409 checksum_conflict when it contradicts the start call's)",
     )
-    model_id: str | None = Field(default=None, alias="modelId", description="present for model jobs")
-    tool_id: str | None = Field(default=None, alias="toolId", description="present for tool jobs")
-    job_type: str = Field(alias="jobType", description="MODELS or TOOLS")
-    action: str = Field(description="DEPLOY for deployments, EXPORT for an import completion")
-    status: str = Field(description="IN_PROGRESS, SUCCESS or FAILED")
-    reason: str = Field(default="", description="CamelCase reason of the status, e.g. Available, NoFittingNode")
-    message: str = Field(default="", description="human explanation of the status")
-    start_time: str | None = Field(default=None, alias="startTime")
-    completion_time: str | None = Field(default=None, alias="completionTime")
-    deployment_name: str | None = Field(
-        default=None, alias="deploymentName", description="the ModelDeployment / ToolDeployment the job acts on"
-    )
+
+    @field_validator("sha256")
+    @classmethod
+    def _hex(cls, value: str | None) -> str | None:
+        return sha256_hex(value)
+
+
+class SessionStarted(Answer):
+    """The start call's answer."""
+
+    session_id: str
+    model_id: str = Field(description="name of the Model object the import fills")
+    expiration_date: str = Field(description="ISO 8601 timestamp (UTC) after which the session takes no chunks")
+
+
+class ChunkReceived(Answer):
+    """A chunk's upload answer: the chunk is stored (a retry of a stored chunk answers the same)."""
+
+    chunk_number: int
+    session_id: str
+
+
+class ReceivedChunk(Answer):
+    chunk_number: int
+    size: int = Field(description="bytes")
+
+
+class SessionState(Answer):
+    """What a client needs to resume an upload: the chunks received and those missing. A completed
+    session whose files are gone has no expirationDate nor fileExtension (its answer leaves them out)."""
+
+    session_id: str
+    model_id: str
+    state: Literal["open", "completed"]
+    dock_status_id: str | None = Field(description="the import job, once the session is completed")
+    expiration_date: str | None = None
+    file_name: str
+    file_extension: str | None = None
+    file_size: int
+    total_chunks: int
+    received_chunks: list[ReceivedChunk]
+    received_bytes: int
+    missing_chunks: list[int]
+
+
+class SessionAborted(Answer):
+    """The abort's answer: the chunks are deleted, the Model is Failed (ImportAborted)."""
+
+    session_id: str
+    model_id: str
+    freed_bytes: int
+
+
+SESSION_EXAMPLE = {
+    "sessionId": "7c9e6679-7425-40de-944b-e07fc1f90ae7",
+    "modelId": "llama-lora-3f9a1c2e",
+    "expirationDate": "2026-11-24T10:00:00Z",
+}
+IMPORT_JOB_EXAMPLE = {
+    "dockStatusId": "5b0f7c3e-4a53-4a0e-9a39-2b7f0d7e9a11",
+    "dock-statusId": "5b0f7c3e-4a53-4a0e-9a39-2b7f0d7e9a11",
+    "modelId": "llama-lora-3f9a1c2e",
+    "jobType": "MODELS",
+    "action": "EXPORT",
+    "status": "IN_PROGRESS",
+}
+SESSION_STATE_EXAMPLE = {
+    **SESSION_EXAMPLE,
+    "state": "open",
+    "fileSize": 50331648,
+    "totalChunks": 3,
+    "receivedChunks": [{"chunkNumber": 0, "size": 16777216}],
+    "receivedBytes": 16777216,
+    "missingChunks": [1, 2],
+}
+
+
+# --- model downloads (the storage initializer's, not the public API) ---------------------------------------
+
+
+class ModelFile(Answer):
+    path: str = Field(description="relative to the model's directory, with /")
+    size: int
+    sha256: str
+
+
+class ModelFilesManifest(Answer):
+    """The files of an imported model with size and SHA-256, as the import job recorded them."""
+
+    namespace: str
+    model_id: str
+    dock_status_id: str = Field(description="the import job that stored the model")
+    size_bytes: int = Field(description="size of the uploaded file")
+    sha256: str = Field(description="SHA-256 of the uploaded file")
+    files: list[ModelFile]
+    format: str | None = Field(description="gguf, ctranslate2, safetensors or pytorch, as the import found it")
+    file: str | None = Field(description="the weights file an engine loads by name (GGUF)")
+    total_bytes: int = Field(description="sum of the files' sizes")
+
+
+# --- errors -------------------------------------------------------------------------------------------
 
 
 class ErrorDetail(BaseModel):
@@ -273,3 +378,32 @@ def job_responses(examples: dict[str, dict[str, Any]], description: str) -> dict
     return {
         200: {"model": JobRecord, "description": description, "content": {"application/json": {"examples": examples}}}
     }
+
+
+__all__ = [
+    "IMPORT_JOB_EXAMPLE",
+    "MODEL_DEPLOY_EXAMPLES",
+    "MODEL_DEPLOY_RESPONSE_EXAMPLES",
+    "MODEL_DEPLOY_SAMPLE",
+    "SESSION_EXAMPLE",
+    "SESSION_STATE_EXAMPLE",
+    "TOOL_DEPLOY_EXAMPLES",
+    "TOOL_DEPLOY_RESPONSE_EXAMPLES",
+    "Answer",
+    "ChunkReceived",
+    "CompleteBody",
+    "ErrorBody",
+    "ErrorDetail",
+    "JobRecord",
+    "ModelDeployBody",
+    "ModelFile",
+    "ModelFilesManifest",
+    "ReceivedChunk",
+    "SessionAborted",
+    "SessionStarted",
+    "SessionState",
+    "ToolDeployBody",
+    "error_responses",
+    "job_responses",
+    "ok_responses",
+]

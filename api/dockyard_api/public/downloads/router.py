@@ -19,10 +19,9 @@ from starlette.concurrency import iterate_in_threadpool
 
 from dockyard_api.deps import DownloadTokenKey, Imports, ModelId, NamespaceParam
 from dockyard_api.errors import error_body
-from dockyard_core import downloadtokens
-from dockyard_core.errors import DockyardError, NotFoundError, UnauthenticatedError
-from dockyard_core.modelmanifest import ModelManifest
-from dockyard_core.modelstore import ModelStore
+from dockyard_api.public.downloads import service
+from dockyard_api.public.schemas import ModelFilesManifest
+from dockyard_core.errors import DockyardError
 from dockyard_core.storeerrors import parse_range
 
 router = APIRouter(prefix="/api/models", tags=["model downloads"])
@@ -35,34 +34,21 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-def _authorize(key: bytes, authorization: str | None, namespace: str, model_id: str) -> None:
-    scheme, _, token = (authorization or "").partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        raise UnauthenticatedError("a download token is required (Authorization: Bearer <token>)")
-    try:
-        downloadtokens.verify(key, token, namespace, model_id)
-    except downloadtokens.InvalidToken as exc:
-        raise UnauthenticatedError(f"the download token is refused: {exc}") from exc
-
-
-async def _manifest(store: ModelStore, namespace: str, model_id: str) -> ModelManifest:
-    manifest = await anyio.to_thread.run_sync(store.model_manifest, namespace, model_id)
-    if manifest is None:
-        raise NotFoundError(f"model {namespace}/{model_id} has no finished import in the model store")
-    return manifest
-
-
-@router.get("/{namespace}/{modelId}/manifest", summary="The files of an imported model", responses=ERRORS)
+@router.get(
+    "/{namespace}/{modelId}/manifest",
+    response_model=ModelFilesManifest,
+    summary="The files of an imported model",
+    responses=ERRORS,
+)
 async def manifest(
     namespace: NamespaceParam,
     modelId: ModelId,
     imports: Imports,
     key: DownloadTokenKey,
     authorization: Annotated[str | None, Header()] = None,
-) -> dict[str, Any]:
-    _authorize(key, authorization, namespace, modelId)
-    found = await _manifest(imports.store, namespace, modelId)
-    return {"namespace": namespace, "modelId": modelId, **found.to_dict(), "totalBytes": found.total_bytes}
+) -> ModelFilesManifest:
+    service.authorize(key, authorization, namespace, modelId)
+    return await service.manifest(imports.store, namespace, modelId)
 
 
 @router.get(
@@ -80,10 +66,8 @@ async def file(
     authorization: Annotated[str | None, Header()] = None,
     range_header: Annotated[str | None, Header(alias="range")] = None,
 ) -> Response:
-    _authorize(key, authorization, namespace, modelId)
-    entry = (await _manifest(imports.store, namespace, modelId)).file(path)
-    if entry is None:
-        raise NotFoundError(f"model {namespace}/{modelId} has no file {path[:200]!r}")
+    service.authorize(key, authorization, namespace, modelId)
+    entry = await service.stored_file(imports.store, namespace, modelId, path)
     try:
         wanted = parse_range(range_header, entry.size)
     except DockyardError as exc:  # 416 with the size, so that a client can restart (RFC 9110 §15.5.17)

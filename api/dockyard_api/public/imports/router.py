@@ -9,12 +9,24 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Request
 from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import ValidationError
 
 from dockyard_api import metrics
 from dockyard_api.deps import Imports, PublicCaller, SessionId
-from dockyard_api.public.schemas import error_responses, ok_responses
-from dockyard_core.upload import Upload, sha256_hex
+from dockyard_api.public.schemas import (
+    IMPORT_JOB_EXAMPLE,
+    SESSION_EXAMPLE,
+    SESSION_STATE_EXAMPLE,
+    ChunkReceived,
+    CompleteBody,
+    JobRecord,
+    SessionAborted,
+    SessionStarted,
+    SessionState,
+    error_responses,
+    ok_responses,
+)
+from dockyard_core.upload import Upload
 
 router = APIRouter(prefix="/api/public/files/session", tags=["model import"])
 
@@ -23,81 +35,18 @@ StartBody = Annotated[dict[str, Any], Body()]
 (:class:`dockyard_core.upload.Upload`) with this facade's limits as the validation context."""
 
 
-class CompleteBody(BaseModel):
-    """Optional body of the completion call (a Dockyard extension: the published call has no body)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    sha256: str | None = Field(
-        default=None,
-        description="hex SHA-256 of the whole file, computed while uploading; the import job FAILS when it "
-        "differs (409 checksum_conflict when it contradicts the start call's)",
-    )
-
-    @field_validator("sha256")
-    @classmethod
-    def _hex(cls, value: str | None) -> str | None:
-        return sha256_hex(value)
-
-
-class StartResponse(BaseModel):
-    sessionId: str
-    modelId: str
-    expirationDate: str = Field(description="ISO 8601 timestamp (UTC) after which the session takes no chunks")
-
-
-class ChunkResponse(BaseModel):
-    chunkNumber: int
-    sessionId: str
-
-
-class JobRecord(BaseModel):
-    """The job record; the id is given under both spellings."""
-
-    model_config = ConfigDict(populate_by_name=True)
-
-    dockStatusId: str
-    dock_statusId: str = Field(alias="dock-statusId", serialization_alias="dock-statusId")
-    modelId: str
-    jobType: str
-    action: str
-    status: str
-
-
 UPLOAD_SCHEMA = Upload.model_json_schema(by_alias=True)
 """The start body's schema in the OpenAPI document (the route takes the JSON object and validates it)."""
-SESSION_EXAMPLE = {
-    "sessionId": "7c9e6679-7425-40de-944b-e07fc1f90ae7",
-    "modelId": "llama-lora-3f9a1c2e",
-    "expirationDate": "2026-11-24T10:00:00Z",
-}
-IMPORT_JOB_EXAMPLE = {
-    "dockStatusId": "5b0f7c3e-4a53-4a0e-9a39-2b7f0d7e9a11",
-    "dock-statusId": "5b0f7c3e-4a53-4a0e-9a39-2b7f0d7e9a11",
-    "modelId": "llama-lora-3f9a1c2e",
-    "jobType": "MODELS",
-    "action": "EXPORT",
-    "status": "IN_PROGRESS",
-}
-SESSION_STATE_EXAMPLE = {
-    **SESSION_EXAMPLE,
-    "state": "open",
-    "fileSize": 50331648,
-    "totalChunks": 3,
-    "receivedChunks": [{"chunkNumber": 0, "size": 16777216}],
-    "receivedBytes": 16777216,
-    "missingChunks": [1, 2],
-}
 
 
 @router.post(
     "/start",
-    response_model=StartResponse,
+    response_model=SessionStarted,
     summary="Start an import session (step 1 of 3)",
     responses={**ok_responses(SESSION_EXAMPLE, "The session"), **error_responses(401, 403, 404, 413, 422, 503)},
     openapi_extra={"requestBody": {"content": {"application/json": {"schema": UPLOAD_SCHEMA}}}},
 )
-async def start(body: StartBody, caller: PublicCaller, imports: Imports) -> Any:
+async def start(body: StartBody, caller: PublicCaller, imports: Imports) -> SessionStarted:
     try:
         upload = imports.upload_of(body)
     except ValidationError as exc:  # the same answer as FastAPI's own body validation: 422 naming body.<field>
@@ -110,7 +59,7 @@ async def start(body: StartBody, caller: PublicCaller, imports: Imports) -> Any:
 
 @router.post(
     "/{sessionId}",
-    response_model=ChunkResponse,
+    response_model=ChunkReceived,
     summary="Upload one chunk (step 2 of 3): multipart fields file and chunkNumber",
     responses={
         **ok_responses({"chunkNumber": 0, "sessionId": "7c9e6679-7425-40de-944b-e07fc1f90ae7"}, "The chunk is stored"),
@@ -134,33 +83,36 @@ async def start(body: StartBody, caller: PublicCaller, imports: Imports) -> Any:
         }
     },
 )
-async def upload_chunk(sessionId: SessionId, caller: PublicCaller, imports: Imports, request: Request) -> Any:
-    number, size, new = await imports.receive_chunk(
+async def upload_chunk(sessionId: SessionId, caller: PublicCaller, imports: Imports, request: Request) -> ChunkReceived:
+    received, size, new = await imports.receive_chunk(
         caller.namespace, caller.environment, sessionId, request.headers.get("content-type"), request.stream()
     )
     if new:
         metrics.upload_chunk(size)
-    return {"chunkNumber": number, "sessionId": sessionId}
+    return received
 
 
 @router.get(
     "/{sessionId}",
+    response_model=SessionState,
+    response_model_exclude_unset=True,
     summary="Which chunks the session has received (to resume an upload)",
     responses={**ok_responses(SESSION_STATE_EXAMPLE, "The session"), **error_responses(401, 403, 404, 410, 422)},
 )
-async def describe(sessionId: SessionId, caller: PublicCaller, imports: Imports) -> dict[str, Any]:
+async def describe(sessionId: SessionId, caller: PublicCaller, imports: Imports) -> SessionState:
     return await imports.describe(caller.namespace, caller.environment, sessionId)
 
 
 @router.delete(
     "/{sessionId}",
+    response_model=SessionAborted,
     summary="Abort the session: its chunks are deleted, its Model becomes Failed",
     responses={
         **ok_responses({**SESSION_EXAMPLE, "freedBytes": 16777216}, "The session is aborted"),
         **error_responses(401, 403, 404, 409, 422),
     },
 )
-async def abort(sessionId: SessionId, caller: PublicCaller, imports: Imports) -> dict[str, Any]:
+async def abort(sessionId: SessionId, caller: PublicCaller, imports: Imports) -> SessionAborted:
     aborted = await imports.abort(caller.namespace, caller.environment, sessionId)
     metrics.import_outcome("aborted")
     return aborted
@@ -169,7 +121,7 @@ async def abort(sessionId: SessionId, caller: PublicCaller, imports: Imports) ->
 @router.post(
     "/{sessionId}/complete",
     response_model=JobRecord,
-    response_model_by_alias=True,
+    response_model_exclude_unset=True,
     summary="Complete the import (step 3 of 3): starts the import job; calling it again returns the same job",
     responses={
         **ok_responses(IMPORT_JOB_EXAMPLE, "The import job"),
@@ -181,7 +133,7 @@ async def complete(
     caller: PublicCaller,
     imports: Imports,
     body: Annotated[CompleteBody | None, Body()] = None,
-) -> Any:
+) -> JobRecord:
     sha256 = body.sha256 if body is not None else None
     job = await imports.complete(caller.namespace, caller.environment, sessionId, sha256)
     metrics.import_outcome("completed")
