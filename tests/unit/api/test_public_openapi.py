@@ -103,3 +103,21 @@ def test_dock_status_documents_the_job_record(document: dict[str, Any]) -> None:
     (record,) = response_examples(operation)
     assert JOB_KEYS | {"reason", "message"} <= set(record)
     JobRecord.model_validate(record)
+
+
+def test_every_documented_job_record_is_what_the_one_model_answers(document: dict[str, Any]) -> None:
+    """One JobRecord answers the import completion, both deploys and the dock-status lookup: each documented
+    record goes through it unchanged (both id spellings, no member added or dropped)."""
+    paths = document["paths"]
+    operations = [
+        paths[MODEL_DEPLOY]["post"],
+        paths[TOOL_DEPLOY]["post"],
+        paths[DOCK_STATUS]["get"],
+        paths[f"{PUBLIC}/files/session/{{sessionId}}/complete"]["post"],
+    ]
+    for operation in operations:
+        for record in response_examples(operation):
+            assert JobRecord.model_validate(record).wire() == record
+    only_id = JobRecord.model_validate({"dockStatusId": "j", "modelId": "m", "jobType": "MODELS", "action": "EXPORT",
+                                        "status": "IN_PROGRESS"})  # fmt: skip
+    assert only_id.wire()["dock-statusId"] == "j"
