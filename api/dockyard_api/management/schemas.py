@@ -1,18 +1,34 @@
-"""Request and response bodies of the management endpoints (apps, versions, environments, API keys).
+"""Request and response bodies of the management endpoints (apps, versions, environments, API keys,
+the catalog, usage).
 
 They are separate from the resource types: the API speaks in the words of docs/apps-environments.md
 (name, description, version), the resources in Kubernetes' (metadata.name, spec.displayName, ...).
+
+The answers (:class:`View` and its subclasses) are camelCase on the wire. A view's own fields have no
+defaults, so every answer names each of them (``null`` where there is nothing); the resource types
+nested in a view (agents, tool versions, history entries, conditions, ...) are answered as stored, with
+the fields the object holds and no more: the routes set ``response_model_exclude_unset`` and
+:meth:`View.wire` (what the console's templates read) does the same.
 """
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from dockyard_core.resources.v1alpha1 import Agent, McpServer, ToolVersionRef
-from dockyard_core.resources.v1alpha1.common import DNS_LABEL_PATTERN, Description, DisplayName, DnsLabel, SemVer
+from dockyard_core.resources.v1alpha1.common import (
+    DNS_LABEL_PATTERN,
+    Condition,
+    Description,
+    DisplayName,
+    DnsLabel,
+    SemVer,
+)
+from dockyard_core.resources.v1alpha1.environment import Access, ChecklistItem, HistoryEntry, WidgetSettings
 
 
 class Body(BaseModel):
@@ -135,16 +151,247 @@ class KeyCreate(Body):
     """A descriptive name."""
 
 
-class KeyView(Body):
+# --- answers ----------------------------------------------------------------------------------------
+
+
+class View(BaseModel):
+    """An answer: camelCase on the wire; nested resource types as stored (the module's docstring)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, validate_by_name=True, serialize_by_alias=True)
+
+    def wire(self) -> dict[str, Any]:
+        """The JSON the API answers, as a dict."""
+        return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
+
+
+class AppView(View):
+    """An App: its name (the app id) and its draft."""
+
+    name: str
+    namespace: str
+    display_name: str | None
+    description: str
+    agents: list[Agent]
+    tool_versions: list[ToolVersionRef]
+    mcp_servers: list[McpServer]
+    restored_from: str | None
+    """The version the draft was last restored from."""
+    created_at: datetime | None
+
+
+class AppList(View):
+    items: list[AppView]
+
+
+class VersionView(View):
+    """An AppVersion in the API's words: ``name`` is the name entered at creation, ``objectName`` the object's."""
+
+    app: str
+    version: str
+    name: str
+    description: str
+    agents: list[Agent]
+    tool_versions: list[ToolVersionRef]
+    mcp_servers: list[McpServer]
+    deployed_in: list[str]
+    """The environments where this version is Active."""
+    object_name: str
+    created_at: datetime | None
+
+
+class VersionList(View):
+    items: list[VersionView]
+    """Oldest version first."""
+
+
+class EnvironmentView(View):
+    """An Environment: its linked version, URLs, cURL script, history and checklist (``name`` is the name
+    entered at creation, ``objectName`` the object's: <app>-<name>)."""
+
+    name: str
+    object_name: str
+    namespace: str
+    app: str
+    description: str
+    app_version: str
+    """The linked version; ``draft`` for the App's draft."""
+    active_version: str | None
+    phase: str | None
+    web_client_url: str | None
+    api_base_url: str | None
+    widget_script_url: str | None
+    app_id: str | None
+    curl_script: str | None
+    embed_code: str | None
+    access: Access
+    widget: WidgetSettings
+    history: list[HistoryEntry]
+    checklist: list[ChecklistItem]
+    conditions: list[Condition]
+    configuration: dict[str, Any]
+    deleting_since: datetime | None
+    """Set while the environment is being deleted."""
+
+
+class EnvironmentChange(EnvironmentView):
+    """The environment after a deploy, redeploy or rollback, and what was done in words."""
+
+    message: str
+
+
+class EnvironmentList(View):
+    items: list[EnvironmentView]
+
+
+class DeleteEnvironmentAnswer(View):
+    deleted: str
+    """The environment's object name."""
+    audit_record: str
+    """The ConfigMap that keeps its history and usage (``ConfigMap <namespace>/<name>``)."""
+    message: str
+
+
+class KeyView(View):
     id: str
     name: str
     prefix: str
     environment: str
-    created_at: str | None = None
-    created_by: str | None = None
-    last_used_at: str | None = None
+    created_at: str | None
+    created_by: str | None
+    last_used_at: str | None
 
 
 class NewKeyView(KeyView):
     key: str
     """The key itself: shown this once, never again."""
+
+
+class KeyList(View):
+    items: list[KeyView]
+    """Oldest key first."""
+
+
+class AgentVersionView(View):
+    """An (agent, version) pair to pick from, with its configuration and where it is found."""
+
+    name: str
+    version: str
+    agent: Agent
+    found_in: list[str]
+    """``draft`` and the versions that hold it."""
+
+
+class AgentVersionList(View):
+    items: list[AgentVersionView]
+
+
+class ToolView(View):
+    """A tool version (a Tool) to pick from."""
+
+    tool_id: str
+    name: str
+    version: str
+    description: str
+    kind: str
+    """``image`` (Dockyard runs it) or ``endpoint`` (it runs elsewhere)."""
+    image: str | None
+    endpoint: str | None
+    mcp: bool
+    created_at: datetime | None
+
+
+class ToolList(View):
+    items: list[ToolView]
+
+
+class ReadyView(View):
+    """The Ready condition of an object."""
+
+    status: str
+    reason: str
+    message: str
+
+
+class ModelView(View):
+    model_id: str
+    model_type: str | None
+    source: str | None
+    """``hub`` or ``upload``."""
+    phase: str | None
+    format: str | None
+    size_bytes: int | None
+    job: dict[str, Any] | None
+    """The current job record (docs/public-api.md, 'Dock status'); null before the first."""
+    ready: ReadyView | None
+
+
+class ModelList(View):
+    items: list[ModelView]
+
+
+class ModelDeploymentView(View):
+    name: str
+    model_ref: str
+    device_type: str
+    replicas: int | None
+    ready_replicas: int | None
+    job: dict[str, Any] | None
+    ready: ReadyView | None
+
+
+class ModelDeploymentList(View):
+    items: list[ModelDeploymentView]
+
+
+class ToolDeploymentView(View):
+    name: str
+    tool_ref: str
+    environment: str | None
+    """The environment that deployed it (absent for a direct public deploy)."""
+    device_type: str | None
+    replicas: int | None
+    ready_replicas: int | None
+    job: dict[str, Any] | None
+    ready: ReadyView | None
+
+
+class ToolDeploymentList(View):
+    items: list[ToolDeploymentView]
+
+
+class UsageCountersView(View):
+    requests: int
+    errors: int
+    rate_limited: int
+    tokens_in: int
+    tokens_out: int
+
+
+class UsageDayView(View):
+    day: str
+    requests: int
+    errors: int
+    rate_limited: int
+    tokens_in: int
+    tokens_out: int
+
+
+class UsageKeyView(View):
+    key_id: str
+    requests: int
+    errors: int
+    rate_limited: int
+    tokens_in: int
+    tokens_out: int
+
+
+class UsageReportView(View):
+    """An environment's usage over [from, to] (UTC days): totals, the days with usage, and per API key."""
+
+    namespace: str
+    environment: str
+    since: str = Field(alias="from")
+    until: str = Field(alias="to")
+    totals: UsageCountersView
+    days: list[UsageDayView]
+    keys: list[UsageKeyView]
