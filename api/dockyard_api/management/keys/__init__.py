@@ -1,0 +1,1 @@
+"""An environment's API keys: generate, list, revoke."""
