@@ -1,0 +1,163 @@
+"""What exists to pick from and to watch: the agent versions an App has used, the tool versions (Tools)
+of a namespace, and the Models, ModelDeployments and ToolDeployments with their dock status, read as
+the calling Kubernetes user. The console's pickers and its Models and tools page read these.
+
+:class:`CatalogService` reads only, so it needs no authenticator: ``CatalogService(repos)`` with core's
+repositories acting as the caller (:mod:`dockyard_api.management.base` for the other services).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from dockyard_api.management.schemas import (
+    AgentVersionList,
+    AgentVersionView,
+    ModelDeploymentList,
+    ModelDeploymentView,
+    ModelList,
+    ModelView,
+    ReadyView,
+    ToolDeploymentList,
+    ToolDeploymentView,
+    ToolList,
+    ToolView,
+)
+from dockyard_core import jobs
+from dockyard_core.repository import Repositories
+from dockyard_core.resources.v1alpha1 import (
+    ENVIRONMENT_LABEL,
+    READY,
+    Agent,
+    Model,
+    ModelDeployment,
+    Tool,
+    ToolDeployment,
+)
+from dockyard_core.resources.v1alpha1.common import Resource, StatusBase
+from dockyard_core.resources.v1alpha1.common import semver_key as _semver
+
+
+def _job(obj: Model | ModelDeployment | ToolDeployment, id_key: str) -> dict[str, Any] | None:
+    """The object's current job as the one job record (dockyard_core.jobs), None before its first."""
+    return jobs.record(obj.to_manifest(), id_key) if obj.status.job else None
+
+
+def _ready(status: StatusBase) -> ReadyView | None:
+    for cond in status.conditions:
+        if cond.type == READY:
+            return ReadyView(status=cond.status, reason=cond.reason, message=cond.message)
+    return None
+
+
+def _name(obj: Resource) -> str:
+    return obj.metadata.name or ""
+
+
+def tool_view(tool: Tool) -> ToolView:
+    spec = tool.spec
+    return ToolView(
+        tool_id=_name(tool),
+        name=spec.name,
+        version=spec.version,
+        description=spec.description,
+        kind="image" if spec.container else "endpoint",
+        image=spec.container.image if spec.container else None,
+        endpoint=spec.endpoint,
+        mcp=bool(spec.mcp),
+        created_at=tool.metadata.creation_timestamp,
+    )
+
+
+def model_view(model: Model) -> ModelView:
+    spec, st = model.spec, model.status
+    source = spec.source
+    return ModelView(
+        model_id=_name(model),
+        model_type=spec.model_type,
+        source="hub" if source.hub else "upload" if source.upload else None,
+        phase=st.phase,
+        format=st.storage.format if st.storage else None,
+        size_bytes=(st.storage.size_bytes if st.storage else None)
+        or (source.upload.file_size if source.upload else None),
+        job=_job(model, "modelId"),
+        ready=_ready(st),
+    )
+
+
+def model_deployment_view(deployment: ModelDeployment) -> ModelDeploymentView:
+    spec, st = deployment.spec, deployment.status
+    return ModelDeploymentView(
+        name=_name(deployment),
+        model_ref=spec.model_ref,
+        device_type=spec.device_type,
+        replicas=st.replicas,
+        ready_replicas=st.ready_replicas,
+        job=_job(deployment, "modelId"),
+        ready=_ready(st),
+    )
+
+
+def tool_deployment_view(deployment: ToolDeployment) -> ToolDeploymentView:
+    st = deployment.status
+    return ToolDeploymentView(
+        name=_name(deployment),
+        tool_ref=deployment.spec.tool_ref,
+        environment=(deployment.metadata.labels or {}).get(ENVIRONMENT_LABEL),
+        device_type=None,  # tools run on CPU nodes: a ToolDeployment names no device type
+        replicas=st.replicas,
+        ready_replicas=st.ready_replicas,
+        job=_job(deployment, "toolId"),
+        ready=_ready(st),
+    )
+
+
+def agent_versions(draft: Sequence[Agent], versions: Iterable[tuple[str, Sequence[Agent]]]) -> list[AgentVersionView]:
+    """Every (agent, version) pair the App's draft or one of its versions (``(version, agents)``) holds,
+    newest versions of an agent last; each with its configuration (the one a version pins) and where it
+    is found."""
+    found: dict[tuple[str, str], AgentVersionView] = {}
+    for where, agents in [("draft", draft), *versions]:
+        for agent in agents:
+            key = (agent.name, agent.version)
+            entry = found.setdefault(key, AgentVersionView(name=key[0], version=key[1], agent=agent, found_in=[]))
+            entry.found_in.append(where)
+    return sorted(found.values(), key=lambda e: (e.name, _version_key(e.version)))
+
+
+def _version_key(version: str) -> tuple[Any, ...]:
+    try:
+        return (0, *_semver(version))
+    except ValueError:
+        return (1, version)
+
+
+class CatalogService:
+    """The catalog of one caller's namespaces."""
+
+    def __init__(self, repos: Repositories) -> None:
+        self.repos = repos
+
+    async def list_agent_versions(self, namespace: str, app: str) -> AgentVersionList:
+        draft = await self.repos.apps.get(namespace, app)
+        versions = await self.repos.app_versions.select(namespace, fields={"spec.appRef": app})
+        return AgentVersionList(
+            items=agent_versions(draft.spec.agents, [(v.spec.version, v.spec.agents) for v in versions])
+        )
+
+    async def list_tools(self, namespace: str) -> ToolList:
+        found = (tool_view(t) for t in await self.repos.tools.select(namespace))
+        return ToolList(items=sorted(found, key=lambda t: (t.name, _version_key(t.version))))
+
+    async def list_models(self, namespace: str) -> ModelList:
+        found = (model_view(m) for m in await self.repos.models.select(namespace))
+        return ModelList(items=sorted(found, key=lambda m: m.model_id))
+
+    async def list_model_deployments(self, namespace: str) -> ModelDeploymentList:
+        found = (model_deployment_view(d) for d in await self.repos.model_deployments.select(namespace))
+        return ModelDeploymentList(items=sorted(found, key=lambda d: d.name))
+
+    async def list_tool_deployments(self, namespace: str) -> ToolDeploymentList:
+        found = (tool_deployment_view(d) for d in await self.repos.tool_deployments.select(namespace))
+        return ToolDeploymentList(items=sorted(found, key=lambda d: d.name))
