@@ -21,6 +21,7 @@ from dockyard_api.errors import install_error_handlers
 from dockyard_api.management.apps import router as apps
 from dockyard_api.management.catalog import router as catalog
 from dockyard_api.management.environments import router as environments
+from dockyard_api.management.keys import router as keys
 from dockyard_api.management.usage import router as usage
 from dockyard_api.metrics import RequestMiddleware
 from dockyard_api.ops import router as ops
@@ -149,6 +150,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     web.install(app, ENVIRONMENT_PREFIX)  # web client page, widget loader.js and tokens, CORS
     app.include_router(apps.router)
     app.include_router(environments.router)
+    app.include_router(keys.router)
     app.include_router(downloads.router)
     app.include_router(usage.router)
     app.include_router(catalog.router)

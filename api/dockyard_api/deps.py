@@ -23,6 +23,12 @@ from fastapi import Depends, FastAPI, Header, Request
 from dockyard_api.auth import Authenticator, EnvironmentCaller, bearer
 from dockyard_api.cache import Informer
 from dockyard_api.console.session import Sealer
+from dockyard_api.management.apps.service import AppService
+from dockyard_api.management.catalog.service import CatalogService
+from dockyard_api.management.environments.service import EnvironmentService
+from dockyard_api.management.keys.service import KeyService
+from dockyard_api.management.services import Management
+from dockyard_api.management.usage.service import UsageService
 from dockyard_api.params import (
     AppId,
     AppName,
@@ -45,21 +51,27 @@ from dockyard_api.web import tokens as web_tokens
 from dockyard_api.web.service import WebService
 from dockyard_core.errors import DatabaseUnavailableError
 from dockyard_core.kubeclient import AsyncKube, User
+from dockyard_core.repository import Repositories
 
 __all__ = [
     "AppCaller",
     "AppId",
     "AppName",
     "AppState",
+    "AppsDep",
     "Auth",
+    "CallerRepositories",
+    "CatalogDep",
     "ConversationDb",
     "Deploys",
     "DockStatus",
     "DockStatusId",
     "DownloadTokenKey",
     "EnvName",
+    "EnvironmentsDep",
     "Imports",
     "KeyId",
+    "KeysDep",
     "Kube",
     "KubeUser",
     "ModelCache",
@@ -70,8 +82,10 @@ __all__ = [
     "SessionId",
     "Settings",
     "ToolId",
+    "UsageDep",
     "VersionParam",
     "Web",
+    "management_of",
 ]
 
 # --- what start-up builds -----------------------------------------------------------------------------
@@ -232,3 +246,46 @@ AppCaller = Annotated[EnvironmentCaller, Depends(app_caller)]
 ``end_user``) of the environment in the path."""
 KubeUser = Annotated[User, Depends(kube_user)]
 """A Kubernetes user (``Authorization: Bearer <token>``), for the management endpoints."""
+
+# --- the management services: built per request, acting as the calling Kubernetes user -----------------
+# (dockyard_api.management.base: what a service acts as; the console builds them with management_of)
+
+
+async def caller_repositories(kube: Kube, user: KubeUser) -> Repositories:
+    return Repositories.of(kube, user)
+
+
+CallerRepositories = Annotated[Repositories, Depends(caller_repositories)]
+"""Core's repositories acting as the calling Kubernetes user (impersonation: RBAC decides)."""
+
+
+async def get_app_service(repos: CallerRepositories, auth: Auth) -> AppService:
+    return AppService(repos, auth)
+
+
+async def get_environment_service(repos: CallerRepositories, auth: Auth) -> EnvironmentService:
+    return EnvironmentService(repos, auth)
+
+
+async def get_key_service(repos: CallerRepositories, auth: Auth) -> KeyService:
+    return KeyService(repos, auth)
+
+
+async def get_catalog_service(repos: CallerRepositories) -> CatalogService:
+    return CatalogService(repos)
+
+
+async def get_usage_service(user: KubeUser, auth: Auth, store: ConversationDb) -> UsageService:
+    return UsageService(store, auth, user)
+
+
+AppsDep = Annotated[AppService, Depends(get_app_service)]
+EnvironmentsDep = Annotated[EnvironmentService, Depends(get_environment_service)]
+KeysDep = Annotated[KeyService, Depends(get_key_service)]
+CatalogDep = Annotated[CatalogService, Depends(get_catalog_service)]
+UsageDep = Annotated[UsageService, Depends(get_usage_service)]
+
+
+def management_of(state: AppState, user: User) -> Management:
+    """Every management service acting as ``user``: for the console's pages (no route dependencies there)."""
+    return Management.of(Repositories.of(state.kube, user), state.authenticator, state.store)

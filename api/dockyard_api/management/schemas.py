@@ -19,6 +19,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from dockyard_core.jobs import JobRecord
 from dockyard_core.resources.v1alpha1 import Agent, McpServer, ToolVersionRef
 from dockyard_core.resources.v1alpha1.common import (
     DNS_LABEL_PATTERN,
@@ -320,7 +321,7 @@ class ModelView(View):
     phase: str | None
     format: str | None
     size_bytes: int | None
-    job: dict[str, Any] | None
+    job: JobRecord | None
     """The current job record (docs/public-api.md, 'Dock status'); null before the first."""
     ready: ReadyView | None
 
@@ -335,7 +336,7 @@ class ModelDeploymentView(View):
     device_type: str
     replicas: int | None
     ready_replicas: int | None
-    job: dict[str, Any] | None
+    job: JobRecord | None
     ready: ReadyView | None
 
 
@@ -351,7 +352,7 @@ class ToolDeploymentView(View):
     device_type: str | None
     replicas: int | None
     ready_replicas: int | None
-    job: dict[str, Any] | None
+    job: JobRecord | None
     ready: ReadyView | None
 
 

@@ -11,9 +11,10 @@ from pydantic import ValidationError
 
 from dockyard_api.console import session as sess
 from dockyard_api.console import views
-from dockyard_api.console.router import TEMPLATES
-from dockyard_api.management.catalog.router import agent_versions
+from dockyard_api.console.common import TEMPLATES
+from dockyard_api.management.catalog.service import agent_versions
 from dockyard_api.management.schemas import VersionCreate
+from dockyard_core.resources.v1alpha1 import Agent
 
 KEY = b"k" * 32
 
@@ -202,12 +203,12 @@ def test_agent_versions_from_draft_and_versions() -> None:
     helper1 = {"name": "helper", "version": "1.0.0", "model": "tiny"}
     helper2 = {"name": "helper", "version": "1.10.0", "model": "tiny"}
     helper_b = {"name": "helper", "version": "1.2.0"}
-    app = {"spec": {"agents": [helper2]}}
+    draft = [Agent.model_validate(helper2)]
     versions = [
-        {"spec": {"version": "1.0.0", "agents": [helper1]}},
-        {"spec": {"version": "1.1.0", "agents": [helper_b, helper1]}},
+        ("1.0.0", [Agent.model_validate(helper1)]),
+        ("1.1.0", [Agent.model_validate(helper_b), Agent.model_validate(helper1)]),
     ]
-    found = agent_versions(app, versions)
+    found = [a.wire() for a in agent_versions(draft, versions)]
     assert [(a["name"], a["version"]) for a in found] == [
         ("helper", "1.0.0"),
         ("helper", "1.2.0"),

@@ -225,7 +225,8 @@ def test_restore_needs_confirmation_and_overwrites_the_whole_draft(kube: tuple[F
         "mcpServers": [{"name": "x", "url": "https://x.example.com"}],
     }
     state.put(f"{CUSTOM}/apps/bot", {"spec": draft})
-    version = {"appRef": "bot", "version": "1.0.0", "toolVersions": [{"name": "t", "version": "1.0.0"}]}
+    version = {"appRef": "bot", "version": "1.0.0", "displayName": "First",
+               "toolVersions": [{"name": "t", "version": "1.0.0"}]}  # fmt: skip
     state.put(f"{CUSTOM}/appversions/bot-1.0.0", {"spec": version})
     unconfirmed = http.post(f"{MGMT}/apps/bot/restore", json={"version": "1.0.0", "confirm": False}, headers=ALICE)
     assert unconfirmed.status_code == 422

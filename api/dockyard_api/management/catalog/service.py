@@ -24,7 +24,7 @@ from dockyard_api.management.schemas import (
     ToolList,
     ToolView,
 )
-from dockyard_core import jobs
+from dockyard_core.jobs import JobRecord, JobTarget
 from dockyard_core.repository import Repositories
 from dockyard_core.resources.v1alpha1 import (
     ENVIRONMENT_LABEL,
@@ -39,9 +39,9 @@ from dockyard_core.resources.v1alpha1.common import Resource, StatusBase
 from dockyard_core.resources.v1alpha1.common import semver_key as _semver
 
 
-def _job(obj: Model | ModelDeployment | ToolDeployment, id_key: str) -> dict[str, Any] | None:
+def _job(obj: JobTarget) -> JobRecord | None:
     """The object's current job as the one job record (dockyard_core.jobs), None before its first."""
-    return jobs.record(obj.to_manifest(), id_key) if obj.status.job else None
+    return JobRecord.of(obj) if obj.status.job else None
 
 
 def _ready(status: StatusBase) -> ReadyView | None:
@@ -81,7 +81,7 @@ def model_view(model: Model) -> ModelView:
         format=st.storage.format if st.storage else None,
         size_bytes=(st.storage.size_bytes if st.storage else None)
         or (source.upload.file_size if source.upload else None),
-        job=_job(model, "modelId"),
+        job=_job(model),
         ready=_ready(st),
     )
 
@@ -94,7 +94,7 @@ def model_deployment_view(deployment: ModelDeployment) -> ModelDeploymentView:
         device_type=spec.device_type,
         replicas=st.replicas,
         ready_replicas=st.ready_replicas,
-        job=_job(deployment, "modelId"),
+        job=_job(deployment),
         ready=_ready(st),
     )
 
@@ -108,7 +108,7 @@ def tool_deployment_view(deployment: ToolDeployment) -> ToolDeploymentView:
         device_type=None,  # tools run on CPU nodes: a ToolDeployment names no device type
         replicas=st.replicas,
         ready_replicas=st.ready_replicas,
-        job=_job(deployment, "toolId"),
+        job=_job(deployment),
         ready=_ready(st),
     )
 

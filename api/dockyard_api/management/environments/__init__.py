@@ -1,1 +1,1 @@
-"""Environments: create, deploy, rollback, history, delete; their API keys."""
+"""Environments: create, deploy, rollback, history, delete."""

@@ -1,0 +1,201 @@
+"""The console's environment pages: create one, its tabs (overview, history, keys, access, embed,
+checklist, usage), the status the page polls, and its actions (deploy, roll back, delete, generate and
+revoke API keys). Each calls the management services as the signed-in person (:mod:`.common`)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import HTMLResponse, JSONResponse
+from pydantic import ValidationError
+
+from dockyard_api.console import views
+from dockyard_api.console.common import Ctx, SignInRequired, context, form, page, redirect, render
+from dockyard_api.deps import AppName, EnvName, KeyId, NamespaceParam
+from dockyard_api.management.schemas import Deploy, EnvironmentCreate, KeyCreate, Rollback
+from dockyard_core.errors import DockyardError
+
+TABS = ("overview", "history", "keys", "access", "embed", "checklist", "usage")
+
+routes = APIRouter(include_in_schema=False)
+
+
+async def _env_form(ctx: Ctx, app: str, errors: views.FormErrors, values: dict[str, Any], code: int) -> Response:
+    versions = (await ctx.services.apps.list_versions(ctx.namespace, app)).wire()["items"]
+    return render(ctx, "environment_new.html", code, app=app, versions=versions, errors=errors, values=values)
+
+
+@routes.get("/ns/{namespace}/apps/{app}/environments/new", response_class=HTMLResponse)
+@page
+async def environment_new(request: Request, namespace: NamespaceParam, app: AppName) -> Response:
+    ctx = await context(request, namespace)
+    return await _env_form(ctx, app, views.FormErrors(), {}, 200)
+
+
+@routes.post("/ns/{namespace}/apps/{app}/environments/new", response_class=HTMLResponse)
+@page
+async def environment_create(request: Request, namespace: NamespaceParam, app: AppName) -> Response:
+    ctx = await context(request, namespace)
+    sent = await form(ctx)
+    values = {k: str(sent.get(k) or "") for k in ("name", "description", "appVersion")}
+    try:
+        body = EnvironmentCreate(
+            name=values["name"], description=values["description"], app_version=values["appVersion"] or None
+        )
+    except ValidationError as exc:
+        return await _env_form(ctx, app, views.errors_from_validation(exc), values, 422)
+    try:
+        created = await ctx.services.environments.create_environment(namespace, app, body)
+    except DockyardError as error:
+        errors = views.errors_from_api(error.message, error.details)
+        return await _env_form(ctx, app, errors, values, error.status_code)
+    return redirect(
+        ctx,
+        f"{ctx.base}/environments/{created.object_name}",
+        {"ok": f"Environment {created.name} created; deploying version {created.app_version}."},
+    )
+
+
+async def _env_view(
+    ctx: Ctx, environment: str, tab: str, errors: dict[str, views.FormErrors], status_code: int
+) -> Response:
+    services, namespace = ctx.services, ctx.namespace
+    env = (await services.environments.get_environment(namespace, environment)).wire()
+    versions = (await services.apps.list_versions(namespace, env["app"])).wire()["items"]
+    values: dict[str, Any] = {"env": env, "versions": versions, "tab": tab, "errors": errors, "tabs": TABS}
+    values["health"] = views.health(env)
+    values["busy"] = views.in_progress(env)
+    values["history"] = views.history_rows(env)
+    if tab == "overview":
+        tds = (await services.catalog.list_tool_deployments(namespace)).wire()["items"]
+        mine = [t for t in tds if t["environment"] == environment]
+        values["toolDeployments"] = mine
+        values["dock"] = views.dock_status([t["job"] for t in mine])
+    if tab == "keys":
+        try:
+            values["keys"] = (await services.keys.list_keys(namespace, environment)).wire()["items"]
+            values["keysError"] = None
+        except DockyardError as exc:
+            values["keys"], values["keysError"] = [], exc.message
+    if tab == "checklist":
+        values["checklist"] = views.checklist_groups(env.get("checklist") or [])
+    if tab == "usage":
+        try:
+            report = (await services.usage.environment_usage(namespace, environment)).wire()
+            values["usage"], values["usageError"] = report, None
+            values["chart"] = views.usage_chart(views.dense_days(report))
+        except DockyardError as exc:
+            values["usage"], values["usageError"], values["chart"] = None, exc.message, ""
+    return render(ctx, "environment.html", status_code, **values)
+
+
+@routes.get("/ns/{namespace}/environments/{environment}", response_class=HTMLResponse)
+@page
+async def environment_page(request: Request, namespace: NamespaceParam, environment: EnvName) -> Response:
+    ctx = await context(request, namespace)
+    tab = request.query_params.get("tab", "overview")
+    return await _env_view(ctx, environment, tab if tab in TABS else "overview", {}, 200)
+
+
+@routes.get("/ns/{namespace}/environments/{environment}/status")
+async def environment_status(request: Request, namespace: NamespaceParam, environment: EnvName) -> Response:
+    """For polling: the environment's phase, versions and whether a deployment is still under way."""
+    try:
+        ctx = await context(request, namespace)
+        env = (await ctx.services.environments.get_environment(namespace, environment)).wire()
+    except SignInRequired:
+        return JSONResponse({"error": "signed out"}, status_code=401)
+    except DockyardError as error:
+        return JSONResponse({"error": error.message}, status_code=error.status_code)
+    h = views.health(env)
+    return JSONResponse(
+        {
+            "phase": h["phase"],
+            "tone": h["tone"],
+            "reason": h["reason"],
+            "appVersion": env["appVersion"],
+            "activeVersion": env["activeVersion"],
+            "inProgress": views.in_progress(env),
+        },
+        headers={"Cache-Control": "no-store"},
+    )
+
+
+Action = Callable[[Ctx, dict[str, Any]], Awaitable[tuple[str, dict[str, Any]]]]
+"""A form action: what it did as (the page to go to, the flash message to show there)."""
+
+
+async def _env_action(
+    request: Request, namespace: str, environment: str, section: str, tab: str, action: Action
+) -> Response:
+    ctx = await context(request, namespace)
+    sent = await form(ctx)
+    try:
+        url, flash = await action(ctx, sent)
+    except ValidationError as exc:
+        return await _env_view(ctx, environment, tab, {section: views.errors_from_validation(exc)}, 422)
+    except DockyardError as error:
+        errors = views.FormErrors()
+        field = "confirm" if error.details and "confirm" in str(error.details) else None
+        errors.add(field, error.message)
+        return await _env_view(ctx, environment, tab, {section: errors}, error.status_code)
+    return redirect(ctx, url, flash)
+
+
+@routes.post("/ns/{namespace}/environments/{environment}/deploy", response_class=HTMLResponse)
+@page
+async def environment_deploy(request: Request, namespace: NamespaceParam, environment: EnvName) -> Response:
+    async def act(ctx: Ctx, sent: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        body = Deploy(version=str(sent.get("version") or ""))
+        done = await ctx.services.environments.deploy(namespace, environment, body)
+        return f"{ctx.base}/environments/{environment}", {"ok": done.answer.message}
+
+    return await _env_action(request, namespace, environment, "deploy", "overview", act)
+
+
+@routes.post("/ns/{namespace}/environments/{environment}/rollback", response_class=HTMLResponse)
+@page
+async def environment_rollback(request: Request, namespace: NamespaceParam, environment: EnvName) -> Response:
+    async def act(ctx: Ctx, sent: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        body = Rollback(version=str(sent.get("version") or ""), confirm=sent.get("confirm") == "yes")
+        done = await ctx.services.environments.rollback(namespace, environment, body)
+        return f"{ctx.base}/environments/{environment}?tab=history", {"ok": done.message}
+
+    return await _env_action(request, namespace, environment, "rollback", "history", act)
+
+
+@routes.post("/ns/{namespace}/environments/{environment}/delete", response_class=HTMLResponse)
+@page
+async def environment_delete(request: Request, namespace: NamespaceParam, environment: EnvName) -> Response:
+    async def act(ctx: Ctx, sent: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        environments = ctx.services.environments
+        env = await environments.get_environment(namespace, environment)
+        typed = str(sent.get("confirm") or "").strip()
+        done = await environments.delete_environment(namespace, environment, typed or None)
+        return f"{ctx.base}/apps/{env.app}", {"ok": f"Environment {env.name} deleted: {done.message}."}
+
+    return await _env_action(request, namespace, environment, "delete", "overview", act)
+
+
+@routes.post("/ns/{namespace}/environments/{environment}/apikeys", response_class=HTMLResponse)
+@page
+async def key_create(request: Request, namespace: NamespaceParam, environment: EnvName) -> Response:
+    async def act(ctx: Ctx, sent: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        body = KeyCreate(name=str(sent.get("name") or "").strip())
+        created = await ctx.services.keys.create_key(namespace, environment, body)
+        flash = {"ok": f"API key {created.name!r} generated.", "key": created.key, "keyName": created.name}
+        return f"{ctx.base}/environments/{environment}?tab=keys", flash
+
+    return await _env_action(request, namespace, environment, "keys", "keys", act)
+
+
+@routes.post("/ns/{namespace}/environments/{environment}/apikeys/{key_id}/revoke", response_class=HTMLResponse)
+@page
+async def key_revoke(request: Request, namespace: NamespaceParam, environment: EnvName, key_id: KeyId) -> Response:
+    async def act(ctx: Ctx, sent: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        await ctx.services.keys.revoke_key(namespace, environment, key_id)
+        return f"{ctx.base}/environments/{environment}?tab=keys", {"ok": "API key revoked: it no longer works."}
+
+    return await _env_action(request, namespace, environment, "keys", "keys", act)
