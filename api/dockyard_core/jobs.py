@@ -37,6 +37,7 @@ back the first status of a new object's rollout while it goes as it should (docs
 JobTarget = Model | ModelDeployment | ToolDeployment
 """The objects a job acts on: a Model (its import), a ModelDeployment or a ToolDeployment (a deployment)."""
 
+_ID_FIELDS = {"modelId": "model_id", "toolId": "tool_id"}
 _SPELLINGS = ("dockStatusId", "dock-statusId", "dock_status_id", "dock_status_id_sample_spelling")
 
 
@@ -111,14 +112,13 @@ class JobRecord(BaseModel):
     @classmethod
     def imported(cls, job: DockJob, model_id: str) -> JobRecord:
         """The answer to an import completion: the id (both spellings), modelId, jobType, action, status."""
-        return cls.model_validate(
-            {
-                "dockStatusId": job.dock_status_id,
-                "modelId": model_id,
-                "jobType": job.job_type,
-                "action": job.action,
-                "status": job.status,
-            }
+        return cls.model_construct(  # from a validated DockJob: nothing to check again
+            dock_status_id=job.dock_status_id,
+            dock_status_id_sample_spelling=job.dock_status_id,
+            model_id=model_id,
+            job_type=job.job_type,
+            action=job.action,
+            status=job.status,
         )
 
     def wire(self) -> dict[str, Any]:
@@ -135,20 +135,23 @@ def _build(
     deployment: str | None,
 ) -> JobRecord:
     labelled = (labels or {}).get(DOCK_STATUS_ID_LABEL)
+    dock_status_id = (job.dock_status_id if job else None) or labelled or ""
     fields: dict[str, Any] = {
-        "dockStatusId": (job.dock_status_id if job else None) or labelled or "",
-        id_key: target,
-        "jobType": job.job_type if job else ("TOOLS" if id_key == "toolId" else "MODELS"),
+        "dock_status_id": dock_status_id,
+        "dock_status_id_sample_spelling": dock_status_id,
+        _ID_FIELDS[id_key]: target,
+        "job_type": job.job_type if job else ("TOOLS" if id_key == "toolId" else "MODELS"),
         "action": job.action if job else ("EXPORT" if kind == "Model" else "DEPLOY"),
         "status": job.status if job else "IN_PROGRESS",
         "reason": job.reason if job else PENDING,
         "message": job.message if job else NOT_REPORTED,
-        "startTime": kube_time(job.start_time) if job and job.start_time else None,
-        "completionTime": kube_time(job.completion_time) if job and job.completion_time else None,
+        "start_time": kube_time(job.start_time) if job and job.start_time else None,
+        "completion_time": kube_time(job.completion_time) if job and job.completion_time else None,
     }
     if deployment is not None:
-        fields["deploymentName"] = deployment
-    return JobRecord.model_validate(fields)
+        fields["deployment_name"] = deployment
+    # from a validated DockJob and the object's own names: nothing to check again (the deploy's hot path)
+    return JobRecord.model_construct(**fields)
 
 
 def current_job(obj: Mapping[str, Any]) -> DockJob | None:
