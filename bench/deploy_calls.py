@@ -54,7 +54,7 @@ from bench.common import (
 )
 from dockyard_api.public.deploy.service import REQUESTED_BY_ANNOTATION
 from dockyard_api.public.schemas import MODEL_DEPLOY_SAMPLE
-from dockyard_core import apikeys, requestid
+from dockyard_core import apikeys, kubepaths, requestid
 from dockyard_core.kubeclient import AsyncKube, KubeError
 from dockyard_core.resources import GROUP
 from dockyard_core.resources.v1alpha1 import API_VERSION, DOCK_STATUS_ID_LABEL, VERSION
@@ -220,7 +220,7 @@ def run_direct_async(
 ) -> tuple[float, list[float], int]:
     async def main() -> tuple[float, list[float], int]:
         kube = AsyncKube(str(cluster.settings.kubeconfig), max_connections=concurrency)
-        collection = kube.custom_path(ns, "modeldeployments")
+        collection = kubepaths.collection("modeldeployments", ns)
 
         async def send(name: str) -> tuple[int, str]:
             try:

@@ -18,7 +18,6 @@ import aiohttp
 import orjson
 from kubernetes import client
 
-from dockyard_core import kubepaths
 from dockyard_core.kubeconfig import load_configuration
 
 FIELD_MANAGER = "dockyard-operator"
@@ -74,7 +73,8 @@ class KubeError(Exception):
 
 
 class AsyncKube:
-    """A small REST client for the paths the facade uses (custom objects, secrets, reviews, events).
+    """A small REST client of the API server (paths from :mod:`dockyard_core.kubepaths`; the facade calls
+    it through :mod:`dockyard_core.repository`, the operator through its ``KubeApi``).
 
     Built on aiohttp: its connection pool costs the same per request however many connections are open
     (httpx's pool scans every connection on every request, which dominated the facade's CPU time at 32
@@ -205,23 +205,6 @@ class AsyncKube:
         found = await self.request("GET", path, params=params)
         items: list[dict[str, Any]] = found.get("items") or []
         return items
-
-    # --- paths (kept for the callers that still build them here; dockyard_core.kubepaths has them all) ---
-
-    @staticmethod
-    def custom_path(namespace: str, plural: str, name: str | None = None, sub: str | None = None) -> str:
-        """:func:`dockyard_core.kubepaths.path` of a dockyard.dev kind."""
-        return kubepaths.path(plural, namespace, name, sub)
-
-    @staticmethod
-    def all_namespaces_path(plural: str) -> str:
-        """:func:`dockyard_core.kubepaths.collection` in all namespaces."""
-        return kubepaths.collection(plural, None)
-
-    @staticmethod
-    def core_path(namespace: str, plural: str, name: str | None = None) -> str:
-        """:func:`dockyard_core.kubepaths.path` of a core (``/api/v1``) kind."""
-        return kubepaths.path(plural, namespace, name)
 
 
 def _ssl_context(conf: client.Configuration) -> ssl.SSLContext:
