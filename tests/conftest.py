@@ -44,6 +44,7 @@ def _suite(item: pytest.Item) -> str:
         return ""
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the xdist_group marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         suite = _suite(item)
