@@ -6,8 +6,10 @@ through ``Context.kube``: a :class:`KubeApi` over the aiohttp client the facade 
 (:class:`~dockyard_core.kubeclient.AsyncKube`, orjson): no thread hop, no urllib3 header bookkeeping,
 no generated-client argument validation. The calls themselves (get-or-None, server-side apply as the
 operator's field manager, the guarded merge patch) are the core client's and the paths core's
-(:mod:`dockyard_core.kubepaths`); this module turns a 409 on a merge patch into :class:`Conflict`. It
-answers plain dicts, unvalidated: the reconciles read the few fields they need on their hot paths.
+(:mod:`dockyard_core.kubepaths`). The API server's answers that a reconcile acts on are mapped here, once:
+a 409 on a merge patch is :class:`Conflict`, a 404 is :class:`Gone`, a 401/403 is :class:`Denied` (both
+still :class:`KubeError`), so no reconcile reads a status code. It answers plain dicts, unvalidated: the
+reconciles read the few fields they need on their hot paths.
 """
 
 from __future__ import annotations
@@ -46,9 +48,25 @@ class Conflict(Exception):
     """The object changed since it was read; the next reconcile sees the new version."""
 
 
+class Gone(KubeError):
+    """404: the object (or its namespace) does not exist (any more)."""
+
+
+class Denied(KubeError):
+    """401/403: the operator may not do this (e.g. read Events where its role does not grant it)."""
+
+
+def mapped(exc: KubeError) -> KubeError:
+    """:class:`Gone` or :class:`Denied` for the answers a reconcile acts on; ``exc`` itself otherwise."""
+    kind = Gone if exc.status == 404 else Denied if exc.status in (401, 403) else None
+    if kind is None:
+        return exc
+    return kind(exc.status, exc.reason, exc.message, exc.details)
+
+
 class KubeApi:
     """The operator's calls on its one async client (``http``, an :class:`AsyncKube`), by plural; a 409
-    on a merge patch is :class:`Conflict`."""
+    on a merge patch is :class:`Conflict`, a 404 :class:`Gone`, a 401/403 :class:`Denied`."""
 
     def __init__(self, http: AsyncKube) -> None:
         self.http = http
@@ -62,7 +80,10 @@ class KubeApi:
     ) -> list[dict[str, Any]]:
         """The objects of a kind in ``namespace`` (all namespaces when None), by label and field selector."""
         params = {k: v for k, v in (("labelSelector", labels), ("fieldSelector", fields)) if v}
-        return await self.http.items(collection(plural, namespace), params or None)
+        try:
+            return await self.http.items(collection(plural, namespace), params or None)
+        except KubeError as exc:
+            raise mapped(exc) from exc
 
     async def create(self, plural: str, namespace: str, obj: dict[str, Any]) -> bool:
         """Create the object; False when one of that name exists already."""
@@ -71,7 +92,7 @@ class KubeApi:
         except KubeError as exc:
             if exc.status == 409:
                 return False
-            raise
+            raise mapped(exc) from exc
         return True
 
     async def delete(self, plural: str, namespace: str, name: str) -> None:
@@ -83,7 +104,10 @@ class KubeApi:
         """Server-side apply as the operator's field manager (idempotent; re-running changes nothing)."""
         meta = obj["metadata"]
         path = object_path(APPLIED_KINDS[obj["kind"]], meta["namespace"], meta["name"])
-        await self.http.apply(path, obj, field_manager)
+        try:
+            await self.http.apply(path, obj, field_manager)
+        except KubeError as exc:
+            raise mapped(exc) from exc
 
     async def _merge(
         self,
@@ -99,7 +123,7 @@ class KubeApi:
         except KubeError as exc:
             if exc.status == 409:
                 raise Conflict(f"{plural}/{name} changed while it was reconciled") from exc
-            raise
+            raise mapped(exc) from exc
 
     async def patch_status(
         self, plural: str, namespace: str, name: str, status: dict[str, Any], resource_version: str | None = None

@@ -18,12 +18,11 @@ from typing import Any
 import kopf
 
 from dockyard_core.devices import GPU_RESOURCE, INSTANCE_TYPE_LABEL
-from dockyard_core.kubeclient import KubeError
 from dockyard_core.resources import GROUP
 from dockyard_core.resources.v1alpha1 import VERSION
 from dockyard_operator.context import Context, Views, snapshot
 from dockyard_operator.handlers.events import post_event, post_events
-from dockyard_operator.kube import Conflict
+from dockyard_operator.kube import Conflict, Gone
 from dockyard_operator.scaling import autoscaler_loop, autoscaling_enabled
 from dockyard_operator.scheduling import parse_quantity
 from dockyard_operator.workqueue import Body, ObjectKey, Outcome, WorkQueue, key_of
@@ -74,10 +73,8 @@ async def reconcile_queued(ctx: Context, reconcile: Any, body: Body) -> Outcome:
         post_events(body, outcome.events)
     except Conflict:  # the object changed meanwhile: its watch event brings the new version, and a reconcile
         return Outcome(result="conflict")
-    except KubeError as exc:
-        if exc.status == 404:  # deleted meanwhile (or its namespace): its DELETED event forgets it
-            return Outcome(result="gone")
-        raise
+    except Gone:  # deleted meanwhile (or its namespace): its DELETED event forgets it
+        return Outcome(result="gone")
     return outcome
 
 

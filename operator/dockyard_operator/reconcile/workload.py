@@ -20,13 +20,12 @@ from datetime import datetime
 from typing import Any
 
 from dockyard_core.clock import now, utcnow
-from dockyard_core.kubeclient import KubeError
 from dockyard_core.resources.v1alpha1 import DOCK_STATUS_ID_LABEL, DockJob, JobType
 from dockyard_operator import monitoring
 from dockyard_operator.assess import Verdict, mount_pending, seconds_to_deadline
 from dockyard_operator.builders.common import APPLIED_HASH_ANNOTATION, TEMPLATE_HASH_ANNOTATION, hash_of
 from dockyard_operator.context import Body, Context
-from dockyard_operator.kube import owner_reference
+from dockyard_operator.kube import Denied, Gone, owner_reference
 from dockyard_operator.workqueue import Event, Outcome
 
 
@@ -264,10 +263,8 @@ async def mount_events(ctx: Context, namespace: str, pods: Sequence[Mapping[str,
         return []
     try:
         items = await ctx.kube.list_objects("events", namespace, fields="involvedObject.kind=Pod,reason=FailedMount")
-    except KubeError as exc:
-        if exc.status in (401, 403, 404):  # no right to read Events: the deadline decides, as before
-            return []
-        raise
+    except (Denied, Gone):  # no right to read Events (or the namespace is going): the deadline decides
+        return []
     return [e for e in items if (e.get("involvedObject") or {}).get("name") in waiting]
 
 
