@@ -187,7 +187,7 @@ def import_model(http: httpx.Client, root: str, key: str, path: Path, extension:
 
 
 def deploy_model(http: httpx.Client, root: str, key: str, model_id: str, timeout: float = 300) -> None:
-    """SPEC.md §4 on g5.xlarge, then the dock status until the deployment answers (SUCCESS)."""
+    """docs/public-api.md 'Deploy a model' on g5.xlarge, then the dock status until the deployment answers (SUCCESS)."""
     headers = {"x-api-key": key}
     resp = http.post(
         f"{root}/models/{model_id}/deploy", params={"modelType": "openSource"}, json=DEPLOY_BODY, headers=headers

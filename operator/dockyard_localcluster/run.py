@@ -175,7 +175,7 @@ def run(cluster: LocalCluster) -> int:
             f"  demo model:          ModelDeployment {demo.namespace}/{model} (tiny GGUF, llama.cpp on this host;"
             f" kubectl get pods -l dockyard.dev/model-deployment={model} -o yaml shows its local endpoint)\n"
             f"  demo tool:           clock, http://127.0.0.1:{tool_port}/time\n"
-            f"  demo base URL:       {demo.base_url}   (SPEC's {{base_url}}: public API under /api/public)\n"
+            f"  demo base URL:       {demo.base_url}   (the public API's {{base_url}}: docs/public-api.md)\n"
             f"{key_line}"
             f"  kubectl:             export KUBECONFIG={cluster.settings.kubeconfig}\n"
             f"  model store:         {model_store}\n"

@@ -24,7 +24,7 @@ from dockyard_core.devices import Device
 from dockyard_core.modelformats import Refusal, engine_for
 from dockyard_core.resources.v1alpha1 import HyperParameters, ModelDeploymentSpec
 
-Engine = Literal["vllm", "ctranslate2", "llama-cpp"]
+EngineKind = Literal["vllm", "ctranslate2", "llama-cpp"]
 
 
 class Runtime(BaseModel):
@@ -32,7 +32,7 @@ class Runtime(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    engine: Engine
+    engine: EngineKind
     image: str = Field(min_length=1)
     port: int = Field(default=8000, ge=1, le=65535)
     health_path: str = "/health"

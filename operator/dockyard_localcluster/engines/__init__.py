@@ -42,7 +42,7 @@ from dockyard_localcluster.engines.runner import (
     LOCAL_ENGINE_LABEL,
     MODEL_DEPLOYMENT_LABEL,
     RUNTIME_LABEL,
-    Engine,
+    EngineProcess,
     EngineRunner,
     EngineSettings,
 )
@@ -55,8 +55,8 @@ __all__ = [
     "LOCAL_ENGINE_LABEL",
     "MODEL_DEPLOYMENT_LABEL",
     "RUNTIME_LABEL",
-    "Engine",
     "EngineCommand",
+    "EngineProcess",
     "EngineRunner",
     "EngineSettings",
     "NoLocalEngine",

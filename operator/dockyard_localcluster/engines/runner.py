@@ -73,7 +73,7 @@ def _now() -> str:
 
 
 @dataclass
-class Engine:
+class EngineProcess:
     namespace: str
     pod: str
     uid: str
@@ -108,7 +108,7 @@ class EngineRunner:
         self.settings = settings or EngineSettings()
         self.store = self.settings.store()
         self.log_dir = self.settings.log_dir or self.store.parent / "engines"
-        self.engines: dict[str, Engine] = {}
+        self.engines: dict[str, EngineProcess] = {}
         self.simulated: set[str] = set()
         self.lock = threading.Lock()
         self.stop_event = threading.Event()
@@ -153,7 +153,7 @@ class EngineRunner:
         annotations = (obj.metadata.annotations if obj.metadata else None) or {}
         return bool(annotations.get(KWOK_NODE_ANNOTATION) == "fake")
 
-    def _engine_for(self, pod: dict[str, Any]) -> Engine:
+    def _engine_for(self, pod: dict[str, Any]) -> EngineProcess:
         meta = pod["metadata"]
         namespace, labels = meta["namespace"], meta.get("labels") or {}
         container = pod["spec"]["containers"][0]
@@ -189,19 +189,19 @@ class EngineRunner:
             raise NoLocalEngine(f"runtime {runtime or '?'} has no local engine (it needs a GPU)")
         if not model_dir.is_dir():
             raise NoLocalEngine(f"the model's files are not in the local model store ({model_dir})")
-        return Engine(
+        return EngineProcess(
             namespace, meta["name"], meta["uid"], container["name"], container.get("image", ""), command, port, log_path
         )
 
     # -- engine lifecycle ------------------------------------------------------------------------------
-    def _start(self, engine: Engine) -> None:
+    def _start(self, engine: EngineProcess) -> None:
         try:
             self._run_engine(engine)
         except Exception as exc:  # a thread's failure must show, not vanish
             log.exception("%s/%s: the engine runner failed", engine.namespace, engine.pod)
             self._event(engine.namespace, engine.pod, engine.uid, "Warning", "LocalEngineFailed", repr(exc))
 
-    def _run_engine(self, engine: Engine) -> None:
+    def _run_engine(self, engine: EngineProcess) -> None:
         for path, content in engine.command.files.items():
             Path(path).write_text(content)
         log.info("starting the engine of %s/%s on port %d", engine.namespace, engine.pod, engine.port)
@@ -245,11 +245,11 @@ class EngineRunner:
         )
         log.info("%s/%s: engine ready on %s", engine.namespace, engine.pod, engine.endpoint)
 
-    def _describe(self, engine: Engine) -> str:
+    def _describe(self, engine: EngineProcess) -> str:
         program = " ".join(engine.command.argv[1:3])
         return f"{program} on {engine.endpoint} (log: {engine.log_path})"
 
-    def _crashed(self, engine: Engine, why: str | None = None) -> None:
+    def _crashed(self, engine: EngineProcess, why: str | None = None) -> None:
         """The engine exited (or never answered): the container shows as crashed, the endpoint goes."""
         code = engine.process.returncode if engine.process is not None else None
         message = why or f"the engine exited with code {code}: {engine.log_tail()}"
@@ -300,7 +300,7 @@ class EngineRunner:
         """Ready without an engine, as kwok makes other pods, and an Event that says so."""
         meta = pod["metadata"]
         container = pod["spec"]["containers"][0]
-        engine = Engine(
+        engine = EngineProcess(
             meta["namespace"],
             meta["name"],
             meta["uid"],
@@ -315,7 +315,7 @@ class EngineRunner:
             self._patch_status(engine, ready=True, message=message, reason="Simulated")
         self._event(engine.namespace, engine.pod, engine.uid, "Normal", "LocalEngineSimulated", message)
 
-    def _patch_meta(self, engine: Engine, annotations: dict[str, str | None]) -> None:
+    def _patch_meta(self, engine: EngineProcess, annotations: dict[str, str | None]) -> None:
         self.core.patch_namespaced_pod(
             engine.pod,
             engine.namespace,
@@ -324,7 +324,13 @@ class EngineRunner:
         )
 
     def _patch_status(
-        self, engine: Engine, *, ready: bool, message: str, reason: str | None = None, exit_code: int | None = None
+        self,
+        engine: EngineProcess,
+        *,
+        ready: bool,
+        message: str,
+        reason: str | None = None,
+        exit_code: int | None = None,
     ) -> None:
         now = _now()
         flag = "True" if ready else "False"

@@ -17,7 +17,7 @@ REAL_NODE_LABEL = "dockyard.dev/testbed-node"
 """``real`` on the test bed's one real node (not the kwok pools' label: their re-sizing would delete it)."""
 REAL_NODE_GPUS = 2
 """``nvidia.com/gpu`` the real node advertises: two g5.xlarge model pods at once (a deploy beside a
-serving one, as in the in-cluster SPEC test), each asking 1 GPU, 500m CPU and 2 GiB."""
+serving one, as in tests/incluster/test_spec_in_cluster.py), each asking 1 GPU, 500m CPU and 2 GiB."""
 
 DEVICE_CATALOG_OVERRIDE: list[dict[str, Any]] = [
     # every field, as the chart's values schema asks (the hardware figures but vcpu and memory are g5.xlarge's)

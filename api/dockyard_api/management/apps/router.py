@@ -26,8 +26,8 @@ router = APIRouter(prefix="/api/v1/namespaces/{namespace}", tags=["apps and vers
     summary="Create an App (its draft environment follows)",
     response_model_exclude_unset=True,
 )
-async def create_app(namespace: NamespaceParam, body: AppCreate, apps: AppsDep) -> AppView:
-    return await apps.create_app(namespace, body)
+async def create_new_app(namespace: NamespaceParam, body: AppCreate, apps: AppsDep) -> AppView:
+    return await apps.create(namespace, body)
 
 
 @router.get("/apps", summary="List Apps", response_model_exclude_unset=True)

@@ -66,7 +66,7 @@ def version_view(version: AppVersion) -> VersionView:
 class AppService(CallerService):
     """Apps and versions of the caller's namespaces."""
 
-    async def create_app(self, namespace: str, body: AppCreate) -> AppView:
+    async def create(self, namespace: str, body: AppCreate) -> AppView:
         spec = body.model_dump(by_alias=True, exclude_none=True, exclude={"name"})
         obj = {"apiVersion": API_VERSION, "kind": "App", "metadata": {"name": body.name}, "spec": spec}
         return app_view(await self.repos.apps.create(obj, namespace))
