@@ -11,6 +11,7 @@ by more than one suite live in tests/support and are loaded here as plugins.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -44,17 +45,36 @@ def _suite(item: pytest.Item) -> str:
         return ""
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the xdist_group marks
+def work_unit(nodeid: str) -> str:
+    """What one pytest-xdist worker runs whole: a test file (its module-scoped fixtures, an operator or a
+    facade, start once), or a suite of :data:`SHARED_GROUPS`."""
+    path = nodeid.split("::", 1)[0]
+    parts = path.split("/")
+    suite = parts[1] if len(parts) > 2 and parts[0] == "tests" else ""
+    return SHARED_GROUPS.get(suite) or path
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`make test` runs ``pytest -n N``: the work units of :func:`work_unit`, handed out in collection order
+    (the longest suites first, :data:`FIRST`). pytest-xdist's own ``--dist loadgroup`` marks a group by
+    rewriting the node id, which pytest 9 no longer allows; its ``loadscope`` scheduler takes the unit
+    from a function instead."""
+    if config.getvalue("dist") in ("each", "no"):
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SuiteScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    return SuiteScheduling(config, log)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         suite = _suite(item)
         for marker in SUITES.get(suite, ()):
             if item.get_closest_marker(marker) is None:
                 item.add_marker(marker)
-        # pytest-xdist (`make test` runs `pytest -n N --dist loadgroup`): a test file is one group, so its
-        # module-scoped fixtures (an operator, a facade) start once, on one worker
-        if item.get_closest_marker("xdist_group") is None:
-            group = SHARED_GROUPS.get(suite) or str(item.path)
-            item.add_marker(pytest.mark.xdist_group(group))
     rank = {suite: i for i, suite in enumerate(FIRST)}
     items.sort(key=lambda item: rank.get(_suite(item), len(FIRST)))  # stable: a file's own order is kept
