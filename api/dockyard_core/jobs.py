@@ -152,29 +152,3 @@ def _build(
         fields["deployment_name"] = deployment
     # from a validated DockJob and the object's own names: nothing to check again (the deploy's hot path)
     return JobRecord.model_construct(**fields)
-
-
-def current_job(obj: Mapping[str, Any]) -> DockJob | None:
-    """The current job (``status.job``) of an object as the API server returns it, or None before its first."""
-    raw = (obj.get("status") or {}).get("job")
-    return DockJob.model_validate(raw) if raw else None
-
-
-def record_of(obj: Mapping[str, Any], id_key: str) -> JobRecord:
-    """:meth:`JobRecord.of` for an object as the API server returns it (a plain dict): ``id_key`` is
-    ``modelId`` or ``toolId``."""
-    meta = obj["metadata"]
-    spec = obj.get("spec") or {}
-    kind = obj.get("kind")
-    target = meta["name"]
-    if id_key == "toolId":
-        target = spec.get("toolRef", target)
-    elif kind == "ModelDeployment":
-        target = spec.get("modelRef", target)
-    deployment = meta["name"] if kind in ("ModelDeployment", "ToolDeployment") else None
-    return _build(current_job(obj), meta.get("labels"), id_key, target, kind, deployment)
-
-
-def record(obj: Mapping[str, Any], id_key: str) -> dict[str, Any]:
-    """The JSON of :func:`record_of`, for answers that embed a job record (the catalog's)."""
-    return record_of(obj, id_key).wire()

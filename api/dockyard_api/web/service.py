@@ -26,6 +26,7 @@ from dockyard_api.web.schemas import IssuedToken, WebTokenRequest, WidgetTokenRe
 from dockyard_core.errors import (
     DockyardError,
     ForbiddenError,
+    KubeUnavailableError,
     NotFoundError,
     RateLimitedError,
     UnauthenticatedError,
@@ -92,6 +93,8 @@ class Directory:
             env = await self.environments.find(namespace, environment)
         except ForbiddenError:  # the facade may not read it: as good as missing
             env = None
+        except KubeUnavailableError:  # the API server is away: 503 with Retry-After, as every such answer
+            raise
         except DockyardError as exc:
             raise UpstreamError(f"cannot read environment {namespace}/{environment}: {exc.message}") from exc
         config = _config(namespace, environment, env) if env is not None else None

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from dockyard_api.settings import ApiSettings
-from dockyard_core.errors import ConflictError, DockyardError, UpstreamError
+from dockyard_core.errors import ConflictError, DockyardError, KubeUnavailableError, UpstreamError
 from dockyard_core.kubeclient import AsyncKube
 from dockyard_core.repository import Objects
 
@@ -168,6 +168,8 @@ class SigningKeys:
         for _ in range(2):
             try:
                 secret = await self.secrets.find(namespace, SECRET_NAME)
+            except KubeUnavailableError:  # the API server is away: 503 with Retry-After
+                raise
             except DockyardError as exc:
                 raise UpstreamError(f"cannot read the widget signing key: {exc.message}") from exc
             if secret is not None:
@@ -195,6 +197,8 @@ class SigningKeys:
                 return base64.b64decode(created["data"][SECRET_KEY])
             except ConflictError:  # another replica created it first: read theirs
                 continue
+            except KubeUnavailableError:
+                raise
             except DockyardError as exc:
                 raise UpstreamError(f"cannot create the widget signing key: {exc.message}") from exc
         raise UpstreamError(f"cannot read the widget signing key Secret {namespace}/{SECRET_NAME}")

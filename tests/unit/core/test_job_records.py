@@ -1,21 +1,30 @@
-"""The public job record of an object (dockyard_core.jobs.record): what the dock-status lookup answers."""
+"""The public job record of an object (dockyard_core.jobs.JobRecord.of): what the dock-status lookup answers."""
 
 from __future__ import annotations
 
-from dockyard_core.jobs import NOT_REPORTED, PENDING, record
+from typing import Any
+
+from dockyard_core.jobs import NOT_REPORTED, PENDING, JobRecord
+from dockyard_core.resources.v1alpha1 import ModelDeployment
 
 
-def mdep(status: dict[str, object] | None = None) -> dict[str, object]:
-    return {
-        "kind": "ModelDeployment",
-        "metadata": {"name": "chat", "namespace": "team", "labels": {"dockyard.dev/dock-status-id": "job-1"}},
-        "spec": {"modelRef": "llama"},
-        "status": status or {},
-    }
+def mdep(status: dict[str, object] | None = None) -> ModelDeployment:
+    return ModelDeployment.model_validate(
+        {
+            "kind": "ModelDeployment",
+            "metadata": {"name": "chat", "namespace": "team", "labels": {"dockyard.dev/dock-status-id": "job-1"}},
+            "spec": {"modelRef": "llama", "modelType": "openSource", "name": "chat", "deviceType": "g5.xlarge"},
+            "status": status or {},
+        }
+    )
+
+
+def record(obj: ModelDeployment) -> dict[str, Any]:
+    return JobRecord.of(obj).wire()
 
 
 def test_a_labelled_object_whose_status_has_no_job_yet_is_pending() -> None:
-    out = record(mdep(), "modelId")
+    out = record(mdep())
     assert (out["dockStatusId"], out["dock-statusId"], out["modelId"]) == ("job-1", "job-1", "llama")
     assert (out["status"], out["reason"], out["message"]) == ("IN_PROGRESS", PENDING, NOT_REPORTED)
     assert (out["jobType"], out["action"], out["deploymentName"]) == ("MODELS", "DEPLOY", "chat")
@@ -28,6 +37,6 @@ def test_the_status_job_is_the_record() -> None:
         "message": "1 replica(s) ready and serving", "startTime": "2026-11-23T19:08:41Z",
         "completionTime": "2026-11-23T19:08:42Z", "generation": 1, "templateHash": "h",
     }  # fmt: skip
-    out = record(mdep({"job": job}), "modelId")
+    out = record(mdep({"job": job}))
     assert (out["status"], out["reason"], out["message"]) == ("SUCCESS", "Available", "1 replica(s) ready and serving")
     assert (out["startTime"], out["completionTime"]) == ("2026-11-23T19:08:41Z", "2026-11-23T19:08:42Z")
