@@ -110,3 +110,28 @@ def test_hostile_tokens_and_origins_are_refused_not_crashed() -> None:
         tokens.verify(KEY, signed)
     assert not same_origin("http://[x", "x")
     assert not same_origin("\x00", "a")
+
+
+def test_an_api_server_that_is_away_is_a_503_with_retry_after_not_a_502(unreachable_kubeconfig: str) -> None:
+    """The widget's and the web client's token endpoints read the Environment and the signing key: an API
+    server that cannot be reached is the facade's one answer for that (503 upstream_unavailable)."""
+    import asyncio
+
+    from dockyard_api.settings import ApiSettings
+    from dockyard_api.web.service import Directory
+    from dockyard_core.errors import KubeUnavailableError
+    from dockyard_core.kubeclient import AsyncKube
+
+    async def scenario() -> None:
+        kube = AsyncKube(unreachable_kubeconfig, timeout=2)
+        try:
+            with pytest.raises(KubeUnavailableError) as read:
+                await Directory(kube, ttl=0).get("team", "bot-prod")
+            assert read.value.status_code == 503
+            assert read.value.headers() == {"Retry-After": "5"}
+            with pytest.raises(KubeUnavailableError):
+                await tokens.SigningKeys(kube, ApiSettings(kubeconfig=unreachable_kubeconfig)).key("team", "bot-prod")
+        finally:
+            await kube.aclose()
+
+    asyncio.run(scenario())
