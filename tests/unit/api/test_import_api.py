@@ -115,3 +115,35 @@ def test_the_openapi_document_describes_the_multipart_upload(facade: TestClient)
     schema = upload["requestBody"]["content"]["multipart/form-data"]["schema"]
     assert schema["required"] == ["file", "chunkNumber"]
     assert "/e/{namespace}/{environment}/api/public/files/session/{sessionId}/complete" in paths
+
+
+def test_a_session_the_import_job_removed_while_it_was_marked_completed_is_no_error(
+    unreachable_kubeconfig: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The completion marks the session with its job after starting the job; a fast job (a checksum that does
+    not match fails at once) may remove the session in between: the answer is still the job record."""
+    import shutil
+    from datetime import UTC, datetime, timedelta
+
+    from dockyard_api.public.imports.service import ImportService
+    from dockyard_core.kubeclient import AsyncKube
+    from dockyard_core.modelstore import SessionMeta
+    from dockyard_core.upload import Upload
+
+    settings = ApiSettings(kubeconfig=unreachable_kubeconfig, model_store=tmp_path / "store")
+    service = ImportService(settings, AsyncKube(unreachable_kubeconfig))
+    service.store.ensure()
+    now = datetime.now(UTC)
+    declared = Upload(file_context="model", file_name="m.tar", file_extension="tar", file_size=10, total_chunks=1)
+    meta = SessionMeta("a" * 32, "ns", "prod", "m-1", declared, now, now + timedelta(hours=1))
+    service.store.create(meta)
+    load = service.store.load
+
+    def load_then_the_job_removes_it(session_id: str) -> SessionMeta | None:
+        found = load(session_id)
+        shutil.rmtree(service.store.session_dir(session_id))
+        return found
+
+    monkeypatch.setattr(service.store, "load", load_then_the_job_removes_it)
+    service._mark_completed(meta, "job-1")  # no FileNotFoundError (a 500 before)
+    assert not service.store.session_dir(meta.session_id).exists()

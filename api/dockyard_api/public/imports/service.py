@@ -13,6 +13,7 @@ receives, aborts and completes.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import uuid
 from collections.abc import AsyncIterator, Mapping
@@ -221,8 +222,10 @@ class ImportService:
             )
 
     def _mark_completed(self, meta: SessionMeta, dock_status_id: str) -> None:
-        if self.store.load(meta.session_id) is not None:
-            self.store.mark_completed(meta, dock_status_id)
+        # the import job may finish (and remove the session) between the two steps: nothing left to mark
+        with contextlib.suppress(FileNotFoundError):
+            if self.store.load(meta.session_id) is not None:
+                self.store.mark_completed(meta, dock_status_id)
 
     async def complete(self, namespace: str, environment: str, session_id: str, sha256: str | None = None) -> JobRecord:
         """Start the import job (once). ``sha256``: the file's SHA-256, when the client computed it while
