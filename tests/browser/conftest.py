@@ -35,6 +35,12 @@ OTHER_HOST = "127.0.0.3"
 WEATHER_SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _fresh_webhooks(no_webhook_of_an_earlier_file: None) -> None:
+    """Each test file starts from a cluster without another file's admission webhooks
+    (:func:`tests.support.k8s_fixtures.no_webhook_of_an_earlier_file`)."""
+
+
 @pytest.fixture(scope="package")
 def browser() -> Iterator[Browser]:
     """One Chromium for the browser tests, stopped after them: Playwright's sync API keeps an event loop

@@ -130,7 +130,9 @@ def test_widget_on_another_site_answers_keeps_the_conversation_and_reset_starts_
     page.keyboard.press("Enter")
     page.get_by_text("Hello again!").wait_for()
     assert [m["content"] for m in model.bodies()[0]["messages"] if m["role"] == "user"] == ["Hi"]
-    assert stored(tab)["sessionId"] not in (None, first["sessionId"])
+    # the widget stores the new session id when the streamed answer ends, a moment after its text shows
+    new_session = wait_for(lambda: stored(tab)["sessionId"], timeout=10, what="the new session id to be stored")
+    assert new_session != first["sessionId"]
 
     # Escape closes the panel and gives the focus back to the launcher; open() / close() drive it too
     page.get_by_label("Message", exact=True).focus()

@@ -138,7 +138,17 @@ def test_a_pod_runs_a_real_container_and_a_service_reaches_it_from_another_pod(
     pod = _get(bed, "-n", ns, "pod", "web")
     assert pod["spec"]["nodeName"] == bed.layout.node_name
     assert pod["status"]["containerStatuses"][0]["containerID"].startswith("containerd://")
-    script = f"import urllib.request; print(urllib.request.urlopen('http://{web}:80/', timeout=10).read().decode())"
+    # kube-proxy programs a new Service's rules a moment after its pod is Ready (longer on a busy machine): the
+    # client retries a refused connection for up to 30 s, as a real client would
+    script = (
+        "import time, urllib.request\n"
+        "for attempt in range(60):\n"
+        "    try:\n"
+        f"        print(urllib.request.urlopen('http://{web}:80/', timeout=10).read().decode()); break\n"
+        "    except OSError:\n"
+        "        if attempt == 59: raise\n"
+        "        time.sleep(0.5)\n"
+    )
     client = _pod("client", python_image, ["python3", "-c", script])
     assert _run_to_completion(bed, ns, client).strip() == "hello from web"
 

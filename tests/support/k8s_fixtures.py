@@ -67,3 +67,29 @@ def crds(cluster: E2ECluster) -> None:
         check=True,
         capture_output=True,
     )
+
+
+LOCAL_WEBHOOK_CONFIGURATION = "dockyard.dev"
+"""The admission webhook configurations a locally run operator registers (kopf's managed name, set by
+dockyard_operator/handlers/lifecycle.py); the chart's have names of their own."""
+
+
+@pytest.fixture(scope="module")
+def no_webhook_of_an_earlier_file(cluster: E2ECluster, api: client.ApiClient) -> None:
+    """No admission webhook left behind by an operator of an earlier test file on this worker's cluster (one
+    that was SIGKILLed, as the chaos suite does, cannot remove its own): a file that runs no operator, or one
+    that starts its operator later, would see every write refused by a webhook nobody serves. Each file's
+    own operator registers its webhooks again when it starts. The local control plane only: a cluster
+    given by KUBECONFIG is left as it is."""
+    if cluster.kind != "local":
+        return
+    admission = client.AdmissionregistrationV1Api(api)
+    for delete in (
+        admission.delete_validating_webhook_configuration,
+        admission.delete_mutating_webhook_configuration,
+    ):
+        try:
+            delete(LOCAL_WEBHOOK_CONFIGURATION)
+        except client.ApiException as exc:
+            if exc.status != 404:
+                raise
