@@ -5,8 +5,11 @@ VENV := .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-16)
 WHEELS := $(or $(DOCKYARD_CACHE),$(HOME)/.cache/dockyard)/wheels
+# pytest-xdist workers of `make test`, each with a local control plane of its own (tests/conftest.py); the
+# suite mostly waits on servers, so three keep two cores busy
+TEST_WORKERS ?= 3
 
-.PHONY: run run-incluster test test-incluster venv engines binaries minio cluster cluster-down testbed testbed-down lint unit e2e chaos test-unit test-tools test-e2e test-browser test-chaos crds bench clean cli-docs
+.PHONY: run run-incluster test test-incluster venv engines binaries minio cluster cluster-down testbed testbed-down lint static-checks unit e2e chaos test-unit test-tools test-e2e test-browser test-chaos crds bench clean cli-docs
 
 ## run: start the local control plane and Dockyard (operator + facade on 127.0.0.1:8080)
 run: venv
@@ -17,10 +20,11 @@ run: venv
 run-incluster: venv
 	$(PY) -m dockyard_localcluster run --in-cluster
 
-## test: lint, type-check and the whole suite (unit, e2e and browser on the local control plane, then the
-## in-cluster part: Dockyard installed from its chart on the real-node test bed); the 20 slowest tests
-test: venv lint minio
-	$(PY) -m pytest --durations=20
+## test: the whole suite on $(TEST_WORKERS) pytest-xdist workers: the static checks (make static-checks), unit,
+## tools, e2e, browser and chaos on local control planes, and the in-cluster part (Dockyard installed from its
+## chart on the real-node test bed); then the 20 slowest tests
+test: venv minio
+	$(PY) -m pytest -n $(TEST_WORKERS) --durations=20
 
 ## test-incluster: the in-cluster part alone (marker incluster: tests/incluster)
 test-incluster: venv
@@ -68,7 +72,12 @@ testbed: venv
 testbed-down: venv
 	$(PY) -m dockyard_localcluster testbed down
 
+## lint: ruff, ruff format --check, mypy (strict), import-linter's layer contracts. static-checks: the same
+## without installing first (`make test` runs them as a test, tests/tools/test_static_checks.py)
 lint: venv
+	@$(MAKE) --no-print-directory static-checks
+
+static-checks:
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
