@@ -16,7 +16,7 @@ from kubernetes import client
 from dockyard_api.settings import ApiSettings
 from dockyard_localcluster.demo import ensure_demo
 from tests.support.cluster import E2ECluster
-from tests.support.dockyard import create, patch
+from tests.support.dockyard import create, hub_model, model_deployment, patch, wait_job
 from tests.support.dockyard import get_or_empty as get
 from tests.support.runners import RunningFacade, RunningOperator, run_facade, run_operator
 from tests.support.users import Users, kubectl
@@ -413,6 +413,87 @@ def _check(api: client.ApiClient, namespace: str, env: str, item: str) -> str | 
 def _detail(api: client.ApiClient, namespace: str, env: str, item: str) -> str:
     items = (environment(api, namespace, env).get("status") or {}).get("checklist") or []
     return str(next((c.get("detail", "") for c in items if c["item"] == item), ""))
+
+
+def _ready(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
+    conditions = (environment(api, namespace, name).get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c["type"] == "Ready"), {})
+
+
+def test_an_agents_failed_model_fails_the_environment_and_its_version_is_no_rollback_target(
+    api: client.ApiClient, namespace: str, team: Users, facade: RunningFacade, cluster: E2ECluster
+) -> None:
+    """Health is the whole app (docs/apps-environments.md, "Health"): a version whose agent's ModelDeployment
+    FAILED is not Active, its history entry is not healthy, and a rollback to it is refused."""
+    http, alice = facade.client, team.headers("alice")
+    hub_model(api, namespace, "llama")
+    model_deployment(api, namespace, "llama")
+    # a Model that never becomes ReadyToDeploy (an upload not completed): its ModelDeployment FAILS
+    upload = {"fileContext": "model", "fileName": "m", "fileExtension": "tar", "fileSize": 10, "totalChunks": 1}
+    create(api, namespace, "models", "Model", "importing", {"source": {"upload": upload}})
+    model_deployment(api, namespace, "broken", model="importing")
+    agent = {"name": "triage", "version": "1.0.0", "instructions": "route", "model": "llama"}
+    ok(http.post(f"{mgmt(namespace)}/apps", json={"name": "bot", "agents": [agent]}, headers=alice), 201)
+    ok(http.post(f"{mgmt(namespace)}/apps/bot/versions", json={"version": "1.0.0", "name": "good"}, headers=alice), 201)
+    bad = {"version": "2.0.0", "name": "bad", "agents": [{**agent, "model": "broken"}]}
+    ok(http.post(f"{mgmt(namespace)}/apps/bot/versions", json=bad, headers=alice), 201)
+    wait_job(api, namespace, "modeldeployments", "broken", "FAILED", timeout=60)
+
+    body = {"name": "production", "appVersion": "1.0.0"}
+    ok(http.post(f"{mgmt(namespace)}/apps/bot/environments", json=body, headers=alice), 201)
+    wait_job(api, namespace, "modeldeployments", "llama", "SUCCESS", timeout=90)
+    wait_for(
+        lambda: (environment(api, namespace, "bot-production").get("status") or {}).get("phase") == "Active",
+        timeout=60,
+        what="production Active with 1.0.0 (its model SUCCESS)",
+    )
+    assert environment(api, namespace, "bot-production")["status"]["history"][0]["healthy"] is True
+
+    ok(
+        http.post(f"{mgmt(namespace)}/environments/bot-production/deploy", json={"version": "2.0.0"}, headers=alice),
+        202,
+    )
+    wait_for(
+        lambda: _ready(api, namespace, "bot-production").get("reason") == "ModelDeploymentFailed",
+        timeout=60,
+        what="production Failed by the model of 2.0.0",
+    )
+    status = environment(api, namespace, "bot-production")["status"]
+    assert status["phase"] == "Failed"
+    assert status["activeVersion"] == "2.0.0"
+    message = _ready(api, namespace, "bot-production")["message"]
+    assert "ModelDeployment broken (the model of agent triage) FAILED: ModelNotReady" in message, message
+    assert (status["history"][0]["version"], status["history"][0].get("healthy")) == ("2.0.0", False)
+    view = ok(http.get(f"{mgmt(namespace)}/environments/bot-production", headers=alice))
+    assert view["phase"] == "Failed"
+    described = kubectl(cluster, "-n", namespace, "describe", "environment", "bot-production")
+    assert "ModelDeploymentFailed" in described
+    assert "ModelDeployment broken" in described
+
+    # back to the working version: 2.0.0 is Previous but never became healthy, so no rollback target
+    ok(
+        http.post(f"{mgmt(namespace)}/environments/bot-production/deploy", json={"version": "1.0.0"}, headers=alice),
+        202,
+    )
+    wait_for(
+        lambda: (environment(api, namespace, "bot-production").get("status") or {}).get("phase") == "Active",
+        timeout=60,
+        what="production Active again with 1.0.0",
+    )
+    entries = environment(api, namespace, "bot-production")["status"]["history"]
+    assert [(e["version"], e["status"], e.get("healthy")) for e in entries] == [
+        ("1.0.0", "Active", True),
+        ("2.0.0", "Previous", False),
+        ("1.0.0", "Previous", True),
+    ]
+    rollback = {"version": "2.0.0", "confirm": True}
+    answer = refused(
+        http.post(f"{mgmt(namespace)}/environments/bot-production/rollback", json=rollback, headers=alice),
+        409,
+        "never became healthy",
+    )
+    assert answer["error"]["details"]["previousWorkingVersions"] == ["1.0.0"]
+    assert environment(api, namespace, "bot-production")["spec"]["appVersion"] == "1.0.0"
 
 
 def test_checklist_reports_what_the_cluster_knows_and_marks_the_rest_manual(

@@ -1,6 +1,7 @@
 """kopf handlers of Environments: every event of one, a periodic re-check, an event of one of its
-ToolDeployments, and its deletion call the kopf-free reconcile (``reconcile/environment.py``) and post
-the Events it returns; the indexes of AppVersions and Environments it reads."""
+ToolDeployments, a change of the health of a ModelDeployment its version's agents call, and its deletion
+call the kopf-free reconcile (``reconcile/environment.py``) and post the Events it returns; the indexes of
+AppVersions and Environments it reads."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from dockyard_core.resources.v1alpha1 import ENVIRONMENT_LABEL, VERSION
 from dockyard_operator.context import Context, snapshot
 from dockyard_operator.handlers.events import post_events
 from dockyard_operator.reconcile.environment import environment_deleted as forget_environment
-from dockyard_operator.reconcile.environment import reconcile_environment
+from dockyard_operator.reconcile.environment import environments_using, reconcile_environment
 from dockyard_operator.settings import operator_settings
 
 SETTINGS = operator_settings()
@@ -56,6 +57,14 @@ async def environment_timer(body: kopf.Body, memo: kopf.Memo, **kw: Any) -> None
 @kopf.on.event(GROUP, VERSION, "tooldeployments", labels={ENVIRONMENT_LABEL: kopf.PRESENT})
 async def environment_tool_changed(namespace: str | None, labels: kopf.Labels, memo: Any, **kw: Any) -> None:
     for env in kw["environment_index"].get((namespace, labels[ENVIRONMENT_LABEL]), []):
+        await _reconcile(memo, env, kw)
+
+
+@kopf.on.event(GROUP, VERSION, "modeldeployments")
+async def environment_model_changed(type: str | None, body: kopf.Body, memo: kopf.Memo, **kw: Any) -> None:
+    """A ModelDeployment whose health changes (its job's status or reason, its Ready condition, its
+    deletion) reconciles the environments whose version's agents call it at once."""
+    for env in environments_using(memo.ctx, kw["environment_index"], body, deleted=type == "DELETED"):
         await _reconcile(memo, env, kw)
 
 

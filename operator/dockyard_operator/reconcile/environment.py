@@ -2,10 +2,12 @@
 
 An Environment's reconcile writes its deployment history (one entry per change of the linked version,
 identified by the deployed-at stamp the mutating webhook writes), generated URLs and cURL script, the
-ToolDeployments of the tool versions it deploys, the pre-production checklist, the AppVersions'
-``deployedIn``, and an audit record (ConfigMap) that outlives it. The pure parts (history, URLs,
-checklist, ToolDeployments) are :mod:`dockyard_operator.environments`; the handlers in
-``handlers/environments.py`` call :func:`reconcile_environment` and post the Events it returns.
+ToolDeployments of the tool versions it deploys, its phase from every ModelDeployment and ToolDeployment
+the version uses, the pre-production checklist, the AppVersions' ``deployedIn``, and an audit record
+(ConfigMap) that outlives it. The pure parts are :mod:`dockyard_operator.environments` (history, URLs,
+checklist, ToolDeployments) and :mod:`dockyard_operator.environment_health` (the phase); the handlers in
+``handlers/environments.py`` call :func:`reconcile_environment` and post the Events it returns, also when
+a ModelDeployment an environment uses changes its health (:func:`environments_using`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from dockyard_core.resources.v1alpha1 import (
     READY,
     HistoryEntry,
 )
+from dockyard_operator import environment_health as health
 from dockyard_operator import environments as envs
 from dockyard_operator.context import Context
 from dockyard_operator.kube import Conflict, KubeApi
@@ -51,9 +54,37 @@ class EnvironmentState:
     deleted: set[str] = field(default_factory=set)
     """UIDs of Environments whose deletion was handled (kept for the operator's lifetime; tiny): a late
     event of a deleted Environment is not reconciled."""
+    models: dict[str, frozenset[str]] = field(default_factory=dict)
+    """Per Environment uid, the ModelDeployments its version's agents call (as of its last reconcile)."""
+    model_signals: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """Per ModelDeployment uid, what of it the environments' health depended on when last seen."""
 
     def forget(self, uid: str) -> None:
         self.audit_digests.pop(uid, None)  # ``deleted`` keeps the uid
+        self.models.pop(uid, None)
+        self.model_signals.pop(uid, None)
+
+
+def environments_using(
+    ctx: Context, environments: Index, mdep: Mapping[str, Any], deleted: bool = False
+) -> list[dict[str, Any]]:
+    """The environments to reconcile after a watch event of ModelDeployment ``mdep``: those whose version's
+    agents call it, when what their health depends on (its state and reason) changed or it was deleted;
+    none when it did not change (its status is written often: replicas, autoscaler)."""
+    state = ctx.state(EnvironmentState)
+    meta = mdep["metadata"]
+    if deleted:
+        state.model_signals.pop(meta["uid"], None)
+    else:
+        signal = health.model_signal(mdep)
+        if state.model_signals.get(meta["uid"]) == signal:
+            return []
+        state.model_signals[meta["uid"]] = signal
+    return [
+        env
+        for _, env in in_namespace(environments, meta["namespace"])
+        if meta["name"] in state.models.get(env["metadata"]["uid"], frozenset())
+    ]
 
 
 def in_namespace(index: Index, namespace: str) -> list[tuple[str, dict[str, Any]]]:
@@ -127,6 +158,9 @@ async def reconcile_environment(
                     await kube.delete("tooldeployments", namespace, tname)
                 else:
                     tool_jobs[tname] = ((tdep.get("status") or {}).get("job") or {}).get("status")
+        users = health.agent_models(content)
+        ctx.state(EnvironmentState).models[meta["uid"]] = frozenset(users)
+        models = {m: health.model_state(await kube.get("modeldeployments", namespace, m)) for m in users}
         keys = await key_secrets(kube, namespace, name)
         items = envs.checklist(
             content=content,
@@ -136,14 +170,10 @@ async def reconcile_environment(
             rate_limits=spec.get("rateLimits"),
         )
         urls = envs.urls(ctx.settings.public_url, namespace, name)
-        if problem:
-            phase, reason, message = "Failed", problem[0], problem[1]
-        elif any(s == "FAILED" for s in tool_jobs.values()):
-            phase, reason, message = "Failed", "ToolDeploymentFailed", "a tool deployment FAILED: see its dock status"
-        elif any(s != "SUCCESS" for s in tool_jobs.values()):
-            phase, reason, message = "Deploying", "ToolsDeploying", f"version {version}: tools are being deployed"
-        else:
-            phase, reason, message = "Active", "Deployed", f"version {version} is deployed"
+        judged = health.environment_health(
+            version=version, problem=problem, models=models, model_users=users, tool_jobs=tool_jobs
+        )
+        phase, reason, message = judged.phase, judged.reason, judged.message
         added = new_history is not history
         new_history = envs.record_health(new_history, version, phase)
         new_status = {
@@ -172,8 +202,8 @@ async def reconcile_environment(
                 verb = {"Redeploy": "redeployed", "Rollback": "rolled back to"}.get(action, "deployed")
                 what = f"version {version} {verb}" if action != "Rollback" else f"{verb} version {version}"
                 events.append(Event("Normal", "Deployed", f"{what} by {deployed_by}"))
-            if problem and status.get("phase") != "Failed":
-                events.append(Event("Warning", problem[0], problem[1]))
+            if phase == "Failed" and (status.get("phase") != "Failed" or _reason(status) != reason):
+                events.append(Event("Warning", reason, message))
         await _sync_deployed_in(kube, namespace, app, versions, environments, env, new_status)
         await _keep_audit_record(ctx, env, new_status, keys)
     return Outcome(events=tuple(events))
@@ -183,6 +213,11 @@ def _conditions(
     current: list[dict[str, Any]], phase: str, reason: str, message: str, generation: int | None
 ) -> list[dict[str, Any]]:
     return [transition(current, READY, phase == "Active", reason, message, now(), generation)]
+
+
+def _reason(status: Mapping[str, Any]) -> str | None:
+    ready = next((c for c in status.get("conditions") or [] if c.get("type") == READY), None)
+    return None if ready is None else ready.get("reason")
 
 
 def _differs(current: dict[str, Any], new: dict[str, Any]) -> bool:

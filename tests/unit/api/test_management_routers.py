@@ -176,6 +176,18 @@ def test_rollback_to_a_version_that_never_became_healthy_is_409(kube: tuple[Fake
     assert patch["metadata"]["annotations"][DEPLOY_REQUEST_ANNOTATION].startswith("Rollback ")
 
 
+def test_rollback_only_to_a_version_recorded_healthy(kube: tuple[FakeKube, TestClient]) -> None:
+    """A Previous entry whose health was never recorded (not true) is no previous working version."""
+    state, http = kube
+    history = [entry("1.2.0", "Active", True), entry("1.1.0", "Previous", None)]
+    environment(state, "bot-production", version="1.2.0", status={"activeVersion": "1.2.0", "history": history})
+    resp = rollback(http, "1.1.0")
+    assert resp.status_code == 409, resp.text
+    assert "never became healthy" in resp.json()["error"]["message"]
+    assert resp.json()["error"]["details"]["previousWorkingVersions"] == []
+    assert not [r for r in state.requests if r[0] == "PATCH"]
+
+
 def test_rollback_to_a_version_not_in_the_history_is_409(kube: tuple[FakeKube, TestClient]) -> None:
     state, http = kube
     environment(state, "bot-production", version="1.0.0", status={"history": [entry("1.0.0", "Active", None)]})

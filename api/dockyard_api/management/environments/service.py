@@ -126,7 +126,9 @@ class EnvironmentService(CallerService):
             raise InvalidError("a rollback must be confirmed: send confirm: true", [{"field": "confirm"}])
         env = await self.environment(namespace, name)
         history = env.status.history
-        working = sorted({h.version for h in history if h.status == "Previous" and h.healthy is not False})
+        # a previous working version: its deployment here became healthy (the environment was Active with
+        # every model and tool it uses ready; docs/apps-environments.md, "Health")
+        working = sorted({h.version for h in history if h.status == "Previous" and h.healthy is True})
         current = env.status.active_version or env.spec.app_version or "draft"
         if body.version in (current, env.spec.app_version):
             raise ConflictError(
@@ -140,7 +142,7 @@ class EnvironmentService(CallerService):
                 f"version {body.version} is not a previous deployment of {name}",
                 {"previousWorkingVersions": working},
             )
-        if all(h.healthy is False for h in earlier):
+        if not any(h.healthy is True for h in earlier):
             raise ConflictError(
                 f"version {body.version} never became healthy in {name} (deployed at "
                 f"{', '.join(str(_TIME.dump_python(h.deployed_at, mode='json')) for h in earlier)}): "
