@@ -25,6 +25,8 @@ from dockyard_core.resources.v1alpha1.tool import tool_deployment_name
 
 DRAFT = "draft"
 HISTORY_LIMIT = 100
+DETAIL_LIMIT = 1024
+"""At most this many characters of a checklist item's detail (ChecklistItem.detail)."""
 HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 
 
@@ -167,26 +169,14 @@ def checklist(
 
     def add(category: str, item: str, state: str, detail: str) -> None:
         items.append(
-            ChecklistItem.model_validate({"category": category, "item": item, "state": state, "detail": detail})
+            ChecklistItem.model_validate(
+                {"category": category, "item": item, "state": state, "detail": _fit(detail, DETAIL_LIMIT)}
+            )
         )
 
     manual = "Dockyard cannot tell from the cluster: check by hand"
     add("Configuration", "Agents tested", "Manual", manual)
-    if not tool_jobs:
-        add(
-            "Configuration",
-            "Tools deployed and tested",
-            "Done" if version_found else "NotDone",
-            "the version uses no tools",
-        )
-    else:
-        failing = sorted(n for n, s in tool_jobs.items() if s != "SUCCESS")
-        detail = (
-            f"{len(tool_jobs)} tool deployment(s) SUCCESS; testing them is manual"
-            if not failing
-            else "not SUCCESS yet: " + ", ".join(failing)
-        )
-        add("Configuration", "Tools deployed and tested", "NotDone" if failing else "Done", detail)
+    add("Configuration", "Tools deployed and tested", *_tools_item(content, tool_jobs, version_found))
     add("Configuration", "Knowledge bases connected and indexed", "Manual", manual)
     add("Configuration", "Guardrails enabled", "Manual", manual)
     add("Configuration", "PII protection configured", "Manual", manual)
@@ -199,15 +189,7 @@ def checklist(
         f"{key_count} active key(s)" if key_count else "generate a key: POST .../apikeys",
     )
     add("Security", "Access controls", "Manual", "who may manage the app is Kubernetes RBAC (dockyard roles)")
-    inline = sorted(s["name"] for s in servers if s.get("headers"))
-    add(
-        "Security",
-        "Sensitive data protected",
-        "NotDone" if inline else "Done",
-        "MCP servers with inline headers (use headersSecretRef): " + ", ".join(inline)
-        if inline
-        else f"no inline MCP credentials in {len(servers)} MCP server configuration(s); {len(agents)} agent(s)",
-    )
+    add("Security", "Sensitive data protected", "Manual", _sensitive_detail(servers, len(agents)))
     limits = [
         f"{value} {unit}"
         for value, unit in (
@@ -227,6 +209,55 @@ def checklist(
     for item in ("Analytics", "Alerts", "Logging"):
         add("Monitoring", item, "Manual", manual)
     return items
+
+
+NO_TEST_RECORD = (
+    "Dockyard records no test call of a tool: it would be computed from a passing test call per tool "
+    "version recorded by Dockyard (none exists yet); test each tool by hand meanwhile"
+)
+
+
+def _tools_item(
+    content: Mapping[str, Any], tool_jobs: Mapping[str, str | None], version_found: bool
+) -> tuple[str, str]:
+    """The item "Tools deployed and tested": Done only when every tool of the version is deployed (its ToolDeployment
+    SUCCESS) and tested (a passing test call recorded per tool). Dockyard records no tool test calls, so a
+    version with tools is NotDone, its detail naming the tools and what would compute the item."""
+    tools = [f"{t['name']} {t['version']}" for t in content.get("toolVersions") or []]
+    if not tool_jobs and not tools:
+        return ("Done" if version_found else "NotDone"), "the version uses no tools"
+    failing = sorted(n for n, s in tool_jobs.items() if s != "SUCCESS")
+    deployed = (
+        f"not deployed (not SUCCESS): {_names(failing)}" if failing else f"{len(tool_jobs)} tool deployment(s) SUCCESS"
+    )
+    untested = _names(tools or sorted(tool_jobs))
+    return "NotDone", f"{deployed}; no test call recorded for tools {untested}: {NO_TEST_RECORD}"
+
+
+def _names(names: Sequence[str], shown: int = 6) -> str:
+    more = len(names) - shown
+    return ", ".join(names[:shown]) + (f" and {more} more" if more > 0 else "")
+
+
+def _fit(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _sensitive_detail(servers: Sequence[Mapping[str, Any]], agents: int) -> str:
+    """The item "Sensitive data protected" is Manual: what it would take to compute it, and the one signal the
+    version gives (MCP servers sending inline headers, which are stored readable in the spec)."""
+    detail = (
+        "Dockyard cannot tell: it would take knowing what sensitive data the app's "
+        f"{agents} agent(s) see and where it goes (PII redaction of prompts and answers, who can read the "
+        "stored conversations, what the tools and MCP servers receive); check by hand"
+    )
+    inline = sorted(str(s["name"]) for s in servers if s.get("headers"))
+    if inline:
+        detail += (
+            "; MCP servers with inline headers, readable by everyone who can read the version (put "
+            "credentials in a Secret: headersSecretRef): " + _names(inline)
+        )
+    return detail
 
 
 # --- dependency checks (admission webhooks) ----------------------------------------------------------

@@ -521,13 +521,20 @@ def test_checklist_reports_what_the_cluster_knows_and_marks_the_rest_manual(
         timeout=30,
         what="the tool to count",
     )
-    # kwok runs the tool's pods: the tool deployment reaches SUCCESS and the item is Done
+    # kwok runs the tool's pods: the tool deployment reaches SUCCESS; deployed is not tested, and Dockyard
+    # records no tool test calls, so the item stays NotDone and says what would compute it
     wait_for(
-        lambda: _check(api, namespace, "bot-draft", "Tools deployed and tested") == "Done",
+        lambda: _detail(api, namespace, "bot-draft", "Tools deployed and tested").startswith(
+            "1 tool deployment(s) SUCCESS"
+        ),
         timeout=60,
         what="the tool deployment to succeed",
     )
-    assert _detail(api, namespace, "bot-draft", "Tools deployed and tested").startswith("1 tool deployment(s) SUCCESS")
+    assert _check(api, namespace, "bot-draft", "Tools deployed and tested") == "NotDone"
+    assert "no test call recorded for tools search 1.0.0" in _detail(
+        api, namespace, "bot-draft", "Tools deployed and tested"
+    )
+    assert _check(api, namespace, "bot-draft", "Sensitive data protected") == "Manual"
 
 
 def test_restore_overwrites_the_draft_and_is_recorded(

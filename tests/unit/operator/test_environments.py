@@ -8,7 +8,7 @@ import shlex
 from datetime import UTC, datetime, timedelta
 
 from dockyard_core import audit
-from dockyard_core.resources.v1alpha1 import HistoryEntry
+from dockyard_core.resources.v1alpha1 import ChecklistItem, HistoryEntry
 from dockyard_operator import environments as envs
 
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
@@ -76,13 +76,55 @@ def test_checklist_is_computed_where_the_cluster_knows() -> None:
     assert states["API keys generated"] == "NotDone"
     assert states["Guardrails enabled"] == "Manual"
     assert {i.category for i in items} == {"Configuration", "Testing", "Security", "Monitoring"}
-    done = envs.checklist(content={}, tool_jobs={"a": "SUCCESS"}, key_count=2, version_found=True)
+    done = envs.checklist(content={}, tool_jobs={}, key_count=2, version_found=True)
     states = {i.item: i.state for i in done}
-    assert states["Tools deployed and tested"] == "Done"
+    assert states["Tools deployed and tested"] == "Done"  # the version uses no tools: nothing to deploy or test
     assert states["API keys generated"] == "Done"
+
+
+def item(items: list[ChecklistItem], name: str) -> tuple[str, str]:
+    found = next(i for i in items if i.item == name)
+    return found.state, found.detail
+
+
+def test_tools_are_not_tested_until_a_test_call_per_tool_is_recorded() -> None:
+    """Deployed is not tested: Dockyard records no tool test calls, so the item is never Done for a version
+    with tools, and its detail names the untested tools and what would compute the item."""
+    content = {"toolVersions": [{"name": "weather", "version": "1.0.0"}, {"name": "search", "version": "2.1.0"}]}
+    deployed = {"bot-prod-weather-1-0-0": "SUCCESS", "bot-prod-search-2-1-0": "SUCCESS"}
+    state, detail = item(envs.checklist(content=content, tool_jobs=deployed, key_count=1, version_found=True),
+                         "Tools deployed and tested")  # fmt: skip
+    assert state == "NotDone"
+    assert detail.startswith(
+        "2 tool deployment(s) SUCCESS; no test call recorded for tools weather 1.0.0, search 2.1.0"
+    )
+    assert "passing test call per tool" in detail
+    rolling = {**deployed, "bot-prod-search-2-1-0": "IN_PROGRESS"}
+    state, detail = item(envs.checklist(content=content, tool_jobs=rolling, key_count=1, version_found=True),
+                         "Tools deployed and tested")  # fmt: skip
+    assert (state, detail.split(";")[0]) == ("NotDone", "not deployed (not SUCCESS): bot-prod-search-2-1-0")
+    many = {"toolVersions": [{"name": f"tool-{n}-" + "x" * 50, "version": "10.10.10"} for n in range(64)]}
+    state, detail = item(envs.checklist(content=many, tool_jobs={}, key_count=1, version_found=True),
+                         "Tools deployed and tested")  # fmt: skip
+    assert state == "NotDone"
+    assert "and 58 more" in detail
+    assert len(detail) <= 1024
+
+
+def test_sensitive_data_protected_is_manual_and_says_what_it_would_take() -> None:
+    """No server with inline headers does not mean sensitive data is protected: the item is Manual."""
+    clean = {"mcpServers": [{"name": "docs", "url": "https://x", "headersSecretRef": "docs-auth"}]}
+    state, detail = item(envs.checklist(content=clean, tool_jobs={}, key_count=1, version_found=True),
+                         "Sensitive data protected")  # fmt: skip
+    assert state == "Manual"
+    assert "PII redaction" in detail
+    assert "inline headers" not in detail
     leaky = {"mcpServers": [{"name": "docs", "url": "https://x", "headers": {"Authorization": "token"}}]}
-    states = {i.item: i.state for i in envs.checklist(content=leaky, tool_jobs={}, key_count=1, version_found=True)}
-    assert states["Sensitive data protected"] == "NotDone"
+    state, detail = item(envs.checklist(content=leaky, tool_jobs={}, key_count=1, version_found=True),
+                         "Sensitive data protected")  # fmt: skip
+    assert state == "Manual"
+    assert detail.endswith("MCP servers with inline headers, readable by everyone who can read the version (put "
+                           "credentials in a Secret: headersSecretRef): docs")  # fmt: skip
 
 
 def test_dependency_checks_name_versions_and_environments() -> None:
