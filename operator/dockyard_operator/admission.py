@@ -4,7 +4,8 @@ depend on that), applies the pure rules of :mod:`dockyard_operator.environments`
 :class:`Refusal` or None; ``handlers/admission.py`` turns a refusal into kopf's AdmissionError.
 
 - a Tool used by a deployed version cannot be deleted;
-- an AppVersion is validated on create and cannot be deleted while deployed;
+- an AppVersion is validated on create (:mod:`dockyard_operator.version_rules`, MCP servers asked through
+  :mod:`dockyard_operator.mcp_probe`) and cannot be deleted while deployed;
 - an Environment can only link an existing version;
 - who deployed (and when) comes from the admission request's userInfo, never from the client
   (:func:`deployment_stamp`).
@@ -12,6 +13,7 @@ depend on that), applies the pure rules of :mod:`dockyard_operator.environments`
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -24,6 +26,8 @@ from dockyard_core.resources.v1alpha1 import (
     DEPLOYED_BY_ANNOTATION,
 )
 from dockyard_operator import environments as envs
+from dockyard_operator import mcp_probe
+from dockyard_operator import version_rules as rules
 from dockyard_operator.kube import KubeApi
 
 
@@ -75,16 +79,31 @@ async def appversion_delete_refusal(kube: KubeApi, version: Mapping[str, Any]) -
     )
 
 
+async def _secret_headers(kube: KubeApi, namespace: str, name: str) -> dict[str, str] | None:
+    """The keys and values of a Secret (the headers an MCP server config sends), or None when it is missing."""
+    secret = await kube.get("secrets", namespace, name)
+    if secret is None:
+        return None
+    data = secret.get("data") or {}
+    return {k: base64.b64decode(v).decode("utf-8", "replace") for k, v in data.items()}
+
+
 async def appversion_create_refusal(kube: KubeApi, body: Mapping[str, Any]) -> Refusal | None:
-    """A new AppVersion names an existing App, and Tools and ModelDeployments that exist."""
+    """A new AppVersion names an existing App, agents with existing models, Tools that exist and MCP servers
+    that answer and list tools (:func:`dockyard_operator.version_rules.version_problems`)."""
     namespace, spec = body["metadata"]["namespace"], dict(body.get("spec") or {})
-    tools = {f"{t['name']}-{t['version']}" for t in spec.get("toolVersions") or []}
+    tools = {rules.tool_object(t): await kube.get("tools", namespace, rules.tool_object(t))
+             for t in spec.get("toolVersions") or []}  # fmt: skip
     models = {a["model"] for a in spec.get("agents") or [] if a.get("model")}
-    tool_exists = {t: await kube.get("tools", namespace, t) is not None for t in tools}
     model_exists = {m: await kube.get("modeldeployments", namespace, m) is not None for m in models}
+    secret_names = {s["headersSecretRef"] for s in spec.get("mcpServers") or [] if s.get("headersSecretRef")}
+    secrets = {name: await _secret_headers(kube, namespace, name) for name in secret_names}
     app_exists = await kube.get("apps", namespace, spec.get("appRef", "")) is not None
-    problems = envs.version_problems(spec, tool_exists=tool_exists, model_exists=model_exists, app_exists=app_exists)
-    return Refusal("the version is not valid: " + "; ".join(problems), 422) if problems else None
+    answers = await mcp_probe.list_all(rules.mcp_targets(spec, tools, secrets))
+    problems = rules.version_problems(
+        spec, app_exists=app_exists, tools=tools, models=model_exists, secret_headers=secrets, mcp=answers
+    )
+    return Refusal(rules.refusal_message(problems), 422) if problems else None
 
 
 async def environment_link_refusal(

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import html
 import json
-import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -27,7 +26,6 @@ DRAFT = "draft"
 HISTORY_LIMIT = 100
 DETAIL_LIMIT = 1024
 """At most this many characters of a checklist item's detail (ChecklistItem.detail)."""
-HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 
 
 def desired_version(spec: Mapping[str, Any]) -> str:
@@ -316,31 +314,3 @@ def tool_holders(
 
 def _pins(spec: Mapping[str, Any], tool_name: str, tool_version: str) -> bool:
     return (tool_name, tool_version) in {(t.get("name"), t.get("version")) for t in spec.get("toolVersions") or []}
-
-
-def version_problems(
-    spec: Mapping[str, Any], *, tool_exists: Mapping[str, bool], model_exists: Mapping[str, bool], app_exists: bool
-) -> list[str]:
-    """What is wrong with a new AppVersion, each named (empty: it may be created)."""
-    problems = []
-    if not app_exists:
-        problems.append(f"app {spec.get('appRef')!r} does not exist")
-    for ref in spec.get("toolVersions") or []:
-        name = f"{ref['name']}-{ref['version']}"
-        if not tool_exists.get(name, False):
-            problems.append(f"tool {ref['name']} version {ref['version']} does not exist (no Tool {name})")
-    for agent in spec.get("agents") or []:
-        model = agent.get("model")
-        if model and not model_exists.get(model, False):
-            problems.append(f"agent {agent['name']}: unknown model {model!r} (no ModelDeployment of that name)")
-    names = [s.get("name") for s in spec.get("mcpServers") or []]
-    for server in spec.get("mcpServers") or []:
-        bad = sorted(h for h in server.get("headers") or {} if not HEADER_NAME.match(h))
-        if bad:
-            problems.append(f"MCP server {server.get('name')}: invalid header name(s) {', '.join(bad)}")
-        if server.get("headers") and server.get("headersSecretRef"):
-            problems.append(f"MCP server {server.get('name')}: set headers or headersSecretRef, not both")
-    dupes = sorted({n for n in names if names.count(n) > 1})
-    if dupes:
-        problems.append(f"MCP server names must be unique: {', '.join(str(d) for d in dupes)}")
-    return problems

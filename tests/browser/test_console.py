@@ -145,16 +145,20 @@ def test_console_lifecycle_and_viewer(
     page.get_by_role("button", name="Validate and create version").click()
     expect(page.locator("#name-error")).to_be_visible()
     expect(page.get_by_label("Name", exact=True)).to_have_attribute("aria-invalid", "true")
-    # the validation of the admission webhook, next to its field: a tool deleted while the form was open
+    # the validation of the admission webhook, each problem next to its field: no agent chosen, and a tool
+    # deleted while the form was open
     page.get_by_label("Name", exact=True).fill("First release")
+    page.get_by_label("helper 1.0.0").uncheck()
     page.get_by_label("clock 1.0.0").check()
     client.CustomObjectsApi(api).delete_namespaced_custom_object(
         "dockyard.dev", "v1alpha1", namespace, "tools", "clock-1.0.0"
     )
     page.get_by_role("button", name="Validate and create version").click()
+    expect(page.locator("#agents-error")).to_have_text("a version needs at least one agent")
     expect(page.locator("#toolVersions-error")).to_have_text(
         "tool clock version 1.0.0 does not exist (no Tool clock-1.0.0)"
     )
+    page.get_by_label("helper 1.0.0").check()
     expect(page.get_by_label("Name", exact=True)).to_have_value("First release")  # what was typed stays
     _shot(page, "version-errors")
     expect(page.get_by_label("clock 1.0.0")).to_have_count(0)  # the picker lists what exists

@@ -14,7 +14,7 @@ from kubernetes import client
 from dockyard_core.resources.v1alpha1 import DEPLOY_REQUEST_ANNOTATION
 from dockyard_core.resources.v1alpha1.tool import tool_deployment_name
 from tests.chaos.conftest import Figures, OperatorProcess
-from tests.support.dockyard import create, get, patch
+from tests.support.dockyard import create, get, hub_model, model_deployment, patch
 from tests.support.waiting import wait_for
 
 ROUNDS = 6
@@ -31,6 +31,7 @@ def tool(api: client.ApiClient, namespace: str, version: str) -> None:
 
 def app_version(api: client.ApiClient, namespace: str, version: str) -> None:
     spec = {"appRef": "bot", "version": version, "displayName": f"v{version}",
+            "agents": [{"name": "helper", "version": "1.0.0", "model": "llama"}],  # a version needs one, with a model
             "toolVersions": [{"name": "weather", "version": version}]}  # fmt: skip
     create(api, namespace, "appversions", "AppVersion", f"bot-{version}", spec)
 
@@ -77,6 +78,8 @@ def test_sigkill_mid_deploy_and_mid_rollback_leaves_one_active_entry_of_the_righ
     for version in ("1.0.0", "1.1.0"):
         tool(api, namespace, version)
     create(api, namespace, "apps", "App", "bot", {"toolVersions": [{"name": "weather", "version": "1.0.0"}]})
+    hub_model(api, namespace, "llama")
+    model_deployment(api, namespace, "llama")
     for version in ("1.0.0", "1.1.0"):
         app_version(api, namespace, version)
     create(api, namespace, "environments", "Environment", "bot-production", {"appRef": "bot", "appVersion": "1.0.0"})

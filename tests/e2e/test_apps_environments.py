@@ -19,6 +19,7 @@ from tests.support.cluster import E2ECluster
 from tests.support.dockyard import create, hub_model, model_deployment, patch, wait_job
 from tests.support.dockyard import get_or_empty as get
 from tests.support.runners import RunningFacade, RunningOperator, run_facade, run_operator
+from tests.support.scripted_model import RunningMcp, mcp_server
 from tests.support.users import Users, kubectl
 from tests.support.waiting import wait_for
 
@@ -69,10 +70,35 @@ APP = {
     "name": "bot",
     "displayName": "Support bot",
     "description": "answers questions",
-    "agents": [{"name": "triage", "version": "1.0.0", "instructions": "route", "tools": ["weather"]}],
+    "agents": [{"name": "triage", "version": "1.0.0", "instructions": "route", "model": "llama", "tools": ["weather"]}],
     "toolVersions": [{"name": "weather", "version": "1.0.0"}],
-    "mcpServers": [{"name": "docs", "url": "https://mcp.example.com/mcp"}],
 }
+"""An App whose draft makes a valid version once :func:`llama` exists and the ``docs`` MCP server is added
+(:func:`app_body`)."""
+AGENT = {"name": "triage", "version": "1.0.0", "model": "llama"}
+
+
+def search_docs(query: str) -> str:
+    """Search the docs."""
+    return f"nothing about {query}"
+
+
+@pytest.fixture(scope="module")
+def docs() -> Iterator[RunningMcp]:
+    """The MCP server of the App's "docs" configuration: a version's MCP servers must answer and list tools."""
+    with mcp_server({"search": search_docs}, name="docs") as running:
+        yield running
+
+
+def app_body(docs: RunningMcp) -> dict[str, Any]:
+    """:data:`APP` with its MCP server configuration ``docs``."""
+    return {**APP, "mcpServers": [{"name": "docs", "url": docs.url}]}
+
+
+def llama(api: client.ApiClient, namespace: str) -> None:
+    """The ModelDeployment ``llama`` that the agents call (a version's agents need models that exist)."""
+    hub_model(api, namespace, "llama")
+    model_deployment(api, namespace, "llama")
 
 
 def tool_refs(api: client.ApiClient, namespace: str, env: str) -> list[str]:
@@ -97,12 +123,14 @@ def history(api: client.ApiClient, namespace: str, name: str) -> list[tuple[str,
 
 
 def test_app_versions_environments_history_and_rollback(
-    api: client.ApiClient, namespace: str, team: Users, facade: RunningFacade, cluster: E2ECluster
+    api: client.ApiClient, namespace: str, team: Users, facade: RunningFacade, cluster: E2ECluster, docs: RunningMcp
 ) -> None:
     http, alice = facade.client, team.headers("alice")
     tool(api, namespace, "weather", "1.0.0")
     tool(api, namespace, "weather", "1.1.0")
-    ok(http.post(f"{mgmt(namespace)}/apps", json=APP, headers=alice), 201)
+    llama(api, namespace)
+    app = app_body(docs)
+    ok(http.post(f"{mgmt(namespace)}/apps", json=app, headers=alice), 201)
 
     # the draft environment appears by itself, with URLs, a cURL script and its first history entry
     wait_for(lambda: history(api, namespace, "bot-draft"), timeout=30, what="the draft environment's history")
@@ -135,8 +163,8 @@ def test_app_versions_environments_history_and_rollback(
         http.post(f"{mgmt(namespace)}/apps/bot/versions", json={"version": "1.0.0", "name": "First"}, headers=alice),
         201,
     )
-    assert v1["toolVersions"] == APP["toolVersions"]
-    assert servers(v1["mcpServers"]) == APP["mcpServers"]
+    assert v1["toolVersions"] == app["toolVersions"]
+    assert servers(v1["mcpServers"]) == app["mcpServers"]
     second = {"version": "1.1.0", "name": "Second", "toolVersions": [{"name": "weather", "version": "1.1.0"}]}
     ok(http.post(f"{mgmt(namespace)}/apps/bot/versions", json=second, headers=alice), 201)
     refused(
@@ -288,6 +316,7 @@ def test_kubectl_deploy_records_the_admission_user_and_cannot_be_spoofed(
     api: client.ApiClient, namespace: str, team: Users, facade: RunningFacade, cluster: E2ECluster
 ) -> None:
     create(api, namespace, "apps", "App", "bot", {})
+    llama(api, namespace)
     for version in ("1.0.0", "2.0.0"):
         create(
             api,
@@ -295,7 +324,7 @@ def test_kubectl_deploy_records_the_admission_user_and_cannot_be_spoofed(
             "appversions",
             "AppVersion",
             f"bot-{version}",
-            {"appRef": "bot", "version": version, "displayName": version},
+            {"appRef": "bot", "version": version, "displayName": version, "agents": [AGENT]},
         )
     alice = team.name("alice")
     env = {
@@ -538,11 +567,13 @@ def test_checklist_reports_what_the_cluster_knows_and_marks_the_rest_manual(
 
 
 def test_restore_overwrites_the_draft_and_is_recorded(
-    api: client.ApiClient, namespace: str, team: Users, facade: RunningFacade
+    api: client.ApiClient, namespace: str, team: Users, facade: RunningFacade, docs: RunningMcp
 ) -> None:
     http, alice = facade.client, team.headers("alice")
     tool(api, namespace, "weather", "1.0.0")
-    ok(http.post(f"{mgmt(namespace)}/apps", json=APP, headers=alice), 201)
+    llama(api, namespace)
+    app = app_body(docs)
+    ok(http.post(f"{mgmt(namespace)}/apps", json=app, headers=alice), 201)
     ok(
         http.post(f"{mgmt(namespace)}/apps/bot/versions", json={"version": "1.0.0", "name": "First"}, headers=alice),
         201,
@@ -562,19 +593,20 @@ def test_restore_overwrites_the_draft_and_is_recorded(
     )
     assert restored["restoredFrom"] == "1.0.0"
     for field in ("agents", "toolVersions"):
-        assert restored[field] == APP[field], field
+        assert restored[field] == app[field], field
     assert restored["description"] == "rewritten"  # the app's own description is not version content
-    assert servers(restored["mcpServers"]) == APP["mcpServers"]
+    assert servers(restored["mcpServers"]) == app["mcpServers"]
     events = client.CoreV1Api(api).list_namespaced_event(namespace, field_selector="involvedObject.name=bot").items
     assert any(e.reason == "DraftRestored" and "1 MCP server" in e.message for e in events)
 
 
 def test_deleting_an_environment_needs_confirmation_revokes_keys_and_keeps_an_audit_record(
-    api: client.ApiClient, namespace: str, team: Users, facade: RunningFacade
+    api: client.ApiClient, namespace: str, team: Users, facade: RunningFacade, docs: RunningMcp
 ) -> None:
     http, alice = facade.client, team.headers("alice")
     tool(api, namespace, "weather", "1.0.0")
-    ok(http.post(f"{mgmt(namespace)}/apps", json=APP, headers=alice), 201)
+    llama(api, namespace)
+    ok(http.post(f"{mgmt(namespace)}/apps", json=app_body(docs), headers=alice), 201)
     ok(
         http.post(f"{mgmt(namespace)}/apps/bot/versions", json={"version": "1.0.0", "name": "First"}, headers=alice),
         201,

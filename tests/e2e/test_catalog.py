@@ -30,8 +30,12 @@ def test_catalog_lists_as_the_caller(
     tool(api, namespace, "weather", "1.0.0")
     tool(api, namespace, "weather", "1.10.0")
     tool(api, namespace, "weather", "1.2.0")
+    hub_model(api, namespace, "tiny")
+    model_deployment(api, namespace, "tiny")
     ok(http.post(f"{mgmt(namespace)}/apps", json=APP, headers=alice), 201)
-    version = {"version": "1.0.0", "name": "First", "agents": [{**APP["agents"][0], "version": "0.9.0"}]}
+    # a version's agents need a model that exists (the draft's may name one that does not, yet)
+    agent = {**APP["agents"][0], "version": "0.9.0", "model": "tiny"}
+    version = {"version": "1.0.0", "name": "First", "agents": [agent]}
     ok(http.post(f"{mgmt(namespace)}/apps/bot/versions", json=version, headers=alice), 201)
 
     tools = ok(http.get(f"{mgmt(namespace)}/tools", headers=alice))["items"]
@@ -47,8 +51,6 @@ def test_catalog_lists_as_the_caller(
     ]
     assert agents[0]["agent"]["instructions"] == "route"
 
-    hub_model(api, namespace, "tiny")
-    model_deployment(api, namespace, "tiny")
     models = wait_for(
         lambda: [m for m in ok(http.get(f"{mgmt(namespace)}/models", headers=alice))["items"] if m["phase"]],
         timeout=30,

@@ -33,7 +33,7 @@ from kubernetes import client
 
 from dockyard_localcluster.cluster import LocalCluster
 from tests.support.cluster import E2ECluster
-from tests.support.dockyard import create, get, hub_model
+from tests.support.dockyard import create, get, hub_model, model_deployment, patch
 from tests.support.public import environment_with_key, wait_model_ready
 from tests.support.publicapi import api_key
 from tests.support.runners import free_port, wait_http_ok
@@ -446,6 +446,13 @@ def test_environment_lifecycle(api: client.ApiClient, namespace: str, facade: Pr
 
     create(api, namespace, "apps", "App", "demo", {"description": "CLI test"})
     wait_for(lambda: maybe_get(api, namespace, "environments", "demo-draft"), timeout=30, what="the draft environment")
+    # a version needs an agent with a model that exists: refused (exit 2) naming the field until the draft has one
+    empty = run("versions", "create", "demo", "0.1.0", "--name", "Empty", code=2)
+    assert "spec.agents: a version needs at least one agent" in " ".join(empty.stderr.split()), empty.stderr
+    hub_model(api, namespace, "demo-model")
+    model_deployment(api, namespace, "demo-model")
+    agent = {"name": "helper", "version": "1.0.0", "model": "demo-model"}
+    patch(api, namespace, "apps", "demo", {"spec": {"agents": [agent]}})
     run("versions", "create", "demo", "1.0.0", "--name", "First")
     run("versions", "create", "demo", "1.1.0", "--name", "Second", "--description", "more")
     assert [v["version"] for v in as_json("versions", "list", "demo")] == ["1.0.0", "1.1.0"]

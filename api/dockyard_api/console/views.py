@@ -12,7 +12,18 @@ from pydantic import ValidationError
 
 from dockyard_core.resources.v1alpha1.common import DNS_LABEL_MAX_LENGTH, DNS_LABEL_PATTERN
 
-FORM_FIELDS = ("version", "name", "description", "agents", "toolVersions", "appVersion", "confirm", "key", "token")
+FORM_FIELDS = (
+    "version",
+    "name",
+    "description",
+    "agents",
+    "toolVersions",
+    "mcpServers",
+    "appVersion",
+    "confirm",
+    "key",
+    "token",
+)
 
 
 @dataclass
@@ -57,9 +68,10 @@ def errors_from_validation(exc: ValidationError) -> FormErrors:
 
 
 def errors_from_api(message: str, details: Any) -> FormErrors:
-    """An API error: its causes next to their fields; the message itself on top when no cause names a field."""
+    """An API error: its causes next to their fields (on top when they name none); the message itself on
+    top when no cause names a field."""
     errors = FormErrors()
-    placed = False
+    unplaced: list[str] = []
     for cause in details if isinstance(details, list) else []:
         if not isinstance(cause, dict):
             continue
@@ -67,25 +79,18 @@ def errors_from_api(message: str, details: Any) -> FormErrors:
         text = str(cause.get("message") or message)
         if where:
             errors.add(where, text)
-            placed = True
-    if not placed:
-        _, sep, rest = message.partition("is not valid: ")
-        if sep:  # the admission webhook's "... the version is not valid: problem; problem"
-            for problem in rest.split("; "):
-                errors.add(_problem_field(problem), problem)
         else:
-            errors.add(None, message)
+            unplaced.append(f"{cause.get('field')}: {text}" if cause.get("field") else text)
+    if errors:
+        errors.general += unplaced
+        return errors
+    _, sep, rest = message.partition("is not valid: ")
+    if sep:  # the admission webhook's "... the version is not valid: <field>: problem; <field>: problem"
+        for problem in rest.split("; "):
+            errors.add(field_of(problem.split(": ", 1)[0]) if problem.startswith("spec.") else None, problem)
+    else:
+        errors.add(None, message)
     return errors
-
-
-def _problem_field(problem: str) -> str | None:
-    """The form field one of the version webhook's problems is about (``tool weather version 9.9.9 does not
-    exist``, ``agent helper: unknown model``), or None."""
-    if problem.startswith("tool "):
-        return "toolVersions"
-    if problem.startswith("agent "):
-        return "agents"
-    return None
 
 
 def environment_rows(items: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -73,7 +73,8 @@ def test_field_paths_map_to_form_fields() -> None:
     assert views.field_of("body.version") == "version"
     assert views.field_of("displayName") == "name"
     assert views.field_of("tool_versions.0.version") == "toolVersions"
-    assert views.field_of("spec.mcpServers[0].url") is None
+    assert views.field_of("spec.mcpServers[0].url") == "mcpServers"
+    assert views.field_of("spec.appRef") is None
     assert views.field_of("") is None
 
 
@@ -94,13 +95,28 @@ def test_api_errors_use_causes_then_words() -> None:
     assert plain.general == ['appversions.dockyard.dev is forbidden: User "vic" cannot create']
     webhook = views.errors_from_api(
         'admission webhook "validate-appversion.dockyard.dev" denied the request: the version is not valid: '
-        "tool clock version 1.0.0 does not exist (no Tool clock-1.0.0); agent helper: unknown model 'gone' "
-        "(no ModelDeployment of that name); MCP server names must be unique: docs",
+        "spec.toolVersions[0]: tool clock version 1.0.0 does not exist (no Tool clock-1.0.0); "
+        "spec.agents[1].model: agent helper has no model (name its ModelDeployment); "
+        "spec.mcpServers[0]: MCP server docs at http://x/mcp does not answer: ConnectError; "
+        "spec.appRef: app 'bot' does not exist",
         None,
     )
-    assert webhook.of("toolVersions") == ["tool clock version 1.0.0 does not exist (no Tool clock-1.0.0)"]
-    assert webhook.of("agents") == ["agent helper: unknown model 'gone' (no ModelDeployment of that name)"]
-    assert webhook.general == ["MCP server names must be unique: docs"]
+    assert webhook.of("toolVersions") == [
+        "spec.toolVersions[0]: tool clock version 1.0.0 does not exist (no Tool clock-1.0.0)"
+    ]
+    assert webhook.of("agents") == ["spec.agents[1].model: agent helper has no model (name its ModelDeployment)"]
+    assert webhook.of("mcpServers") == [
+        "spec.mcpServers[0]: MCP server docs at http://x/mcp does not answer: ConnectError"
+    ]
+    assert webhook.general == ["spec.appRef: app 'bot' does not exist"]
+    # the management API's causes of the same refusal: each next to its field, the rest on top
+    causes = [
+        {"field": "spec.agents[0].model", "message": "agent helper has no model"},
+        {"field": "spec.appRef", "message": "app 'bot' does not exist"},
+    ]
+    both = views.errors_from_api("admission webhook denied the request: the version is not valid: ...", causes)
+    assert both.of("agents") == ["agent helper has no model"]
+    assert both.general == ["spec.appRef: app 'bot' does not exist"]
 
 
 def test_environment_list_puts_draft_first() -> None:

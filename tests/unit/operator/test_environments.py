@@ -153,30 +153,6 @@ def test_a_tool_used_by_the_draft_that_the_draft_environment_serves_is_held() ->
     assert envs.tool_holders("weather", "1.2.0", [], environments, [draft]) == {}
 
 
-def test_version_problems_name_what_is_wrong() -> None:
-    spec = {
-        "appRef": "bot",
-        "toolVersions": [{"name": "weather", "version": "1.2.0"}],
-        "agents": [{"name": "triage", "model": "llama"}],
-        "mcpServers": [
-            {"name": "docs", "url": "https://x", "headers": {"bad header": "v"}},
-            {"name": "docs", "url": "https://y", "headers": {"X": "1"}, "headersSecretRef": "s"},
-        ],
-    }
-    problems = envs.version_problems(spec, tool_exists={}, model_exists={"llama": False}, app_exists=False)
-    text = " | ".join(problems)
-    for needle in ("app 'bot' does not exist", "weather version 1.2.0", "unknown model 'llama'", "bad header",
-                   "not both", "unique: docs"):  # fmt: skip
-        assert needle in text
-    fine = envs.version_problems(
-        {"appRef": "bot", "toolVersions": [{"name": "weather", "version": "1.2.0"}]},
-        tool_exists={"weather-1.2.0": True},
-        model_exists={},
-        app_exists=True,
-    )
-    assert fine == []
-
-
 def test_audit_record_and_deletion_stamp_share_a_name_but_not_keys() -> None:
     env = {**ENV, "status": {"history": [{"version": "1.0.0"}]}}
     record = audit.audit_record(env, [{"name": "ci"}])

@@ -1,13 +1,15 @@
 """Apps (the draft), their versions and restore, as the calling Kubernetes user.
 
-Validation of a new version (tools exist, models exist, MCP configs well-formed) and the refusal to
-delete a deployed version are admission webhooks of the operator, so kubectl users get exactly the
-same answers; the service passes the API server's message through (the repositories map it).
+Validation of a new version (at least one agent, each with a model that exists; pinned tools exist; MCP
+servers well-formed, answering and listing tools) and the refusal to delete a deployed version are
+admission webhooks of the operator, so kubectl users get exactly the same answers; the service passes
+the API server's message through (the repositories map it), with each problem's field as a cause.
 How a service is built and what it acts as: :mod:`dockyard_api.management.base`.
 """
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -30,6 +32,17 @@ from dockyard_core.resources.v1alpha1.common import semver_key
 CONTENT_FIELDS = ("agents", "toolVersions", "mcpServers")
 """What a restore copies into the draft: all of its configuration (the app's own name and description
 stay; a version's description describes the version)."""
+
+
+PROBLEM = re.compile(r"^(spec(?:\.[A-Za-z]+|\[\d+\])+): (.+)$")
+
+
+def problem_causes(message: str) -> list[dict[str, str]]:
+    """The causes of the version webhook's refusal ("... the version is not valid: <field>: <problem>;
+    ..."), in the shape of the API server's own field causes: what the console shows next to each field."""
+    _, sep, rest = message.partition("the version is not valid: ")
+    found = (PROBLEM.match(p) for p in rest.split("; ")) if sep else ()
+    return [{"field": m[1], "message": m[2], "reason": "FieldValueInvalid"} for m in found if m]
 
 
 def app_view(app: App) -> AppView:
@@ -136,7 +149,13 @@ class AppService(CallerService):
             "metadata": {"name": AppVersion.object_name(app, body.version)},
             "spec": spec,
         }
-        return version_view(await self.repos.app_versions.create(obj, namespace))
+        try:
+            created = await self.repos.app_versions.create(obj, namespace)
+        except InvalidError as error:
+            if error.details is None:  # the webhook's refusal: its problems, each with its field
+                error.details = problem_causes(error.message) or None
+            raise
+        return version_view(created)
 
     async def list_versions(self, namespace: str, app: str) -> VersionList:
         found = await self.repos.app_versions.select(namespace, fields={"spec.appRef": app})

@@ -1,0 +1,175 @@
+"""What a new AppVersion must hold before it exists (pure: the ``validate-appversion`` webhook gathers the
+facts from the API server and the MCP servers, :func:`version_problems` decides).
+
+Each problem names the field it is about (``spec.agents[0].model``), so ``kubectl apply`` and the
+management API report it, and the console shows it next to the form field. Only an AppVersion is
+checked: an App's draft may be incomplete while it is being written.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+INVALID_PREFIX = "the version is not valid: "
+"""The refusal's message starts with this; the problems follow, ``; ``-separated, each ``<field>: <text>``."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a new version, and the field it is about."""
+
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}"
+
+
+@dataclass(frozen=True)
+class McpTarget:
+    """An MCP server a version's agents would use: one of ``spec.mcpServers``, or an agent's MCP Tool that
+    runs at an external endpoint."""
+
+    name: str
+    url: str
+    transport: str = "streamable-http"
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class McpAnswer:
+    """What an MCP server answered: the names of the tools it lists, or why it did not answer."""
+
+    tools: tuple[str, ...] = ()
+    error: str | None = None
+
+
+def refusal_message(problems: list[Problem]) -> str:
+    return INVALID_PREFIX + "; ".join(str(p) for p in problems)
+
+
+def tool_object(ref: Mapping[str, Any]) -> str:
+    """The Tool object a ``toolVersions`` entry pins: ``<name>-<version>``."""
+    return f"{ref.get('name')}-{ref.get('version')}"
+
+
+def _server_config_problems(servers: list[Mapping[str, Any]]) -> list[Problem]:
+    problems = []
+    names = [s.get("name") for s in servers]
+    dupes = sorted({str(n) for n in names if names.count(n) > 1})
+    if dupes:
+        problems.append(Problem("spec.mcpServers", f"MCP server names must be unique: {', '.join(dupes)}"))
+    for i, server in enumerate(servers):
+        bad = sorted(h for h in server.get("headers") or {} if not HEADER_NAME.match(h))
+        if bad:
+            what = f"MCP server {server.get('name')}: invalid header name(s) {', '.join(bad)}"
+            problems.append(Problem(f"spec.mcpServers[{i}].headers", what))
+        if server.get("headers") and server.get("headersSecretRef"):
+            what = f"MCP server {server.get('name')}: set headers or headersSecretRef, not both"
+            problems.append(Problem(f"spec.mcpServers[{i}]", what))
+    return problems
+
+
+def mcp_targets(
+    spec: Mapping[str, Any],
+    tools: Mapping[str, Mapping[str, Any] | None],
+    secret_headers: Mapping[str, Mapping[str, str] | None],
+) -> dict[str, McpTarget]:
+    """The MCP servers to ask for their tools, by the field that names each: every well-formed
+    ``spec.mcpServers[i]`` (with the headers of its Secret, when it has one that exists) and every agent
+    tool ``spec.agents[i].tools[j]`` that is an MCP Tool at an external endpoint (an MCP Tool that Dockyard
+    runs from an image is only reachable once an environment deploys it). ``tools``: the pinned Tools by
+    object name (None: missing); ``secret_headers``: the headers of each Secret named (None: missing)."""
+    targets: dict[str, McpTarget] = {}
+    servers = list(spec.get("mcpServers") or [])
+    malformed = {p.field.split("]")[0] + "]" for p in _server_config_problems(servers) if "[" in p.field}
+    for i, server in enumerate(servers):
+        field = f"spec.mcpServers[{i}]"
+        secret = server.get("headersSecretRef")
+        if field in malformed or (secret and secret_headers.get(secret) is None):
+            continue
+        headers = dict(server.get("headers") or {}) | dict((secret_headers.get(secret) or {}) if secret else {})
+        targets[field] = McpTarget(
+            str(server.get("name")),
+            str(server.get("url")),
+            str(server.get("transport") or "streamable-http"),
+            tuple(sorted(headers.items())),
+        )
+    pinned = {str(t.get("name")): tool_object(t) for t in spec.get("toolVersions") or []}
+    for i, agent in enumerate(spec.get("agents") or []):
+        for j, name in enumerate(agent.get("tools") or []):
+            tool = tools.get(pinned.get(name, ""))
+            tool_spec = (tool or {}).get("spec") or {}
+            mcp, endpoint = tool_spec.get("mcp"), tool_spec.get("endpoint")
+            if tool is None or mcp is None or not endpoint:
+                continue
+            path = str(mcp.get("path") or "/mcp")
+            transport = str(mcp.get("transport") or "streamable-http")
+            targets[f"spec.agents[{i}].tools[{j}]"] = McpTarget(name, str(endpoint).rstrip("/") + path, transport)
+    return targets
+
+
+def _mcp_problem(target: McpTarget, answer: McpAnswer | None) -> str | None:
+    if answer is None or answer.error is not None:
+        why = answer.error if answer is not None else "it was not asked"
+        return f"MCP server {target.name} at {target.url} does not answer: {why}"
+    if not answer.tools:
+        return f"MCP server {target.name} at {target.url} lists no tools (tools/list is empty)"
+    return None
+
+
+def version_problems(
+    spec: Mapping[str, Any],
+    *,
+    app_exists: bool,
+    tools: Mapping[str, Mapping[str, Any] | None],
+    models: Mapping[str, bool],
+    secret_headers: Mapping[str, Mapping[str, str] | None] | None = None,
+    mcp: Mapping[str, McpAnswer] | None = None,
+) -> list[Problem]:
+    """What is wrong with a new AppVersion, each with its field (empty: it may be created).
+
+    ``tools``: the pinned Tools by object name (None: it does not exist); ``models``: whether each
+    ModelDeployment named by an agent exists; ``secret_headers``: each ``headersSecretRef`` Secret's
+    headers (None: it does not exist); ``mcp``: what each of :func:`mcp_targets` answered, by field.
+    """
+    secrets, answers = secret_headers or {}, mcp or {}
+    problems: list[Problem] = []
+
+    def add(field: str, message: str) -> None:
+        problems.append(Problem(field, message))
+
+    if not app_exists:
+        add("spec.appRef", f"app {spec.get('appRef')!r} does not exist")
+    agents = list(spec.get("agents") or [])
+    if not agents:
+        add("spec.agents", "a version needs at least one agent")
+    pinned = {str(t.get("name")) for t in spec.get("toolVersions") or []}
+    for i, agent in enumerate(agents):
+        name, model = agent.get("name"), agent.get("model")
+        if not model:
+            add(f"spec.agents[{i}].model", f"agent {name} has no model (name its ModelDeployment)")
+        elif not models.get(model, False):
+            add(f"spec.agents[{i}].model", f"agent {name}: unknown model {model!r} (no ModelDeployment of that name)")
+        for j, tool in enumerate(agent.get("tools") or []):
+            if tool not in pinned:
+                add(f"spec.agents[{i}].tools[{j}]", f"agent {name}: tool {tool} has no version in spec.toolVersions")
+    for i, ref in enumerate(spec.get("toolVersions") or []):
+        if tools.get(tool_object(ref)) is None:
+            what = f"tool {ref.get('name')} version {ref.get('version')}"
+            add(f"spec.toolVersions[{i}]", f"{what} does not exist (no Tool {tool_object(ref)})")
+    servers = list(spec.get("mcpServers") or [])
+    problems += _server_config_problems(servers)
+    for i, server in enumerate(servers):
+        secret = server.get("headersSecretRef")
+        if secret and secrets.get(secret) is None:
+            add(f"spec.mcpServers[{i}].headersSecretRef", f"MCP server {server.get('name')}: no Secret {secret}")
+    for field, target in mcp_targets(spec, tools, secrets).items():
+        text = _mcp_problem(target, answers.get(field))
+        if text is not None:
+            add(field, text)
+    return problems

@@ -1,0 +1,217 @@
+"""The rules of a new AppVersion (every problem names its field) and the bounded MCP probe, against a real
+MCP server (the MCP SDK's FastMCP) and a port where nothing listens."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import socket
+from typing import Any
+
+from dockyard_operator import admission, mcp_probe
+from dockyard_operator.version_rules import McpAnswer, McpTarget, mcp_targets, refusal_message, version_problems
+from tests.support.scripted_model import mcp_server
+
+WEATHER = {"spec": {"name": "weather", "version": "1.2.0", "endpoint": "http://weather.example/"}}
+SEARCH = {"spec": {"name": "search", "version": "1.0.0", "endpoint": "http://search.example/", "mcp": {}}}
+
+
+def valid() -> dict[str, Any]:
+    return {
+        "appRef": "bot",
+        "agents": [{"name": "triage", "model": "llama", "tools": ["weather"]}],
+        "toolVersions": [{"name": "weather", "version": "1.2.0"}],
+    }
+
+
+def problems(spec: dict[str, Any], **facts: Any) -> dict[str, str]:
+    """field -> message of each problem (one per field in these tests)."""
+    given: dict[str, Any] = {
+        "app_exists": True,
+        "tools": {"weather-1.2.0": WEATHER, "search-1.0.0": SEARCH},
+        "models": {"llama": True},
+    }
+    found = version_problems(spec, **(given | facts))
+    return {p.field: p.message for p in found}
+
+
+def test_a_complete_version_has_no_problem() -> None:
+    assert problems(valid()) == {}
+
+
+def test_a_version_needs_an_agent() -> None:
+    assert problems({**valid(), "agents": []}) == {"spec.agents": "a version needs at least one agent"}
+    assert "spec.agents" in problems({"appRef": "bot"})
+
+
+def test_every_agent_needs_a_model_that_exists() -> None:
+    spec = valid()
+    spec["agents"] = [spec["agents"][0], {"name": "writer"}, {"name": "critic", "model": "gone"}]
+    found = problems(spec)
+    assert found == {
+        "spec.agents[1].model": "agent writer has no model (name its ModelDeployment)",
+        "spec.agents[2].model": "agent critic: unknown model 'gone' (no ModelDeployment of that name)",
+    }
+
+
+def test_an_agent_tool_must_be_pinned_and_a_pinned_tool_must_exist() -> None:
+    spec = valid()
+    spec["agents"][0]["tools"] = ["weather", "clock"]
+    spec["toolVersions"] = [{"name": "weather", "version": "9.9.9"}]
+    assert problems(spec) == {
+        "spec.agents[0].tools[1]": "agent triage: tool clock has no version in spec.toolVersions",
+        "spec.toolVersions[0]": "tool weather version 9.9.9 does not exist (no Tool weather-9.9.9)",
+    }
+
+
+def test_the_app_must_exist() -> None:
+    assert problems(valid(), app_exists=False) == {"spec.appRef": "app 'bot' does not exist"}
+
+
+def test_mcp_server_configs_must_be_well_formed() -> None:
+    spec = valid()
+    spec["mcpServers"] = [
+        {"name": "docs", "url": "https://x/mcp", "headers": {"bad header": "v"}},
+        {"name": "docs", "url": "https://y/mcp", "headers": {"X": "1"}, "headersSecretRef": "s"},
+        {"name": "wiki", "url": "https://z/mcp", "headersSecretRef": "missing"},
+    ]
+    found = problems(spec, secret_headers={"s": {"Authorization": "Bearer t"}})
+    assert found["spec.mcpServers"] == "MCP server names must be unique: docs"
+    assert found["spec.mcpServers[0].headers"] == "MCP server docs: invalid header name(s) bad header"
+    assert found["spec.mcpServers[1]"] == "MCP server docs: set headers or headersSecretRef, not both"
+    assert found["spec.mcpServers[2].headersSecretRef"] == "MCP server wiki: no Secret missing"
+    # none of the malformed ones is asked for its tools
+    assert mcp_targets(spec, {}, {"s": {}}) == {}
+
+
+def test_mcp_servers_must_answer_and_list_tools() -> None:
+    spec = valid()
+    spec["mcpServers"] = [
+        {"name": "docs", "url": "https://docs/mcp"},
+        {"name": "wiki", "url": "https://wiki/mcp", "headersSecretRef": "token", "transport": "sse"},
+        {"name": "empty", "url": "https://empty/mcp"},
+    ]
+    secrets = {"token": {"Authorization": "Bearer t"}}
+    targets = mcp_targets(spec, {}, secrets)
+    assert targets == {
+        "spec.mcpServers[0]": McpTarget("docs", "https://docs/mcp"),
+        "spec.mcpServers[1]": McpTarget("wiki", "https://wiki/mcp", "sse", (("Authorization", "Bearer t"),)),
+        "spec.mcpServers[2]": McpTarget("empty", "https://empty/mcp"),
+    }
+    answers = {
+        "spec.mcpServers[0]": McpAnswer(tools=("search",)),
+        "spec.mcpServers[1]": McpAnswer(error="ConnectError: refused"),
+        "spec.mcpServers[2]": McpAnswer(tools=()),
+    }
+    found = problems(spec, secret_headers=secrets, mcp=answers)
+    assert found == {
+        "spec.mcpServers[1]": "MCP server wiki at https://wiki/mcp does not answer: ConnectError: refused",
+        "spec.mcpServers[2]": "MCP server empty at https://empty/mcp lists no tools (tools/list is empty)",
+    }
+    # a server nobody asked is no pass
+    assert "does not answer" in problems(spec, secret_headers=secrets)["spec.mcpServers[0]"]
+
+
+def test_an_agents_external_mcp_tool_must_answer() -> None:
+    spec = valid()
+    spec["agents"][0]["tools"] = ["weather", "search"]
+    spec["toolVersions"].append({"name": "search", "version": "1.0.0"})
+    tools = {"weather-1.2.0": WEATHER, "search-1.0.0": SEARCH}
+    targets = mcp_targets(spec, tools, {})
+    assert targets == {"spec.agents[0].tools[1]": McpTarget("search", "http://search.example/mcp")}
+    found = problems(spec, mcp={"spec.agents[0].tools[1]": McpAnswer(error="no answer within 5s")})
+    assert found == {
+        "spec.agents[0].tools[1]": "MCP server search at http://search.example/mcp does not answer: no answer within 5s"
+    }
+    assert problems(spec, mcp={"spec.agents[0].tools[1]": McpAnswer(tools=("now",))}) == {}
+
+
+def test_the_refusal_names_every_field() -> None:
+    spec = {"appRef": "bot", "agents": [{"name": "a"}], "toolVersions": [{"name": "t", "version": "1.0.0"}]}
+    found = version_problems(spec, app_exists=True, tools={}, models={})
+    assert refusal_message(found) == (
+        "the version is not valid: spec.agents[0].model: agent a has no model (name its ModelDeployment); "
+        "spec.toolVersions[0]: tool t version 1.0.0 does not exist (no Tool t-1.0.0)"
+    )
+
+
+def test_the_probe_lists_a_real_servers_tools_and_names_why_another_does_not_answer() -> None:
+    def search(query: str) -> str:
+        """Search the docs."""
+        return query
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed = sock.getsockname()[1]
+    with mcp_server({"search": search, "fetch": search}) as server:
+        answers = asyncio.run(
+            mcp_probe.list_all(
+                {
+                    "up": McpTarget("docs", server.url),
+                    "down": McpTarget("gone", f"http://127.0.0.1:{closed}/mcp"),
+                },
+                timeout=5,
+            )
+        )
+    assert sorted(answers["up"].tools) == ["fetch", "search"]
+    assert answers["up"].error is None
+    assert answers["down"].tools == ()
+    assert answers["down"].error
+
+
+def test_the_probe_gives_up_in_time() -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()  # accepts connections, never answers
+        port = listener.getsockname()[1]
+        answer = asyncio.run(mcp_probe.list_tools(McpTarget("slow", f"http://127.0.0.1:{port}/mcp"), timeout=0.5))
+    assert answer.error == "no answer within 0.5s"
+
+
+def test_the_probes_reason_is_one_line_without_the_problem_separator() -> None:
+    group = ExceptionGroup("unhandled errors in a TaskGroup", [ValueError("refused; try\nlater")])
+    assert mcp_probe._reason(group) == "ValueError: refused, try later"
+
+
+class FakeKube:
+    """The reads of the webhook's check: objects by (plural, name)."""
+
+    def __init__(self, objects: dict[tuple[str, str], dict[str, Any]]) -> None:
+        self.objects = objects
+
+    async def get(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.objects.get((plural, name))
+
+
+def test_the_webhook_check_reads_the_facts_and_asks_the_servers() -> None:
+    def search(query: str) -> str:
+        """Search the docs."""
+        return query
+
+    token = {"data": {"Authorization": base64.b64encode(b"Bearer t").decode()}}
+    kube = FakeKube(
+        {
+            ("apps", "bot"): {},
+            ("modeldeployments", "llama"): {},
+            ("tools", "weather-1.2.0"): WEATHER,
+            ("secrets", "token"): token,
+        }
+    )
+    with mcp_server({"search": search}) as server:
+        spec = {**valid(), "mcpServers": [{"name": "docs", "url": server.url, "headersSecretRef": "token"}]}
+        body = {"metadata": {"namespace": "team"}, "spec": spec}
+        accepted = asyncio.run(admission.appversion_create_refusal(kube, body))  # type: ignore[arg-type]
+        spec["mcpServers"][0]["headersSecretRef"] = "gone"
+        missing = asyncio.run(admission.appversion_create_refusal(kube, body))  # type: ignore[arg-type]
+    assert accepted is None
+    assert missing is not None
+    assert missing.code == 422
+    assert missing.message == (
+        "the version is not valid: spec.mcpServers[0].headersSecretRef: MCP server docs: no Secret gone"
+    )
+    spec["mcpServers"][0]["headersSecretRef"] = "token"
+    down = asyncio.run(admission.appversion_create_refusal(kube, body))  # type: ignore[arg-type]
+    assert down is not None
+    assert down.message.startswith(
+        f"the version is not valid: spec.mcpServers[0]: MCP server docs at {server.url} does not answer: "
+    )
