@@ -77,6 +77,8 @@ class JobRecord(_Answer):
     start_time: str | None = None
     completion_time: str | None = None
     deployment_name: str | None = None
+    name: str | None = None
+    """A model deployment's name as the deploy call gave it (e.g. Llama 3 8B); deployment_name is its object."""
 
     @property
     def done(self) -> bool:

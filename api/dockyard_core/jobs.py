@@ -7,8 +7,8 @@ built from that DockJob: :meth:`JobRecord.of` (an object's current job), :meth:`
 job just requested, not yet started) and :meth:`JobRecord.imported` (an import completion's answer).
 
 A record carries only the members its answer has (an import completion's answer has no reason, a Model's
-no deploymentName): :meth:`JobRecord.wire` and the routes (``response_model_exclude_unset``) leave the
-unset ones out, so that every answer keeps its exact JSON.
+no deploymentName, only a ModelDeployment's has ``name``): :meth:`JobRecord.wire` and the routes
+(``response_model_exclude_unset``) leave the unset ones out, so that every answer keeps its exact JSON.
 """
 
 from __future__ import annotations
@@ -63,6 +63,11 @@ class JobRecord(BaseModel):
     deployment_name: str | None = Field(
         default=None, alias="deploymentName", description="the ModelDeployment / ToolDeployment the job acts on"
     )
+    name: str | None = Field(
+        default=None,
+        description="a model deployment's name as the deploy call gave it (spec.name, e.g. Llama 3 8B); "
+        "deploymentName is the object named after it",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -87,7 +92,8 @@ class JobRecord(BaseModel):
         if isinstance(obj, Model):
             return _build(obj.status.job, meta.labels, "modelId", name, "Model", None)
         if isinstance(obj, ModelDeployment):
-            return _build(obj.status.job, meta.labels, "modelId", obj.spec.model_ref, obj.kind, name)
+            spec = obj.spec
+            return _build(obj.status.job, meta.labels, "modelId", spec.model_ref, obj.kind, name, spec.name)
         return _build(obj.status.job, meta.labels, "toolId", obj.spec.tool_ref, obj.kind, name)
 
     @classmethod
@@ -133,6 +139,7 @@ def _build(
     target: str,
     kind: str | None,
     deployment: str | None,
+    display_name: str | None = None,
 ) -> JobRecord:
     labelled = (labels or {}).get(DOCK_STATUS_ID_LABEL)
     dock_status_id = (job.dock_status_id if job else None) or labelled or ""
@@ -150,5 +157,7 @@ def _build(
     }
     if deployment is not None:
         fields["deployment_name"] = deployment
+    if display_name is not None:
+        fields["name"] = display_name
     # from a validated DockJob and the object's own names: nothing to check again (the deploy's hot path)
     return JobRecord.model_construct(**fields)

@@ -152,7 +152,10 @@ def vllm_args(
         args.append(f"--override-generation-config={json.dumps(override, sort_keys=True)}")
     if adapter is not None:
         _, path = adapter
-        args += ["--enable-lora", f"--lora-modules={spec.name}={path}"]
+        # vLLM reads NAME=PATH unless the item has a ',' or a second '=': then JSON (spec.name is any text)
+        plain = "=" not in spec.name and "," not in spec.name and "," not in path and "=" not in path
+        module = f"{spec.name}={path}" if plain else json.dumps({"name": spec.name, "path": path})
+        args += ["--enable-lora", f"--lora-modules={module}"]
     return [*args, *runtime.extra_args]
 
 

@@ -31,6 +31,7 @@ import httpx
 import pytest
 from kubernetes import client
 
+from dockyard_core.resources.v1alpha1.modeldeployment import model_deployment_name
 from dockyard_localcluster.cluster import LocalCluster
 from tests.support.cluster import E2ECluster
 from tests.support.dockyard import create, get, hub_model, model_deployment, patch
@@ -360,6 +361,16 @@ def test_deploy_model_and_tool_then_follow_the_request_across_both_logs(
     assert status.returncode == 0
     assert json.loads(status.stdout)["status"] == "SUCCESS"
     assert dockyard("status", "no-such-job", env=env).returncode == 4
+    # any text as the name: the object is named after it, and `dockyard status` shows both names
+    named = dockyard("deploy", "model", "llama", "--device", "g5.xlarge", "--name", "Llama 3 8B", "--no-wait", "--json",
+                     env=env)  # fmt: skip
+    assert named.returncode == 0, named.stderr
+    named_job = json.loads(named.stdout)
+    assert (named_job["name"], named_job["deploymentName"]) == ("Llama 3 8B", model_deployment_name("Llama 3 8B"))
+    shown = dockyard("status", named_job["dockStatusId"], env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert "Llama 3 8B" in shown.stdout
+    assert named_job["deploymentName"] in shown.stdout
     bad = dockyard("deploy", "model", "llama", "--device", "g5.xlarge", "--temperature", "5", "--max-tokens", "8",
                    "--top-p", "1", "--top-k", "1", env=env)  # fmt: skip
     assert bad.returncode == 2

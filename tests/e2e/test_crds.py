@@ -18,6 +18,7 @@ from kubernetes.client.exceptions import ApiException
 from dockyard_api.settings import ApiSettings
 from dockyard_core.resources import GROUP
 from dockyard_core.resources.v1alpha1 import VERSION
+from dockyard_core.resources.v1alpha1.modeldeployment import model_deployment_name
 from tests.limits import ABSENT, LIMITS, Limit, deploy_request, http_field, manifest, valid_spec
 from tests.support.cluster import E2ECluster
 from tests.support.dockyard import create as create_object
@@ -153,6 +154,19 @@ def test_kubectl_get_dockyard_category_short_names_and_columns(cluster: E2EClust
     env_header = kubectl(cluster, "get", "env", "-n", namespace).stdout.splitlines()[0].split()
     assert env_header[:3] == ["NAME", "APP", "VERSION"]
     assert "STATUS" in env_header
+
+
+def test_kubectl_get_mdep_wide_shows_the_deploy_calls_name(
+    api: client.ApiClient, cluster: E2ECluster, namespace: str
+) -> None:
+    """The object is named after the deploy call's name (docs/public-api.md); -o wide shows that name too."""
+    object_name = model_deployment_name("Llama 3 8B")
+    spec = {"modelRef": "llama", "modelType": "openSource", "name": "Llama 3 8B", "deviceType": "g5.xlarge"}
+    create_object(api, namespace, "modeldeployments", "ModelDeployment", object_name, spec)
+    lines = kubectl(cluster, "get", "mdep", "-n", namespace, "-o", "wide").stdout.splitlines()
+    assert "DISPLAY-NAME" in lines[0].split()
+    assert lines[1].startswith(object_name)
+    assert "Llama 3 8B" in lines[1]
 
 
 def test_kubectl_explain_prints_the_spec_descriptions(cluster: E2ECluster) -> None:

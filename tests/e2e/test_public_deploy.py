@@ -17,6 +17,7 @@ from kubernetes import client
 
 from dockyard_api.settings import ApiSettings
 from dockyard_core import apikeys
+from dockyard_core.resources.v1alpha1.modeldeployment import model_deployment_name
 from tests.e2e.test_operator_models import OPERATOR_ENV
 from tests.support.cluster import E2ECluster
 from tests.support.dockyard import create, get, hub_model
@@ -164,6 +165,60 @@ def test_redeploy_is_a_new_job_on_the_same_deployment(
     assert wait_dock_status(facade.client, env, third["dockStatusId"])["status"] == "SUCCESS"
 
 
+def test_any_text_as_the_name_deploys_under_an_object_named_after_it(
+    api: client.ApiClient, namespace: str, env: PublicEnvironment, facade: RunningFacade
+) -> None:
+    """SPEC.md §4's body with ``"name": "Llama 3 8B"``: the ModelDeployment is named after it (a DNS label
+    with a hash), spec.name keeps it; the job record names both; a redeploy by the same name finds it."""
+    hub_model(api, namespace, "llama-3-8b")
+    hub_model(api, namespace, "phi", hub_id="microsoft/phi-2")
+    wait_model_ready(api, namespace, "llama-3-8b")
+    wait_model_ready(api, namespace, "phi")
+    body = {**SPEC_SAMPLE, "name": "Llama 3 8B"}
+    object_name = model_deployment_name("Llama 3 8B")
+    assert object_name.startswith("llama-3-8b-")
+
+    started = ok(deploy_model(facade.client, env, "llama-3-8b", body))
+    assert (started["name"], started["deploymentName"]) == ("Llama 3 8B", object_name)
+    mdep = get(api, namespace, "modeldeployments", object_name)
+    assert (mdep["spec"]["name"], mdep["spec"]["modelRef"]) == ("Llama 3 8B", "llama-3-8b")
+    done = wait_dock_status(facade.client, env, started["dockStatusId"])
+    assert (done["status"], done["name"], done["deploymentName"]) == ("SUCCESS", "Llama 3 8B", object_name)
+
+    # the DNS label that the name slugs to is another name: another deployment, never this one
+    other = ok(deploy_model(facade.client, env, "phi", {**body, "name": "llama-3-8b"}))
+    assert (other["name"], other["deploymentName"]) == ("llama-3-8b", "llama-3-8b")
+    assert get(api, namespace, "modeldeployments", object_name)["spec"]["modelRef"] == "llama-3-8b"
+
+    # the same name is the same deployment: a redeploy finds it; another model cannot take the name
+    redeploy = {"name": "Llama 3 8B", "deviceType": "g5.2xlarge", "isDeployedPreviously": True}
+    again = ok(deploy_model(facade.client, env, "llama-3-8b", redeploy))
+    assert (again["name"], again["deploymentName"]) == ("Llama 3 8B", object_name)
+    assert again["dockStatusId"] != started["dockStatusId"]
+    assert get(api, namespace, "modeldeployments", object_name)["spec"]["deviceType"] == "g5.2xlarge"
+    assert wait_dock_status(facade.client, env, again["dockStatusId"])["status"] == "SUCCESS"
+    error = refused(deploy_model(facade.client, env, "phi", body), 409, "Llama 3 8B", "llama-3-8b")
+    assert error["details"]["modelId"] == "llama-3-8b"
+    missing = {**redeploy, "name": "Llama 3 70B"}
+    refused(deploy_model(facade.client, env, "llama-3-8b", missing), 404, "Llama 3 70B")
+
+
+def test_a_name_whose_object_is_another_names_deployment_is_refused(
+    api: client.ApiClient, namespace: str, env: PublicEnvironment, facade: RunningFacade
+) -> None:
+    """Two names never share a deployment silently: when the object a name maps to holds the deployment of
+    another name (here made so with kubectl), the call is refused with 409 naming both."""
+    hub_model(api, namespace, "llama")
+    wait_model_ready(api, namespace, "llama")
+    object_name = model_deployment_name("Llama 3 8B")
+    spec = {"modelRef": "llama", "modelType": "openSource", "name": "Someone else's", "deviceType": "g5.xlarge"}
+    create(api, namespace, "modeldeployments", "ModelDeployment", object_name, spec)
+    error = refused(deploy_model(facade.client, env, "llama", {**SPEC_SAMPLE, "name": "Llama 3 8B"}), 409)
+    assert "Someone else's" in error["message"]
+    assert error["details"] == {"name": "Someone else's", "deploymentName": object_name}
+    assert get(api, namespace, "modeldeployments", object_name)["spec"]["name"] == "Someone else's"
+
+
 def test_a_deployment_no_node_pool_can_place_fails_with_its_reason(
     api: client.ApiClient, namespace: str, env: PublicEnvironment, facade: RunningFacade
 ) -> None:
@@ -199,8 +254,10 @@ def test_model_deploy_refusals(
 
     invalid(deploy_model(http, env, "llama", SPEC_SAMPLE, model_type=None), "query.modelType")
     invalid(deploy_model(http, env, "llama", SPEC_SAMPLE, model_type="closedSource"), "query.modelType")
-    invalid(deploy_model(http, env, "llama", {**SPEC_SAMPLE, "name": "Llama 3"}), "body.name")
-    invalid(deploy_model(http, env, "llama", {**SPEC_SAMPLE, "name": "x" * 64}), "body.name")
+    # the name is any text (SPEC.md §4): only one without a letter or digit, too long, or with control
+    # characters is refused ("Llama 3" and 64 characters, refused while it had to be a DNS label, now deploy)
+    for name in ("", "!!!", "x" * 254, "Llama\n3"):
+        invalid(deploy_model(http, env, "llama", {**SPEC_SAMPLE, "name": name}), "body.name")
     invalid(deploy_model(http, env, "llama", {**SPEC_SAMPLE, "deviceType": "p4d.24xlarge"}), "body.deviceType")
     invalid(deploy_model(http, env, "llama", {**SPEC_SAMPLE, "maxtokens": 5}), "body.maxtokens")
     hot = copy.deepcopy(SPEC_SAMPLE)

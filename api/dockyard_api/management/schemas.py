@@ -332,6 +332,10 @@ class ModelList(View):
 
 class ModelDeploymentView(View):
     name: str
+    """The ModelDeployment object's name (the job record's deploymentName)."""
+    display_name: str
+    """The name the deploy call gave (spec.name, the served model name), e.g. Llama 3 8B; the object is named
+    after it."""
     model_ref: str
     device_type: str
     replicas: int | None

@@ -5,13 +5,13 @@ shape.
 
 The model-deploy body is made of the ModelDeployment resource's own types (HyperParameters,
 ScalingParameters, OptimizationInfo, DeviceType): the facade checks exactly the limits the CRD
-enforces, from one declaration. Only ``name`` differs: it also names the ModelDeployment object, so it
-must be a DNS-1123 label (a Kubernetes object name that is also a valid label value).
+enforces, from one declaration. Only ``name`` differs: any text (SPEC.md §4: "name of the model to
+deploy"), checked by :func:`~dockyard_core.resources.v1alpha1.modeldeployment.check_display_name`; the
+ModelDeployment object's name is derived from it (``model_deployment_name``).
 """
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, WithJsonSchema, field_validator
@@ -25,19 +25,23 @@ from dockyard_core.resources.v1alpha1 import (
     OptimizationInfo,
     ScalingParameters,
 )
-from dockyard_core.resources.v1alpha1.common import DNS_LABEL_PATTERN, DeviceType, ModelType
+from dockyard_core.resources.v1alpha1.common import DeviceType, ModelType
+from dockyard_core.resources.v1alpha1.modeldeployment import (
+    MAX_DISPLAY_NAME_LENGTH,
+    check_display_name,
+    model_deployment_name,
+)
 from dockyard_core.upload import sha256_hex
 
-_DNS_LABEL = re.compile(DNS_LABEL_PATTERN)
 NAME_RULE = (
-    "a DNS-1123 label: 1 to 63 lower-case letters, digits and '-', starting and ending with a letter or digit "
-    "(it names the ModelDeployment object)"
+    "any text of 1 to 253 characters with at least one letter or digit, no control characters and no leading or "
+    "trailing whitespace; the ModelDeployment object is named after it (a DNS-1123 label is the object's name, "
+    "any other name a lower-case slug of it with a hash)"
 )
 
 
 def _deployment_name(value: str) -> str:
-    if not (len(value) <= 63 and _DNS_LABEL.match(value)):
-        raise ValueError(f"name must be {NAME_RULE}, e.g. llama-3-8b-instruct")
+    check_display_name(value)
     return value
 
 
@@ -48,10 +52,9 @@ DeploymentName = Annotated[
         {
             "type": "string",
             "minLength": 1,
-            "maxLength": 63,
-            "pattern": DNS_LABEL_PATTERN,
-            "description": f"Name of the model deployment: {NAME_RULE}. Deploying again with the same name "
-            "updates that deployment.",
+            "maxLength": MAX_DISPLAY_NAME_LENGTH,
+            "description": f"Name of the model to deploy, e.g. Llama 3 8B: {NAME_RULE}. It is also the served "
+            "model name. Deploying again with the same name updates that deployment.",
         }
     ),
 ]
@@ -81,6 +84,10 @@ MODEL_DEPLOY_EXAMPLES: dict[str, dict[str, Any]] = {
     "minimal": {
         "summary": "Only the required fields: one replica, the runtime's sampling defaults",
         "value": {"name": "llama-3-8b-instruct", "deviceType": "g5.xlarge"},
+    },
+    "any-name": {
+        "summary": "Any text as the name: the ModelDeployment is named llama-3-8b-<hash> after it",
+        "value": {"name": "Llama 3 8B", "deviceType": "g5.xlarge"},
     },
     "redeploy": {
         "summary": "Redeploy an existing deployment on bigger GPUs with vLLM (isDeployedPreviously: true)",
@@ -115,6 +122,7 @@ MODEL_DEPLOY_RESPONSE_EXAMPLES: dict[str, dict[str, Any]] = {
             "startTime": None,
             "completionTime": None,
             "deploymentName": "llama-3-8b-instruct",
+            "name": "llama-3-8b-instruct",
         },
     }
 }
@@ -177,13 +185,15 @@ class ModelDeployBody(DockyardModel):
     """Body of POST {base_url}/api/public/models/{modelId}/deploy.
 
     Every member is a field of :class:`ModelDeploymentSpec` with the resource's type, so the limits are
-    the CRD's (tests/unit/api/test_public_openapi.py keeps it so; ``name`` is stricter: it names the object,
-    and ``scalingParameters`` may be absent); :meth:`to_spec` carries them over by name. Unknown fields
+    the CRD's (tests/unit/api/test_public_openapi.py keeps it so; ``name`` is stricter: no control characters
+    or surrounding whitespace, a letter or digit, as the object is named after it; and ``scalingParameters``
+    may be absent); :meth:`to_spec` carries them over by name. Unknown fields
     are refused (a misspelt ``maxtokens`` is an error, not a silent default).
     """
 
     name: DeploymentName
-    """Name of the model deployment (and of the ModelDeployment object)."""
+    """Name of the model to deploy (any text, spec.name, the served model name); the ModelDeployment object
+    is named after it (:attr:`object_name`)."""
     is_deployed_previously: StrictBool = False
     """false (default): a new deployment, or an update of a deployment of the SAME model with this name
     (a retry is harmless); 409 when the name is taken by a deployment of another model. true: a
@@ -196,6 +206,12 @@ class ModelDeployBody(DockyardModel):
     """GPU instance type the model runs on."""
     optimization_info: OptimizationInfo | None = None
     """Serving runtime and quantization; empty strings or absent: the runtime catalog's defaults."""
+
+    @property
+    def object_name(self) -> str:
+        """The ModelDeployment object's name: ``name`` itself when it is a DNS-1123 label, else derived from it
+        (docs/public-api.md, 'Deploy a model')."""
+        return model_deployment_name(self.name)
 
     def to_spec(self, model_ref: str, model_type: ModelType) -> ModelDeploymentSpec:
         """The ModelDeployment's spec for this body: every member by name (an absent member keeps the

@@ -36,7 +36,7 @@ def deploy_model(
     ctx: typer.Context,
     model_id: Annotated[str, typer.Argument(help="the model (a Model that is ReadyToDeploy)")],
     device: Annotated[str, typer.Option("--device", "-d", help="deviceType, e.g. g5.xlarge")],
-    name: Annotated[str | None, typer.Option(help="deployment name (default: the model id)")] = None,
+    name: Annotated[str | None, typer.Option(help="deployment name, any text (default: the model id)")] = None,
     model_type: Annotated[str, typer.Option("--model-type", help="openSource or fineTune")] = "openSource",
     redeploy: Annotated[bool, typer.Option("--redeploy", help="isDeployedPreviously: true")] = False,
     temperature: Annotated[float | None, typer.Option(help="0 to 2 (with --max-tokens, --top-p, --top-k)")] = None,

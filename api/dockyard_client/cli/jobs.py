@@ -83,6 +83,7 @@ def status(
                     ("action", job.action),
                     ("modelId", job.model_id),
                     ("toolId", job.tool_id),
+                    ("name", job.name),
                     ("deployment", job.deployment_name),
                     ("started", job.start_time),
                     ("completed", job.completion_time),

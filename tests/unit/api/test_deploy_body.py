@@ -3,11 +3,17 @@ same type (so the CRD's limits apply), and the spec is built from the body by na
 
 from __future__ import annotations
 
-from dockyard_api.public.schemas import MODEL_DEPLOY_EXAMPLES, ModelDeployBody
+import re
+
+import pytest
+from pydantic import ValidationError
+
+from dockyard_api.public.schemas import MODEL_DEPLOY_EXAMPLES, MODEL_DEPLOY_SAMPLE, ModelDeployBody
 from dockyard_core.resources.v1alpha1 import ModelDeploymentSpec, ScalingParameters
 
 OWN_TYPE = {"name", "scaling_parameters"}
-"""``name`` names the object (a DNS label, stricter than the spec's); ``scalingParameters`` may be absent."""
+"""``name`` is checked beyond the spec's length (no control characters, a letter or digit: the object is named
+after it); ``scalingParameters`` may be absent."""
 
 
 def test_every_body_member_is_a_spec_field_of_the_same_type() -> None:
@@ -30,3 +36,19 @@ def test_the_spec_of_a_body_carries_every_member() -> None:
         assert spec.scaling_parameters == (body.scaling_parameters or ScalingParameters())
         assert spec.device_type == body.device_type
         assert spec.optimization_info == body.optimization_info
+
+
+def test_the_name_is_any_text_and_names_the_object_after_it() -> None:
+    body = ModelDeployBody.model_validate({**MODEL_DEPLOY_SAMPLE, "name": "Llama 3 8B"})
+    assert body.name == "Llama 3 8B"
+    assert re.fullmatch(r"llama-3-8b-[0-9a-f]{8}", body.object_name)
+    assert body.to_spec("llama-3-8b", "openSource").name == "Llama 3 8B"  # spec.name: the name as sent
+    # a DNS label names the object itself (every deployment name valid before keeps its object)
+    assert ModelDeployBody.model_validate(MODEL_DEPLOY_SAMPLE).object_name == "llama-3-8b-instruct"
+
+
+@pytest.mark.parametrize("name", ["", "---", "   ", "Llama\n3", " Llama", "x" * 254])
+def test_a_name_without_a_letter_or_digit_or_with_control_characters_is_refused(name: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        ModelDeployBody.model_validate({**MODEL_DEPLOY_SAMPLE, "name": name})
+    assert [e["loc"] for e in caught.value.errors()] == [("name",)]

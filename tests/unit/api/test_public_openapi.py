@@ -121,3 +121,15 @@ def test_every_documented_job_record_is_what_the_one_model_answers(document: dic
     only_id = JobRecord.model_validate({"dockStatusId": "j", "modelId": "m", "jobType": "MODELS", "action": "EXPORT",
                                         "status": "IN_PROGRESS"})  # fmt: skip
     assert only_id.wire()["dock-statusId"] == "j"
+
+
+def test_the_deploy_name_is_documented_as_any_text(document: dict[str, Any]) -> None:
+    operation = document["paths"][MODEL_DEPLOY]["post"]
+    assert {"name": "Llama 3 8B", "deviceType": "g5.xlarge"} in request_examples(operation)
+    name = document["components"]["schemas"]["ModelDeployBody"]["properties"]["name"]
+    assert (name["type"], name["minLength"], name["maxLength"]) == ("string", 1, 253)
+    assert "pattern" not in name  # not a DNS label: the object's name is derived from it
+    assert "any text" in name["description"]
+    (record,) = response_examples(operation)
+    assert (record["name"], record["deploymentName"]) == ("llama-3-8b-instruct", "llama-3-8b-instruct")
+    assert "name" in document["components"]["schemas"]["JobRecord"]["properties"]

@@ -40,3 +40,12 @@ def test_the_status_job_is_the_record() -> None:
     out = record(mdep({"job": job}))
     assert (out["status"], out["reason"], out["message"]) == ("SUCCESS", "Available", "1 replica(s) ready and serving")
     assert (out["startTime"], out["completionTime"]) == ("2026-11-23T19:08:41Z", "2026-11-23T19:08:42Z")
+
+
+def test_a_model_deployment_record_names_both_the_object_and_the_deploy_calls_name() -> None:
+    obj = mdep()
+    obj.metadata.name = "llama-3-8b-0f3a9c1d"
+    obj.spec.name = "Llama 3 8B"
+    out = record(obj)
+    assert (out["deploymentName"], out["name"]) == ("llama-3-8b-0f3a9c1d", "Llama 3 8B")
+    assert JobRecord.of(obj).pending("job-2", "requested").wire()["name"] == "Llama 3 8B"

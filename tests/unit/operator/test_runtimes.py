@@ -458,3 +458,14 @@ def test_llama_cpp_caps_parallel_slots_and_splits_across_gpus() -> None:
 def test_llama_cpp_serves_no_adapters() -> None:
     with pytest.raises(InvalidRuntimeChoice, match="adapters"):
         engine_args(mdep_spec(), LLAMA, DEVICES["g5.xlarge"], "/m/x.gguf", ("lora", "/adapters/lora"))
+
+
+@pytest.mark.parametrize("name", ["Llama 3, 8B", "tuned=v2", "support (v2)"])
+def test_vllm_adapter_of_any_name_is_one_lora_module_vllm_parses(name: str) -> None:
+    """vLLM reads ``--lora-modules`` as NAME=PATH unless the item holds a ',' or more than one '=': then as JSON."""
+    path = "/adapters/team-a/support-lora"
+    module = flag(args_for(VLLM, adapter=("support-lora", path), name=name), "lora-modules") or ""
+    if "=" in module and "," not in module:  # what vLLM does with the item
+        assert module.split("=") == [name, path]
+    else:
+        assert json.loads(module) == {"name": name, "path": path}

@@ -90,6 +90,7 @@ def model_deployment_view(deployment: ModelDeployment) -> ModelDeploymentView:
     spec, st = deployment.spec, deployment.status
     return ModelDeploymentView(
         name=_name(deployment),
+        display_name=spec.name,
         model_ref=spec.model_ref,
         device_type=spec.device_type,
         replicas=st.replicas,

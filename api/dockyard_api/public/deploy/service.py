@@ -94,7 +94,8 @@ class DeployService:
     async def deploy_model(
         self, caller: EnvironmentCaller, model_id: str, model_type: ModelType, body: ModelDeployBody
     ) -> JobRecord:
-        """Create or update the ModelDeployment ``body.name`` of a ReadyToDeploy model; the new job, pending.
+        """Create or update the ModelDeployment of ``body.name`` (named ``body.object_name``, derived from it)
+        of a ReadyToDeploy model; the new job, pending.
 
         ``isDeployedPreviously`` false: a new deployment, or an update of this model's deployment of that
         name (409 when the name serves another model); true: a redeploy of an existing deployment (404
@@ -106,11 +107,12 @@ class DeployService:
         job_id = str(uuid.uuid4())
         metadata = _job_metadata(caller, job_id)
         owner = await self._owner(caller)
+        name = body.object_name
         if not body.is_deployed_previously:
             manifest = {
                 "apiVersion": API_VERSION,
                 "kind": "ModelDeployment",
-                "metadata": {"name": body.name, **metadata, "ownerReferences": [owner]},
+                "metadata": {"name": name, **metadata, "ownerReferences": [owner]},
                 "spec": spec.model_dump(mode="json", by_alias=True, exclude_none=True),
             }
             try:
@@ -118,24 +120,18 @@ class DeployService:
                 return JobRecord.pending_on(created, job_id, PENDING_MESSAGE)
             except ConflictError:  # it exists: update it (below)
                 pass
-        # an existing deployment: check it serves this model, then replace its spec (spec.replicas, which the
-        # autoscaler and kubectl scale own, stays)
-        existing = await self.model_deployments.find(namespace, body.name)
+        # an existing deployment: check it is this name's and serves this model, then replace its spec
+        # (spec.replicas, which the autoscaler and kubectl scale own, stays)
+        existing = await self.model_deployments.find(namespace, name)
         if existing is None:
             if body.is_deployed_previously:
                 raise NotFoundError(
                     f"no model deployment {body.name!r} to redeploy (isDeployedPreviously is true); "
                     "send isDeployedPreviously: false to create it",
-                    {"name": body.name},
+                    {"name": body.name, "deploymentName": name},
                 )
             raise ConflictError(f"model deployment {body.name!r} was deleted meanwhile; retry")
-        current_model = existing.spec.model_ref
-        if current_model != model_id:
-            raise ConflictError(
-                f"the name {body.name!r} is taken by the deployment of model {current_model!r}: choose another "
-                f"name for model {model_id!r}",
-                {"name": body.name, "modelId": current_model},
-            )
+        check_same_deployment(existing, body.name, model_id)
         if existing.metadata.deletion_timestamp:
             raise ConflictError(f"model deployment {body.name!r} is being deleted; retry when it is gone")
         owners = existing.metadata.owner_references or []
@@ -143,7 +139,7 @@ class DeployService:
             metadata = {**metadata, "ownerReferences": [*owners, owner]}
         patch = {"metadata": metadata, "spec": spec.model_dump(mode="json", by_alias=True, exclude={"replicas"})}
         try:
-            patched = await self.model_deployments.merge(namespace, body.name, patch)
+            patched = await self.model_deployments.merge(namespace, name, patch)
         except NotFoundError as exc:
             raise ConflictError(f"model deployment {body.name!r} was deleted meanwhile; retry") from exc
         return JobRecord.pending_on(patched, job_id, PENDING_MESSAGE)
@@ -256,6 +252,28 @@ class DeployService:
             if found is None:
                 raise ConflictError(f"tool deployment {name!r} was deleted while deploying")
             obj = found
+
+
+def check_same_deployment(existing: ModelDeployment, name: str, model_id: str) -> None:
+    """409 unless the existing ModelDeployment is the deployment of the deploy call's ``name`` and serves
+    ``model_id``. Its object name was derived from ``name``; it is that name's deployment when its spec.name
+    is ``name``, or when ``name`` is the object's own name (a deployment made with kubectl, whose spec.name
+    may differ). So two names whose derived object names meet never update each other's deployment."""
+    object_name = existing.metadata.name or ""
+    shown = existing.spec.name
+    if shown != name and object_name != name:
+        raise ConflictError(
+            f"the name {name!r} maps to the object {object_name!r}, which is the deployment named {shown!r}: "
+            "choose another name",
+            {"name": shown, "deploymentName": object_name},
+        )
+    current_model = existing.spec.model_ref
+    if current_model != model_id:
+        raise ConflictError(
+            f"the name {name!r} is taken by the deployment of model {current_model!r}: choose another "
+            f"name for model {model_id!r}",
+            {"name": name, "modelId": current_model},
+        )
 
 
 def check_runtime(model: Model, info: OptimizationInfo | None) -> None:

@@ -3,6 +3,9 @@ docs/public-api.md, 'Deploy a model'."""
 
 from __future__ import annotations
 
+import hashlib
+import re
+import unicodedata
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, StrictBool, StrictFloat, StrictInt
@@ -10,7 +13,57 @@ from pydantic import Field, StrictBool, StrictFloat, StrictInt
 from dockyard_core.resources.base import DockyardModel, field_rules
 from dockyard_core.resources.cel import Rule, immutable
 from dockyard_core.resources.crdinfo import AGE, CrdInfo, PrinterColumn, ScaleSubresource
-from dockyard_core.resources.v1alpha1.common import DeviceType, ModelType, ObjectName, Resource, WorkloadStatus
+from dockyard_core.resources.v1alpha1.common import (
+    DNS_LABEL_PATTERN,
+    DeviceType,
+    ModelType,
+    ObjectName,
+    Resource,
+    WorkloadStatus,
+)
+
+MAX_NAME_LENGTH = 63
+"""A ModelDeployment's name is a label value of its workload (``app.kubernetes.io/instance``,
+``dockyard.dev/model-deployment``): at most 63 characters, refused above at admission (CEL)."""
+MAX_DISPLAY_NAME_LENGTH = 253
+"""Longest ``name`` of the deploy call (spec.name): any text of 1 to 253 characters (the rule:
+:func:`check_display_name`)."""
+_DNS_LABEL = re.compile(DNS_LABEL_PATTERN)
+_HASH_LENGTH = 8
+_REFUSED_CATEGORIES = {"Cc", "Zl", "Zp", "Cs"}
+"""Control characters, line and paragraph separators, lone surrogates (not text: no UTF-8 for them)."""
+
+
+def check_display_name(name: str) -> str:
+    """``name`` when it is a valid deploy-call name, else ValueError saying why: 1 to 253 characters, no
+    control characters, no leading or trailing whitespace, and at least one letter or digit (any script)."""
+    if not name:
+        raise ValueError("name must not be empty")
+    if len(name) > MAX_DISPLAY_NAME_LENGTH:
+        raise ValueError(f"name must be at most {MAX_DISPLAY_NAME_LENGTH} characters")
+    if any(unicodedata.category(c) in _REFUSED_CATEGORIES for c in name):
+        raise ValueError("name must not contain control characters (newlines, tabs, ...) or lone surrogates")
+    if not any(c.isalnum() for c in name):
+        raise ValueError("name must contain at least one letter or digit")
+    if name != name.strip():
+        raise ValueError("name must not begin or end with whitespace")
+    return name
+
+
+def model_deployment_name(name: str) -> str:
+    """The ModelDeployment object's name for the deploy call's ``name`` (docs/public-api.md, 'Deploy a model'):
+    deterministic, a DNS-1123 label of at most 63 characters.
+
+    A name that already is such a label is the object's name unchanged. Any other is lower-cased, folded to
+    ASCII, every run of other characters made one '-', trimmed and truncated, and suffixed with 8 hex digits
+    of the SHA-256 of the name as given: ``"Llama 3 8B"`` -> ``llama-3-8b-<hash>``, never ``llama-3-8b`` (the
+    object of the name ``"llama-3-8b"``). A name with no ASCII letter or digit gives ``model-<hash>``."""
+    if len(name) <= MAX_NAME_LENGTH and _DNS_LABEL.match(name):
+        return name
+    ascii_name = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode().lower()
+    slug = re.sub(r"[^a-z0-9]+", "-", ascii_name).strip("-")[: MAX_NAME_LENGTH - _HASH_LENGTH - 1].rstrip("-")
+    digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:_HASH_LENGTH]
+    return f"{slug or 'model'}-{digest}"
 
 
 class HyperParameters(DockyardModel):
@@ -101,8 +154,10 @@ class ModelDeploymentSpec(DockyardModel):
     Model is ReadyToDeploy."""
     model_type: ModelType
     """openSource or fineTune (the deploy call's modelType query parameter)."""
-    name: Annotated[str, Field(min_length=1, max_length=253)]
-    """Name of the model to deploy: the name clients use for it (the served model name)."""
+    name: Annotated[str, Field(min_length=1, max_length=MAX_DISPLAY_NAME_LENGTH)]
+    """Name of the model to deploy, as the deploy call gave it (any text): the name clients use for it (the
+    served model name). The object's own name is derived from it (the public API's rule: a DNS label is
+    the object's name, any other text a slug of it with a hash)."""
     is_deployed_previously: StrictBool = False
     """As sent by the caller: whether the model was deployed before. Informational; Dockyard decides
     from its own state."""
@@ -135,11 +190,6 @@ class ModelDeploymentStatus(WorkloadStatus):
     operator restart loses nothing."""
 
 
-MAX_NAME_LENGTH = 63
-"""A ModelDeployment's name is a label value of its workload (``app.kubernetes.io/instance``,
-``dockyard.dev/model-deployment``): at most 63 characters, refused above at admission (CEL)."""
-
-
 class ModelDeployment(Resource):
     """A model served on GPU nodes of one device type, with replica bounds and sampling defaults.
 
@@ -156,6 +206,7 @@ class ModelDeployment(Resource):
             PrinterColumn("Replicas", ".status.replicas", "integer", "Pods that exist"),
             PrinterColumn("Ready", ".status.readyReplicas", "integer", "Pods that are ready"),
             PrinterColumn("Status", ".status.job.status", description="Dock status of the latest job"),
+            PrinterColumn("Display-Name", ".spec.name", priority=1, description="The deploy call's name (served)"),
             PrinterColumn("Type", ".spec.modelType", priority=1, description="openSource or fineTune"),
             PrinterColumn("Runtime", ".status.runtime", priority=1, description="Serving runtime"),
             PrinterColumn("Job", ".status.job.dockStatusId", priority=1, description="dockStatusId"),
