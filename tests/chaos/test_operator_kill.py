@@ -119,10 +119,12 @@ def test_sigkill_mid_deploy_and_mid_rollback_leaves_one_active_entry_of_the_righ
     deployments = client.AppsV1Api(api).list_namespaced_deployment(namespace).items
     names = [d.metadata.name for d in deployments]
     assert len(names) == len(set(names))
-    owners = {t["metadata"]["uid"] for t in client.CustomObjectsApi(api).list_namespaced_custom_object(
-        "dockyard.dev", "v1alpha1", namespace, "tooldeployments")["items"]}  # fmt: skip
+    # every Deployment has its owner: a ToolDeployment, or the ModelDeployment the versions' agent calls
+    owners = {t["metadata"]["uid"] for plural in ("tooldeployments", "modeldeployments")
+              for t in client.CustomObjectsApi(api).list_namespaced_custom_object(
+                  "dockyard.dev", "v1alpha1", namespace, plural)["items"]}  # fmt: skip
     orphans = [d.metadata.name for d in deployments if not {o.uid for o in d.metadata.owner_references or []} & owners]
-    assert orphans == [], "Deployments whose ToolDeployment is gone"
+    assert orphans == [], "Deployments whose ToolDeployment (or ModelDeployment) is gone"
     assert tool_deployment_name("bot-production", "weather", version) in {
         t["metadata"]["name"] for t in client.CustomObjectsApi(api).list_namespaced_custom_object(
             "dockyard.dev", "v1alpha1", namespace, "tooldeployments")["items"]
