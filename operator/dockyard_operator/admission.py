@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from dockyard_core import kubepaths
 from dockyard_core.resources.v1alpha1 import (
     DEPLOY_ACTION_ANNOTATION,
     DEPLOY_REQUEST_ANNOTATION,
@@ -88,9 +89,30 @@ async def _secret_headers(kube: KubeApi, namespace: str, name: str) -> dict[str,
     return {k: base64.b64decode(v).decode("utf-8", "replace") for k, v in data.items()}
 
 
-async def appversion_create_refusal(kube: KubeApi, body: Mapping[str, Any]) -> Refusal | None:
+async def may_read_secret(kube: KubeApi, userinfo: Mapping[str, Any], namespace: str, name: str) -> bool:
+    """Whether the user of an admission request may ``get`` the Secret (a SubjectAccessReview)."""
+    review = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SubjectAccessReview",
+        "spec": {
+            "user": userinfo.get("username") or "",
+            "uid": userinfo.get("uid") or "",
+            "groups": list(userinfo.get("groups") or []),
+            "extra": {k: list(v) for k, v in (userinfo.get("extra") or {}).items()},
+            "resourceAttributes": {"namespace": namespace, "verb": "get", "resource": "secrets", "name": name},
+        },
+    }
+    answer = await kube.http.request("POST", kubepaths.collection("subjectaccessreviews", None), json=review)
+    return bool((answer.get("status") or {}).get("allowed"))
+
+
+async def appversion_create_refusal(
+    kube: KubeApi, body: Mapping[str, Any], userinfo: Mapping[str, Any] | None = None
+) -> Refusal | None:
     """A new AppVersion names an existing App, agents with existing models, Tools that exist and MCP servers
-    that answer and list tools (:func:`dockyard_operator.version_rules.version_problems`)."""
+    that answer and list tools (:func:`dockyard_operator.version_rules.version_problems`). A Secret of
+    MCP headers is read, and its values sent to the server, only when the version's author (``userinfo``)
+    may read it: a version must not be a way to send a Secret one may not read to a URL one chose."""
     namespace, spec = body["metadata"]["namespace"], dict(body.get("spec") or {})
     tools = {rules.tool_object(t): await kube.get("tools", namespace, rules.tool_object(t))
              for t in spec.get("toolVersions") or []}  # fmt: skip
@@ -98,10 +120,21 @@ async def appversion_create_refusal(kube: KubeApi, body: Mapping[str, Any]) -> R
     model_exists = {m: await kube.get("modeldeployments", namespace, m) is not None for m in models}
     secret_names = {s["headersSecretRef"] for s in spec.get("mcpServers") or [] if s.get("headersSecretRef")}
     secrets = {name: await _secret_headers(kube, namespace, name) for name in secret_names}
+    unreadable = {
+        name
+        for name in secret_names
+        if secrets[name] is not None and not await may_read_secret(kube, userinfo or {}, namespace, name)
+    }
     app_exists = await kube.get("apps", namespace, spec.get("appRef", "")) is not None
-    answers = await mcp_probe.list_all(rules.mcp_targets(spec, tools, secrets))
+    answers = await mcp_probe.list_all(rules.mcp_targets(spec, tools, secrets, unreadable))
     problems = rules.version_problems(
-        spec, app_exists=app_exists, tools=tools, models=model_exists, secret_headers=secrets, mcp=answers
+        spec,
+        app_exists=app_exists,
+        tools=tools,
+        models=model_exists,
+        secret_headers=secrets,
+        mcp=answers,
+        unreadable=unreadable,
     )
     return Refusal(rules.refusal_message(problems), 422) if problems else None
 

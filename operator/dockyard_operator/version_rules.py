@@ -9,7 +9,7 @@ checked: an App's draft may be incomplete while it is being written.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,19 +78,22 @@ def mcp_targets(
     spec: Mapping[str, Any],
     tools: Mapping[str, Mapping[str, Any] | None],
     secret_headers: Mapping[str, Mapping[str, str] | None],
+    unreadable: Collection[str] = (),
 ) -> dict[str, McpTarget]:
     """The MCP servers to ask for their tools, by the field that names each: every well-formed
     ``spec.mcpServers[i]`` (with the headers of its Secret, when it has one that exists) and every agent
     tool ``spec.agents[i].tools[j]`` that is an MCP Tool at an external endpoint (an MCP Tool that Dockyard
     runs from an image is only reachable once an environment deploys it). ``tools``: the pinned Tools by
-    object name (None: missing); ``secret_headers``: the headers of each Secret named (None: missing)."""
+    object name (None: missing); ``secret_headers``: the headers of each Secret named (None: missing);
+    ``unreadable``: Secrets the version's author may not read: their servers are not asked (the values would
+    go to a URL the author chose)."""
     targets: dict[str, McpTarget] = {}
     servers = list(spec.get("mcpServers") or [])
     malformed = {p.field.split("]")[0] + "]" for p in _server_config_problems(servers) if "[" in p.field}
     for i, server in enumerate(servers):
         field = f"spec.mcpServers[{i}]"
         secret = server.get("headersSecretRef")
-        if field in malformed or (secret and secret_headers.get(secret) is None):
+        if field in malformed or (secret and (secret_headers.get(secret) is None or secret in unreadable)):
             continue
         headers = dict(server.get("headers") or {}) | dict((secret_headers.get(secret) or {}) if secret else {})
         targets[field] = McpTarget(
@@ -130,12 +133,14 @@ def version_problems(
     models: Mapping[str, bool],
     secret_headers: Mapping[str, Mapping[str, str] | None] | None = None,
     mcp: Mapping[str, McpAnswer] | None = None,
+    unreadable: Collection[str] = (),
 ) -> list[Problem]:
     """What is wrong with a new AppVersion, each with its field (empty: it may be created).
 
     ``tools``: the pinned Tools by object name (None: it does not exist); ``models``: whether each
     ModelDeployment named by an agent exists; ``secret_headers``: each ``headersSecretRef`` Secret's
-    headers (None: it does not exist); ``mcp``: what each of :func:`mcp_targets` answered, by field.
+    headers (None: it does not exist); ``mcp``: what each of :func:`mcp_targets` answered, by field;
+    ``unreadable``: the ``headersSecretRef`` Secrets the version's author may not read (RBAC ``get``).
     """
     secrets, answers = secret_headers or {}, mcp or {}
     problems: list[Problem] = []
@@ -168,7 +173,13 @@ def version_problems(
         secret = server.get("headersSecretRef")
         if secret and secrets.get(secret) is None:
             add(f"spec.mcpServers[{i}].headersSecretRef", f"MCP server {server.get('name')}: no Secret {secret}")
-    for field, target in mcp_targets(spec, tools, secrets).items():
+        elif secret and secret in unreadable:
+            add(
+                f"spec.mcpServers[{i}].headersSecretRef",
+                f"MCP server {server.get('name')}: you may not read Secret {secret}, whose values would be sent "
+                "to this server (RBAC: get on secrets)",
+            )
+    for field, target in mcp_targets(spec, tools, secrets, unreadable).items():
         text = _mcp_problem(target, answers.get(field))
         if text is not None:
             add(field, text)

@@ -42,11 +42,11 @@ async def validate_tool(body: kopf.Body, memo: Any, **kw: Any) -> None:
     GROUP, VERSION, "appversions", id="validate-appversion", operations=["CREATE", "DELETE"],
     ignore_failures=IGNORE_FAILURES,
 )  # fmt: skip
-async def validate_appversion(body: kopf.Body, memo: Any, **kw: Any) -> None:
+async def validate_appversion(body: kopf.Body, memo: Any, userinfo: kopf.UserInfo, **kw: Any) -> None:
     if kw.get("operation") == "DELETE":
         _refuse(await admission.appversion_delete_refusal(_kube(memo), kw.get("old") or body))
     else:
-        _refuse(await admission.appversion_create_refusal(_kube(memo), body))
+        _refuse(await admission.appversion_create_refusal(_kube(memo), body, userinfo))
 
 
 @kopf.on.validate(

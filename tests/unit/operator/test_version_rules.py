@@ -174,13 +174,27 @@ def test_the_probes_reason_is_one_line_without_the_problem_separator() -> None:
 
 
 class FakeKube:
-    """The reads of the webhook's check: objects by (plural, name)."""
+    """The reads of the webhook's check: objects by (plural, name); SubjectAccessReviews answered from
+    ``readers`` (user → the Secrets they may get)."""
 
-    def __init__(self, objects: dict[tuple[str, str], dict[str, Any]]) -> None:
+    def __init__(
+        self, objects: dict[tuple[str, str], dict[str, Any]], readers: dict[str, set[str]] | None = None
+    ) -> None:
         self.objects = objects
+        self.readers = readers or {}
+        self.http = self
+        self.reviews: list[dict[str, Any]] = []
 
     async def get(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
         return self.objects.get((plural, name))
+
+    async def request(self, method: str, path: str, *, json: Any = None, **_: Any) -> dict[str, Any]:
+        assert (method, path) == ("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews")
+        self.reviews.append(json)
+        spec = json["spec"]
+        attributes = spec["resourceAttributes"]
+        assert (attributes["verb"], attributes["resource"]) == ("get", "secrets")
+        return {"status": {"allowed": attributes["name"] in self.readers.get(spec["user"], set())}}
 
 
 def test_the_webhook_check_reads_the_facts_and_asks_the_servers() -> None:
@@ -195,22 +209,32 @@ def test_the_webhook_check_reads_the_facts_and_asks_the_servers() -> None:
             ("modeldeployments", "llama"): {},
             ("tools", "weather-1.2.0"): WEATHER,
             ("secrets", "token"): token,
-        }
+        },
+        readers={"alice": {"token"}},
     )
+    alice = {"username": "alice", "groups": ["team"]}
     with mcp_server({"search": search}) as server:
         spec = {**valid(), "mcpServers": [{"name": "docs", "url": server.url, "headersSecretRef": "token"}]}
         body = {"metadata": {"namespace": "team"}, "spec": spec}
-        accepted = asyncio.run(admission.appversion_create_refusal(kube, body))  # type: ignore[arg-type]
+        accepted = asyncio.run(admission.appversion_create_refusal(kube, body, alice))  # type: ignore[arg-type]
+        # bob may not read the Secret: his version is refused, and its values are sent nowhere
+        bob = asyncio.run(admission.appversion_create_refusal(kube, body, {"username": "bob"}))  # type: ignore[arg-type]
         spec["mcpServers"][0]["headersSecretRef"] = "gone"
-        missing = asyncio.run(admission.appversion_create_refusal(kube, body))  # type: ignore[arg-type]
+        missing = asyncio.run(admission.appversion_create_refusal(kube, body, alice))  # type: ignore[arg-type]
     assert accepted is None
     assert missing is not None
     assert missing.code == 422
     assert missing.message == (
         "the version is not valid: spec.mcpServers[0].headersSecretRef: MCP server docs: no Secret gone"
     )
+    assert bob is not None
+    assert bob.message == (
+        "the version is not valid: spec.mcpServers[0].headersSecretRef: MCP server docs: you may not read Secret "
+        "token, whose values would be sent to this server (RBAC: get on secrets)"
+    )
+    assert [(r["spec"]["user"], r["spec"]["groups"]) for r in kube.reviews] == [("alice", ["team"]), ("bob", [])]
     spec["mcpServers"][0]["headersSecretRef"] = "token"
-    down = asyncio.run(admission.appversion_create_refusal(kube, body))  # type: ignore[arg-type]
+    down = asyncio.run(admission.appversion_create_refusal(kube, body, alice))  # type: ignore[arg-type]
     assert down is not None
     assert down.message.startswith(
         f"the version is not valid: spec.mcpServers[0]: MCP server docs at {server.url} does not answer: "
