@@ -12,12 +12,16 @@ goes to the API server. The list + watch itself is :class:`dockyard_core.informe
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
 
 from dockyard_core import kubepaths
 from dockyard_core.informer import ListWatch
 from dockyard_core.kubeclient import AsyncKube
 from dockyard_core.repository import Objects
+
+M = TypeVar("M", bound=BaseModel)
 
 Key = tuple[str, str]
 """(namespace, name)."""
@@ -51,9 +55,24 @@ class Informer(ListWatch):
         self.index_label = index_label
         self._items: dict[Key, dict[str, Any]] = {}
         self._index: dict[Key, dict[str, dict[str, Any]]] = {}
+        self._typed: dict[Key, tuple[dict[str, Any], BaseModel]] = {}
 
     def cached(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._items.get((namespace, name)) if self.synced else None
+
+    def cached_as(self, namespace: str, name: str, model: type[M]) -> M | None:
+        """The cached object as a resource model, validated once per version of the object (the watch hands
+        over a new dict for every change): the deploy call's Model costs a lookup, not a validation."""
+        obj = self.cached(namespace, name)
+        if obj is None:
+            return None
+        key = (namespace, name)
+        hit = self._typed.get(key)
+        if hit is not None and hit[0] is obj and isinstance(hit[1], model):
+            return hit[1]
+        value = model.model_validate(obj)
+        self._typed[key] = (obj, value)
+        return value
 
     async def get(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The object: from the cache when it holds it, else from the API server; None when it does not exist."""
@@ -73,7 +92,7 @@ class Informer(ListWatch):
 
     def replace(self, items: list[dict[str, Any]]) -> None:
         """Hold exactly ``items`` (a fresh list), synced."""
-        self._items, self._index = {}, {}
+        self._items, self._index, self._typed = {}, {}, {}
         for obj in items:
             self.put(obj)
         self.mark_synced()
@@ -95,6 +114,7 @@ class Informer(ListWatch):
         meta = obj.get("metadata") or {}
         key = (meta.get("namespace", ""), meta["name"])
         self._items.pop(key, None)
+        self._typed.pop(key, None)
         if self.index_label:
             value = (meta.get("labels") or {}).get(self.index_label)
             if value is None:

@@ -157,3 +157,41 @@ def test_an_unsynced_informer_reads_the_api_server_with_domain_errors() -> None:
         assert kube.calls[-1] == (pods, {"labelSelector": "dockyard.dev/model-deployment=tiny"})
 
     asyncio.run(scenario())
+
+
+def test_a_cached_object_is_validated_once_per_version(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The deploy call reads its Model as a resource model from the cache: one validation per version of
+    the object, a new one when the watch brings a change, none after the object is gone."""
+    from dockyard_core.resources.v1alpha1 import Model
+
+    cache = Informer(ScriptedKube(MODELS, [], []), "models")  # type: ignore[arg-type]
+    first = {
+        **model("team", "llama", "ReadyToDeploy", "1"),
+        "spec": {"modelType": "openSource", "source": {"hub": {"id": "meta-llama/Llama-3.1-8B"}}},
+    }
+    cache.replace([first])
+    validated: list[str] = []
+    validate = Model.model_validate
+
+    def counting(obj: Any, *args: Any, **kwargs: Any) -> Model:
+        validated.append(obj["metadata"]["resourceVersion"])
+        return validate(obj, *args, **kwargs)
+
+    monkeypatch.setattr(Model, "model_validate", counting)
+    one = cache.cached_as("team", "llama", Model)
+    assert one is not None
+    assert one.status.phase == "ReadyToDeploy"
+    assert cache.cached_as("team", "llama", Model) is one
+    assert validated == ["1"]
+    changed = {
+        **model("team", "llama", "Failed", "2"),
+        "spec": {"modelType": "openSource", "source": {"hub": {"id": "meta-llama/Llama-3.1-8B"}}},
+    }
+    cache.put(changed)
+    two = cache.cached_as("team", "llama", Model)
+    assert two is not None
+    assert two.status.phase == "Failed"
+    assert validated == ["1", "2"]
+    cache.drop(changed)
+    assert cache.cached_as("team", "llama", Model) is None
+    assert cache.cached_as("team", "other", Model) is None

@@ -147,8 +147,7 @@ class DeployService:
     async def check_model(self, namespace: str, model_id: str, model_type: str) -> Model:
         """The Model; 404 for an unknown model, 409 unless it is ReadyToDeploy, 422 when modelType
         contradicts it."""
-        cached = self.cache.cached(namespace, model_id) if self.cache is not None else None
-        model = self.models.parse(cached) if cached is not None else None
+        model = self.cache.cached_as(namespace, model_id, Model) if self.cache is not None else None
         if model is None or model.status.phase != READY_TO_DEPLOY:
             model = await self.models.find(namespace, model_id)
             if model is None:
