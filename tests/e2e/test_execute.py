@@ -329,3 +329,38 @@ def test_a_session_stays_on_the_version_it_started_with(
         what="new sessions on 1.1.0",
     )
     assert instructions({"message": "still there?", "session_id": "old"}) == "You are version 1.0.0."
+
+
+def test_each_environment_fills_the_instructions_placeholders_with_its_configuration(
+    api: client.ApiClient, namespace: str, facade: Facade, model: ScriptedModel
+) -> None:
+    deploy_bot(api, namespace, model)
+    instructions = "Support: {{ supportEmail }}. Region {{region}}, retries {{retries}}. Unknown {{tone}}."
+    spec = {
+        "appRef": "bot",
+        "version": "1.0.0",
+        "displayName": "v1",
+        "agents": [{"name": "helper", "version": "1.0.0", "model": "tiny", "instructions": instructions}],
+    }
+    create(api, namespace, "appversions", "AppVersion", "bot-1.0.0", spec)
+    settings = {
+        "bot-eu": {"supportEmail": "eu@shop.example", "region": "eu-west", "retries": 2},
+        "bot-us": {"supportEmail": "us@shop.example", "region": "us-east", "retries": 3},
+    }
+    for name, configuration in settings.items():
+        create(
+            api, namespace, "environments", "Environment", name,
+            {"appRef": "bot", "appVersion": "1.0.0", "configuration": configuration},
+        )  # fmt: skip
+    keys = {name: Deployed(namespace, name, _key(api, namespace, name)) for name in settings}
+
+    def system(name: str) -> str:
+        ok(facade.http.post(keys[name].execute, headers=keys[name].headers, json={"message": "hi"}))
+        message = model.bodies()[-1]["messages"][0]
+        assert message["role"] == "system"
+        return str(message["content"])
+
+    assert system("bot-eu") == "Support: eu@shop.example. Region eu-west, retries 2. Unknown {{tone}}."
+    assert system("bot-us") == "Support: us@shop.example. Region us-east, retries 3. Unknown {{tone}}."
+    patch(api, namespace, "environments", "bot-eu", {"spec": {"configuration": {"tone": "warm"}}})
+    wait_for(lambda: system("bot-eu").endswith("Unknown warm."), timeout=15, what="the new configuration")

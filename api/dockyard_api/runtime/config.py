@@ -7,6 +7,9 @@ with (the conversation store keeps it), so a turn may run an older version than 
 Objects come from informers (watch-fed, no API call per turn) as the plain dicts they hold: a turn
 validates no resource model (the hot path ``bench.execute`` measures), and a parsed app content is cached
 by (namespace, name, resourceVersion): an AppVersion never changes, a draft edit is a new resourceVersion.
+An environment's ``spec.configuration`` fills the ``{{name}}`` placeholders of the agents' instructions
+(:mod:`~dockyard_api.runtime.variables`); the rendered agents are cached per (content, environment
+resourceVersion), so a turn renders nothing unless the content or the environment changed.
 The Secret of an MCP server's headers is read through core's :class:`~dockyard_core.repository.Objects`.
 """
 
@@ -15,7 +18,7 @@ from __future__ import annotations
 import base64
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dockyard_api.cache import Informer
@@ -24,6 +27,7 @@ from dockyard_api.runtime.endpoints import EndpointResolver
 from dockyard_api.runtime.errors import AppNotRunnableError, ModelUnavailableError
 from dockyard_api.runtime.model import ModelClient
 from dockyard_api.runtime.tools import Limits, McpClient, McpServerRef, Toolbox, http_function
+from dockyard_api.runtime.variables import render, variables
 from dockyard_core.errors import DockyardError, NotFoundError
 from dockyard_core.kubeclient import AsyncKube
 from dockyard_core.repository import Objects
@@ -43,6 +47,9 @@ class EnvironmentView:
     """The version the environment serves: spec.appVersion, or "draft"."""
     rate_limits: dict[str, Any]
     """spec.rateLimits (requestsPerMinute, tokensPerDay), {} when none are set."""
+    variables: dict[str, str] = field(default_factory=dict)
+    """spec.configuration as the text of each value: the agents' instruction variables."""
+    resource_version: str = ""
 
 
 @dataclass(frozen=True)
@@ -115,19 +122,44 @@ class AppLookup:
         self.resolver = resolver
         self._contents: dict[tuple[str, str], tuple[str, RunnableContent]] = {}
         self._headers: dict[tuple[str, str], tuple[float, tuple[tuple[str, str], ...]]] = {}
+        self._variables: dict[tuple[str, str], tuple[str, dict[str, str]]] = {}
+        self._agents: dict[tuple[str, str, str], tuple[RunnableContent, str, tuple[AgentSpec, ...]]] = {}
 
     async def environment(self, namespace: str, name: str) -> EnvironmentView:
         env = await self.informers["environments"].get(namespace, name)
         if env is None or (env.get("metadata") or {}).get("deletionTimestamp"):
             raise NotFoundError(f"environment {name!r} does not exist in namespace {namespace!r}")
         spec = env.get("spec") or {}
+        rv = str(env["metadata"].get("resourceVersion", ""))
+        hit = self._variables.get((namespace, name))
+        if hit is None or hit[0] != rv:
+            if len(self._variables) > 10_000:
+                self._variables.clear()
+            hit = self._variables[(namespace, name)] = (rv, variables(spec.get("configuration")))
         return EnvironmentView(
             namespace,
             name,
             str(spec.get("appRef", "")),
             str(spec.get("appVersion") or DRAFT),
             dict(spec.get("rateLimits") or {}),
+            hit[1],
+            rv,
         )
+
+    def agents(self, env: EnvironmentView, content: RunnableContent) -> tuple[AgentSpec, ...]:
+        """``content``'s agents with ``env``'s configuration in their instructions (cached per content
+        and environment resourceVersion; the content's own agents when nothing is substituted)."""
+        if not env.variables:
+            return content.agents
+        key = (env.namespace, env.name, content.version)
+        hit = self._agents.get(key)
+        if hit is not None and hit[0] is content and hit[1] == env.resource_version:
+            return hit[2]
+        agents = tuple(replace(a, instructions=render(a.instructions, env.variables)) for a in content.agents)
+        if len(self._agents) > 10_000:
+            self._agents.clear()
+        self._agents[key] = (content, env.resource_version, agents)
+        return agents
 
     async def content(self, namespace: str, app: str, version: str) -> RunnableContent:
         """The app content of ``version`` ("draft": the App's draft)."""

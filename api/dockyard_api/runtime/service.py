@@ -205,12 +205,13 @@ class AppRuntime:
                 {"app": prepared.env.app, "version": content.version},
             )
         world = TurnWorld(self.lookup, self.models, self.mcp, prepared.env, content, self.limits)
+        agents = list(self.lookup.agents(prepared.env, content))  # the environment's configuration filled in
         history = [{"role": m.role, "content": m.content} for m in prepared.turn.history]
         deadline = self.settings.turn_timeout_seconds
         try:
             async with asyncio.timeout(deadline):
                 return await self.runner.run(
-                    list(content.agents), world, history, prepared.message, emit=emit, stream=stream, usage=usage
+                    agents, world, history, prepared.message, emit=emit, stream=stream, usage=usage
                 )
         except TimeoutError:
             raise ModelTimeoutError(

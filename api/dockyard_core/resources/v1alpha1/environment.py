@@ -89,7 +89,10 @@ class EnvironmentSpec(DockyardModel):
     deploy another version or to roll back. Absent: the environment serves the App's draft (the draft
     environment)."""
     configuration: dict[str, Any] = Field(default_factory=dict)
-    """Environment-specific configuration, free-form; independent of other environments."""
+    """Environment-specific variables of the agents' instructions, independent of other environments: each
+    {{name}} in an agent's instructions is replaced by configuration[name] (a string as it is, other values
+    as their JSON text), so one version behaves per environment (a support email, a region, a tone). A
+    placeholder with no value (no key, or null) is left as written; \\{{name}} is written as {{name}}."""
     rate_limits: RateLimits | None = None
     """Rate limits of the deployed app; absent: none (the checklist's "Rate limits set" is NotDone)."""
     access: Access | None = None
