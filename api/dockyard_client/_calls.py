@@ -222,6 +222,10 @@ class Calls:
         body = {"version": version, "confirm": True}
         return Call("POST", f"{self.mgmt()}/environments/{_q(environment)}/rollback", "kube", json=body)
 
+    def change_settings(self, environment: str, settings: dict[str, Any]) -> Call:
+        path = f"{self.mgmt()}/environments/{_q(environment)}/settings"
+        return Call("PATCH", path, "kube", json=settings)
+
     def delete_environment(self, environment: str) -> Call:
         return Call("DELETE", f"{self.mgmt()}/environments/{_q(environment)}", "kube", params={"confirm": environment})
 

@@ -182,6 +182,10 @@ class AsyncDockyardClient(ClientBase):
     async def rollback_environment(self, environment: str, version: str) -> Environment:
         return Environment.model_validate(await self.send(self.calls.rollback_environment(environment, version)))
 
+    async def change_settings(self, environment: str, settings: dict[str, Any]) -> Environment:
+        """A JSON merge patch of the environment's settings (access, widget, rateLimits, configuration)."""
+        return Environment.model_validate(await self.send(self.calls.change_settings(environment, settings)))
+
     async def delete_environment(self, environment: str) -> DeletedEnvironment:
         return DeletedEnvironment.model_validate(await self.send(self.calls.delete_environment(environment)))
 

@@ -211,6 +211,10 @@ class DockyardClient(ClientBase):
     def rollback_environment(self, environment: str, version: str) -> Environment:
         return Environment.model_validate(self.send(self.calls.rollback_environment(environment, version)))
 
+    def change_settings(self, environment: str, settings: dict[str, Any]) -> Environment:
+        """A JSON merge patch of the environment's settings (access, widget, rateLimits, configuration)."""
+        return Environment.model_validate(self.send(self.calls.change_settings(environment, settings)))
+
     def delete_environment(self, environment: str) -> DeletedEnvironment:
         return DeletedEnvironment.model_validate(self.send(self.calls.delete_environment(environment)))
 

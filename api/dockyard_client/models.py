@@ -176,6 +176,12 @@ class Environment(_Answer):
     checklist: list[ChecklistItem] = Field(default_factory=list)
     conditions: list[dict[str, Any]] = Field(default_factory=list)
     configuration: dict[str, Any] = Field(default_factory=dict)
+    access: dict[str, Any] = Field(default_factory=dict)
+    """Who may open the web client page: ``{"webClient": ...}``."""
+    widget: dict[str, Any] = Field(default_factory=dict)
+    """The widget's allowed origins, token lifetime and limits."""
+    rate_limits: dict[str, Any] | None = None
+    """Limits on calls of the deployed app; None: none."""
 
 
 class DeletedEnvironment(_Answer):

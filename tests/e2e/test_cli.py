@@ -472,6 +472,16 @@ def test_environment_lifecycle(api: client.ApiClient, namespace: str, facade: Pr
     created = as_json("env", "create", "demo", "staging", "--version", "1.0.0", "--description", "QA")
     assert (created["objectName"], created["appVersion"]) == ("demo-staging", "1.0.0")
     assert sorted(e["objectName"] for e in as_json("env", "list", "demo")) == ["demo-draft", "demo-staging"]
+    # settings: the web client opened to the public and a site allowed to embed the widget; a site that is
+    # not an origin refused (exit 2) naming the field
+    settings = as_json("env", "settings", "demo-staging", "--web-client", "public",
+                       "--allow-origin", "https://shop.example.com")  # fmt: skip
+    assert (settings["access"], settings["widget"]["allowedOrigins"]) == (
+        {"webClient": "public"}, ["https://shop.example.com"])  # fmt: skip
+    spec = get(api, namespace, "environments", "demo-staging")["spec"]
+    assert (spec["access"], spec["widget"]["allowedOrigins"]) == ({"webClient": "public"}, ["https://shop.example.com"])
+    bad = run("env", "settings", "demo-staging", "--allow-origin", "shop.example.com", code=2)
+    assert "widget.allowedOrigins.1" in " ".join(bad.stderr.split()), bad.stderr
 
     key = run("keys", "create", "demo-staging", "ci pipeline", "--quiet").stdout.strip()
     SECRETS.append(key)

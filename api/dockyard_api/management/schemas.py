@@ -29,7 +29,13 @@ from dockyard_core.resources.v1alpha1.common import (
     DnsLabel,
     SemVer,
 )
-from dockyard_core.resources.v1alpha1.environment import Access, ChecklistItem, HistoryEntry, WidgetSettings
+from dockyard_core.resources.v1alpha1.environment import (
+    Access,
+    ChecklistItem,
+    HistoryEntry,
+    RateLimits,
+    WidgetSettings,
+)
 
 
 class Body(BaseModel):
@@ -145,6 +151,36 @@ class Rollback(Body):
     confirm: bool
 
 
+class EnvironmentSettings(Body):
+    """A JSON merge patch of the environment's settings (docs/apps-environments.md, 'Settings'): only the
+    members sent change; ``null`` removes one (its default applies). Validated like the Environment itself."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {"access": {"webClient": "public"}, "widget": {"allowedOrigins": ["https://shop.example.com"]}}
+            ]
+        }
+    )
+
+    access: Access | None = None
+    widget: WidgetSettings | None = None
+    rate_limits: RateLimits | None = None
+    configuration: dict[str, Any] | None = None
+
+    def spec_patch(self) -> dict[str, Any]:
+        """The merge patch of ``spec``: the members (and, inside them, the fields) that were sent."""
+        out: dict[str, Any] = {}
+        for name in self.model_fields_set:
+            value = getattr(self, name)
+            key = to_camel(name)
+            if isinstance(value, BaseModel):
+                out[key] = value.model_dump(mode="json", by_alias=True, exclude_unset=True)
+            else:
+                out[key] = value
+        return out
+
+
 class KeyCreate(Body):
     model_config = ConfigDict(json_schema_extra={"examples": [{"name": "ci pipeline"}]})
 
@@ -226,6 +262,8 @@ class EnvironmentView(View):
     embed_code: str | None
     access: Access
     widget: WidgetSettings
+    rate_limits: RateLimits | None
+    """Limits on calls of the deployed app; null: none."""
     history: list[HistoryEntry]
     checklist: list[ChecklistItem]
     conditions: list[Condition]

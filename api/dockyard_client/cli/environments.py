@@ -1,5 +1,5 @@
-"""The ``env`` command group: an app's environments (list, create, show, deploy a version, history,
-rollback, delete) and their usage statistics (management API)."""
+"""The ``env`` command group: an app's environments (list, create, show, settings, deploy a version,
+history, rollback, delete) and their usage statistics (management API)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ from .output import err, fields, print_json, table
 from .state import CONTEXT, JsonFlag, YesFlag, confirm, management
 
 env_app = typer.Typer(
-    help="Environments of an app: list, create, deploy a version, history, rollback, delete.",
+    help="Environments of an app: list, create, settings, deploy a version, history, rollback, delete.",
     epilog="\b\nExamples:\n  dockyard env list demo\n  dockyard env create demo staging --version 1.0.0\n"
+    "  dockyard env settings demo-staging --web-client public --allow-origin https://shop.example.com\n"
     "  dockyard env deploy demo-staging 1.1.0\n  dockyard env rollback demo-staging 1.0.0 --yes",
     context_settings=CONTEXT,
     rich_markup_mode=None,
@@ -91,6 +92,109 @@ def env_show(
             ]
         )
         table(["CATEGORY", "ITEM", "STATE", "DETAIL"], ([c.category, c.item, c.state, c.detail] for c in env.checklist))
+
+    management(ctx, json_output, run)
+
+
+def _settings_patch(
+    current: Any,
+    web_client: str | None,
+    allow: list[str],
+    remove: list[str],
+    token_ttl: int | None,
+    requests_per_minute: int | None,
+    tokens_per_day: int | None,
+    config: list[str],
+    unset_config: list[str],
+) -> dict[str, Any]:
+    """The merge patch the options ask for (the allowed origins: the current ones, added to and removed from)."""
+    patch: dict[str, Any] = {}
+    if web_client is not None:
+        patch["access"] = {"webClient": web_client}
+    widget: dict[str, Any] = {}
+    if allow or remove:
+        origins = [o for o in current.widget.get("allowedOrigins", []) if o not in remove]
+        widget["allowedOrigins"] = origins + [o for o in allow if o not in origins]
+    if token_ttl is not None:
+        widget["tokenTtlSeconds"] = token_ttl
+    if widget:
+        patch["widget"] = widget
+    limits: dict[str, Any] = {}
+    for member, limit in (("requestsPerMinute", requests_per_minute), ("tokensPerDay", tokens_per_day)):
+        if limit is not None:
+            limits[member] = limit or None  # 0: no limit (the member removed)
+    if limits:
+        patch["rateLimits"] = limits
+    configuration: dict[str, Any] = {key: None for key in unset_config}
+    for item in config:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--config")
+        configuration[key] = value
+    if configuration:
+        patch["configuration"] = configuration
+    return patch
+
+
+@env_app.command(
+    "settings",
+    epilog="\b\nExamples:\n  dockyard env settings demo-staging\n"
+    "  dockyard env settings demo-staging --web-client public --allow-origin https://shop.example.com\n"
+    "  dockyard env settings demo-staging --requests-per-minute 60 --config greeting='Hello there'\n"
+    "  dockyard env settings demo-staging --remove-origin https://old.example.com --requests-per-minute 0",
+)
+def env_settings(
+    ctx: typer.Context,
+    environment: Annotated[str, typer.Argument(metavar="ENV")],
+    web_client: Annotated[
+        str | None, typer.Option("--web-client", help="who may open the web client page, e.g. public, signIn, disabled")
+    ] = None,
+    allow: Annotated[
+        list[str] | None, typer.Option("--allow-origin", help="a site allowed to embed the widget (repeatable)")
+    ] = None,
+    remove: Annotated[list[str] | None, typer.Option("--remove-origin", help="an allowed site to remove")] = None,
+    token_ttl: Annotated[int | None, typer.Option("--token-ttl", help="widget token lifetime, seconds")] = None,
+    requests_per_minute: Annotated[
+        int | None, typer.Option("--requests-per-minute", help="calls per API key per minute (0: no limit)")
+    ] = None,
+    tokens_per_day: Annotated[
+        int | None, typer.Option("--tokens-per-day", help="model tokens of the environment per UTC day (0: no limit)")
+    ] = None,
+    config: Annotated[
+        list[str] | None, typer.Option("--config", help="KEY=VALUE of spec.configuration (repeatable)")
+    ] = None,
+    unset_config: Annotated[
+        list[str] | None, typer.Option("--unset-config", help="a configuration key to remove")
+    ] = None,
+    json_output: JsonFlag = False,
+) -> None:
+    """Show or change an environment's settings: web client access, widget origins, rate limits, configuration."""
+
+    def run(client: DockyardClient) -> None:
+        env = client.get_environment(environment)
+        patch = _settings_patch(
+            env, web_client, allow or [], remove or [], token_ttl, requests_per_minute, tokens_per_day,
+            config or [], unset_config or [],
+        )  # fmt: skip
+        if patch:
+            env = client.change_settings(environment, patch)
+        if json_output:
+            print_json({"access": env.access, "widget": env.widget, "rateLimits": env.rate_limits,
+                        "configuration": env.configuration})  # fmt: skip
+            return
+        if patch:
+            err.print(f"{env.object_name}: settings changed ({', '.join(patch)})")
+        limits = env.rate_limits or {}
+        fields(
+            [
+                ("web client", env.access.get("webClient", "signIn")),
+                ("allowed origins", ", ".join(env.widget.get("allowedOrigins", [])) or "(none)"),
+                ("widget token lifetime", f"{env.widget.get('tokenTtlSeconds', 900)}s"),
+                ("requests per minute", limits.get("requestsPerMinute", "no limit")),
+                ("tokens per day", limits.get("tokensPerDay", "no limit")),
+                *((f"configuration {k}", v) for k, v in sorted(env.configuration.items())),
+            ]
+        )
 
     management(ctx, json_output, run)
 

@@ -1,4 +1,4 @@
-"""Management: Environments (create, deploy, rollback, history, delete) (HTTP only; the logic is
+"""Management: Environments (create, settings, deploy, rollback, history, delete) (HTTP only; the logic is
 :class:`~dockyard_api.management.environments.service.EnvironmentService`). Every call acts as the calling
 Kubernetes user."""
 
@@ -15,6 +15,7 @@ from dockyard_api.management.schemas import (
     EnvironmentChange,
     EnvironmentCreate,
     EnvironmentList,
+    EnvironmentSettings,
     EnvironmentView,
     Rollback,
 )
@@ -52,6 +53,20 @@ async def get_environment(
     namespace: NamespaceParam, environment: EnvName, environments: EnvironmentsDep
 ) -> EnvironmentView:
     return await environments.get_environment(namespace, environment)
+
+
+@router.patch(
+    "/environments/{environment}/settings",
+    summary="Change the environment's settings: web client access, widget, rate limits, configuration",
+    description="A JSON merge patch of the members sent (``null`` removes one). Acts as the calling user: an "
+    "update of the Environment, which RBAC decides. Invalid values are refused (422) with the field named; "
+    "a change is recorded as an Event SettingsChanged on the Environment (who and what).",
+    response_model_exclude_unset=True,
+)
+async def change_settings(
+    namespace: NamespaceParam, environment: EnvName, body: EnvironmentSettings, environments: EnvironmentsDep
+) -> EnvironmentView:
+    return await environments.change_settings(namespace, environment, body)
 
 
 @router.post(

@@ -10,12 +10,14 @@ How a service is built and what it acts as: :mod:`dockyard_api.management.base`.
 from __future__ import annotations
 
 import contextlib
+import json
 import uuid
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, ValidationError
 
+from dockyard_api.events import record_event
 from dockyard_api.management.base import CallerService
 from dockyard_api.management.keys.service import KeyService
 from dockyard_api.management.schemas import (
@@ -24,13 +26,14 @@ from dockyard_api.management.schemas import (
     EnvironmentChange,
     EnvironmentCreate,
     EnvironmentList,
+    EnvironmentSettings,
     EnvironmentView,
     Rollback,
 )
 from dockyard_core import audit, requestid
 from dockyard_core.errors import ConflictError, DockyardError, InvalidError
 from dockyard_core.resources.v1alpha1 import API_VERSION, DEPLOY_REQUEST_ANNOTATION, Environment
-from dockyard_core.resources.v1alpha1.environment import Access, WidgetSettings
+from dockyard_core.resources.v1alpha1.environment import Access, EnvironmentSpec, WidgetSettings
 
 _TIME = TypeAdapter(datetime)
 
@@ -62,6 +65,7 @@ def _view_fields(env: Environment) -> dict[str, Any]:
         "embed_code": st.embed_code,
         "access": access or Access(web_client="signIn"),
         "widget": widget or WidgetSettings(allowed_origins=[]),
+        "rate_limits": spec.rate_limits,
         "history": st.history,
         "checklist": st.checklist,
         "conditions": st.conditions,
@@ -181,6 +185,37 @@ class EnvironmentService(CallerService):
             "usage statistics are kept",
         )
 
+    async def change_settings(self, namespace: str, name: str, body: EnvironmentSettings) -> EnvironmentView:
+        """Merge-patch the settings members of ``spec`` as the caller (RBAC: update of the Environment); the
+        result is validated like the Environment, and an Event SettingsChanged names who changed what."""
+        patch = body.spec_patch()
+        if not patch:
+            raise InvalidError(
+                "nothing to change: send one or more of access, widget, rateLimits, configuration",
+                [{"field": "body", "message": "no settings member"}],
+            )
+        env = await self.environment(namespace, name)
+        try:
+            EnvironmentSpec.model_validate(merge_patch(env.to_manifest()["spec"], patch))
+        except ValidationError as exc:
+            details = [
+                {"field": ".".join(["body", *(str(p) for p in e["loc"])]), "message": e["msg"]} for e in exc.errors()
+            ]
+            shown = "; ".join(f"{d['field']}: {d['message']}" for d in details[:3])
+            raise InvalidError(f"the settings are not valid: {shown}", details) from None
+        change = {"metadata": {"annotations": requestid.as_annotation()}, "spec": patch}
+        patched = await self.repos.environments.merge(
+            namespace, name, change, resource_version=env.metadata.resource_version
+        )
+        changes = ", ".join(f"{path}={json.dumps(value)}" for path, value in changed_members(patch))
+        await record_event(
+            self.repos.kube,
+            patched.to_manifest(),
+            reason="SettingsChanged",
+            message=f"settings changed by {self.user.username}: {changes}",
+        )
+        return environment_view(patched)
+
     async def _may_deploy(self, namespace: str) -> None:
         await self.auth.require(
             self.user, verb="create", namespace=namespace, resource="environments", subresource="deploy"
@@ -195,3 +230,29 @@ class EnvironmentService(CallerService):
             "spec": {"appVersion": version},
         }
         return await self.repos.environments.merge(namespace, name, patch)
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386: what the API server makes of ``target`` patched with ``patch``."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge_patch(out.get(key), value)
+    return out
+
+
+def changed_members(patch: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    """The leaves of a merge patch as (dotted path, value): ``widget.allowedOrigins``, ``access.webClient``
+    (a list is one leaf; ``None`` means removed)."""
+    out: list[tuple[str, Any]] = []
+    for key, value in patch.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out += changed_members(value, f"{path}.")
+        else:
+            out.append((path, value))
+    return out
