@@ -101,15 +101,20 @@ def curl_script(api_base: str, app_id: str) -> str:
 
 def embed_code(widget_script: str, app_id: str, container_id: str = "dockyard-chat") -> str:
     """The Embed Code (docs/web-client-and-widget.md, "The widget"): a container element and the loader
-    script with the app id. No API key: the widget gets short-lived tokens for the sites in the
-    environment's spec.widget.allowedOrigins."""
+    script with the app id, and a comment on the two ways to use it: key-less, for the sites in the
+    environment's spec.widget.allowedOrigins (short-lived tokens), or with the user's API key inserted
+    (SPEC §7), which chats from any site unless allowedOrigins lists some, and which every visitor can read."""
     attr = html.escape
     return (
         f'<div id="{attr(container_id)}"></div>\n'
         f'<script src="{attr(widget_script)}" data-app-id="{attr(app_id)}" data-container="{attr(container_id)}" '
         "async></script>\n"
-        "<!-- List this site's origin in the environment's spec.widget.allowedOrigins. Do not add data-api-key:\n"
-        "     a key in a web page can be read by every visitor and works until it is revoked. -->"
+        "<!-- Two ways to use this snippet:\n"
+        "     1. Recommended, no key: list this site's origin in the environment's allowed origins\n"
+        "        (spec.widget.allowedOrigins); the widget gets short-lived tokens for the listed sites only.\n"
+        "     2. Insert your API key as the attribute data-api-key of the script element: the chat then\n"
+        "        works on any site, unless the environment lists allowed origins (then on those only).\n"
+        "        A key in a web page can be read by every visitor and works until it is revoked. -->"
     )
 
 

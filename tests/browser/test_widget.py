@@ -287,6 +287,77 @@ def test_data_api_key_still_works_but_warns(
     assert not tab.errors, tab.errors
 
 
+def test_the_snippet_with_the_users_key_chats_on_any_site_until_the_owner_restricts_the_sites(
+    api: client.ApiClient,
+    namespace: str,
+    facade: Facade,
+    model: ScriptedModel,
+    allowed_site: Site,
+    other_site: Site,
+    open_tab: Callable[..., Tab],
+) -> None:
+    """SPEC §7 as written: the user inserts the key into the Embed Code and pastes it into a page of a site
+    nobody configured (allowedOrigins empty): it chats. Once the owner lists other sites, it says why not."""
+    bot = deploy_bot(api, namespace, model)  # no widget settings: no origin configured beforehand
+    key = api_key(api, namespace, bot.environment)
+    keyed = snippet_page(bot, "Any site").replace(' data-app-id="bot"', f' data-api-key="{key}" data-app-id="bot"')
+    assert keyed != snippet_page(bot, "Any site")  # the key went into the generated snippet verbatim
+    other_site.pages["/"] = keyed
+    allowed_site.pages["/keyless"] = snippet_page(bot, "No key")  # another site nobody listed either
+    tab = open_tab()
+    page = tab.page
+    page.goto(other_site.url("/"))
+    page.get_by_role("button", name="Chat", exact=True).click()
+    model.script(Reply(text="Hello from any site."))
+    page.get_by_label("Message", exact=True).fill("Hi")
+    page.keyboard.press("Enter")
+    page.get_by_text("Hello from any site.").wait_for()
+    assert any("every visitor can read it" in line for line in tab.console if line.startswith("warning")), tab.console
+    tab.shot("widget-key-any-site")
+
+    # the key-less snippet on the same unlisted site: the token flow is unchanged (listed sites only)
+    page.goto(allowed_site.url("/keyless"))
+    page.get_by_role("button", name="Chat", exact=True).click()
+    keyless = page.get_by_role("alert")
+    keyless.wait_for()
+    assert f"This site ({allowed_site.origin}) is not allowed to use this chat" in keyless.inner_text()
+
+    # at the HTTP level: CORS and the key answer any site while the list is empty
+    http = facade.http
+    execute = f"{bot.base}/v1/apps/bot/execute"
+    anywhere = {"Origin": other_site.origin}
+    preflight = {"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization"}
+    ok = http.options(execute, headers={**anywhere, **preflight})
+    assert (ok.status_code, ok.headers.get("access-control-allow-origin")) == (204, other_site.origin)
+    model.script(Reply(text="Keyed."))
+    keyed_call = {"Authorization": f"Bearer {key}", **anywhere}
+    answer = http.post(execute, json={"message": "hi"}, headers=keyed_call)
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["access-control-allow-origin"] == other_site.origin
+
+    # the owner restricts the sites to another one: the same page now shows the refusal
+    patch(api, namespace, "environments", bot.environment, {"spec": widget_spec(allowed_site.origin)})
+    refused = http.post(execute, json={"message": "hi"}, headers=keyed_call)
+    assert refused.status_code == 403, refused.text
+    assert refused.json()["error"]["details"]["reason"] == "origin_not_allowed"
+    assert http.options(execute, headers={**anywhere, **preflight}).status_code == 403
+    model.script(Reply(text="Keyed from a server."))
+    assert http.post(execute, json={"message": "hi"}, headers={"Authorization": f"Bearer {key}"}).status_code == 200
+    tab = open_tab()
+    page = tab.page
+    page.goto(other_site.url("/"))
+    assert page.evaluate("DockyardChat.open()") is True  # (the conversation above left it open, stored)
+    page.get_by_label("Message", exact=True).fill("Hi again")
+    page.keyboard.press("Enter")
+    alert = page.get_by_role("alert")
+    alert.wait_for()
+    assert f"This site ({other_site.origin}) is not allowed to use this chat" in alert.inner_text()
+    assert page.get_by_label("Message", exact=True).is_disabled()
+    assert any("allowedOrigins" in line for line in tab.console if line.startswith("error")), tab.console
+    tab.shot("widget-key-restricted")
+    assert not tab.errors, tab.errors
+
+
 def test_identify_switches_to_the_sites_signed_in_user(
     api: client.ApiClient,
     namespace: str,

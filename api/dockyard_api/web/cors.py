@@ -1,6 +1,8 @@
 """CORS of the deployed-app API for browsers (docs/web-client-and-widget.md): the token endpoint answers
 every site (it decides itself and says why not); the rest of ``{base}/v1/...`` answers the sites in the
-environment's ``spec.widget.allowedOrigins`` only, and the web client page (same origin) needs none."""
+environment's ``spec.widget.allowedOrigins`` only, or every site while that list is empty (a snippet
+carrying an API key may chat from any site until the owner restricts the sites), and the web client page
+(same origin) needs none."""
 
 from __future__ import annotations
 
@@ -47,7 +49,9 @@ class CorsMiddleware:
                 config = await service.directory.get(namespace, environment)
             except Exception:  # the API server is away: no CORS grant; the request itself reports the error
                 config = None
-            allowed = config is not None and config.origin_allowed(origin)
+            # the listed sites; any site while the list is empty (a page carrying an API key, SPEC §7: the
+            # call itself is refused for a widget token from an unlisted site, service.WebService.caller)
+            allowed = config is not None and config.key_origin_allowed(origin)
         cors = [
             (b"access-control-allow-origin", origin.encode()),
             (b"vary", b"Origin"),

@@ -7,7 +7,8 @@
   sliding windows (with N replicas behind a load balancer a client may get up to N times the limit;
   the environment's ``spec.rateLimits``, counted in the database, still bound the whole environment).
 - :class:`WebService`: the token endpoints' rules (the widget's: allowed origins, or a site's server
-  with an API key naming its signed-in user; the web client's: same origin, public or signIn), token issue
+  with an API key naming its signed-in user; a page carrying an API key: any site unless the environment
+  lists its allowed origins; the web client's: same origin, public or signIn), token issue
   (renewal keeps the anonymous end user), and a token on the execute endpoint turned into an
   :class:`~dockyard_api.auth.EnvironmentCaller` with ``end_user``.
 """
@@ -57,6 +58,16 @@ class BrowserConfig:
         if not origin:
             return False
         return "*" in self.widget.allowed_origins or origin in self.widget.allowed_origins
+
+    @property
+    def restricted(self) -> bool:
+        """Whether the owner has chosen to restrict the sites: ``spec.widget.allowedOrigins`` is not empty."""
+        return bool(self.widget.allowed_origins)
+
+    def key_origin_allowed(self, origin: str | None) -> bool:
+        """Whether a page of ``origin`` may call the app with an API key it carries (SPEC §7's snippet with
+        ``data-api-key``): any site while the list is empty, else the listed ones only."""
+        return not self.restricted or self.origin_allowed(origin)
 
     @property
     def frame_ancestors(self) -> str:
@@ -269,6 +280,20 @@ class WebService:
             config, kind="widget", sub=None, ttl=config.widget.token_ttl_seconds, previous=request.previous_token
         )
         return issued.answer()
+
+    async def check_key_origin(self, namespace: str, environment: str, origin: str | None, host: str | None) -> None:
+        """An API key used by a page of another site (a snippet carrying ``data-api-key``): 403
+        ``origin_not_allowed`` when the environment restricts its sites and this one is not listed. Calls
+        without an Origin (servers) and from the facade's own pages pass."""
+        if not origin or same_origin(origin, host):
+            return
+        config = await self.directory.require(namespace, environment)
+        if not config.key_origin_allowed(origin):
+            raise ForbiddenError(
+                f"the site {origin} is not allowed to use this chat: environment {namespace}/{environment} "
+                "restricts its sites to spec.widget.allowedOrigins",
+                {"reason": "origin_not_allowed", "origin": origin},
+            )
 
     async def page_config(self, namespace: str, environment: str) -> BrowserConfig:
         """The environment's browser settings, when it has a web client (404 otherwise)."""

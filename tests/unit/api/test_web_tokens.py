@@ -78,6 +78,25 @@ def test_origins_access_and_frame_ancestors() -> None:
         EnvironmentSpec.model_validate({"appRef": "bot", "widget": {"allowedOrigins": ["https://x.test/path"]}})
 
 
+def test_a_snippet_carrying_a_key_works_on_any_site_unless_the_owner_lists_origins() -> None:
+    # SPEC §7: the user inserts the key and pastes the snippet into any page; a non-empty allowedOrigins
+    # is the owner's choice to restrict the sites (then key-carrying pages of the listed ones only)
+    open_to_all = BrowserConfig("team", "bot-prod", "bot", "prod", Access(), WidgetSettings())
+    assert not open_to_all.restricted
+    assert open_to_all.key_origin_allowed("https://any.example.org")
+    assert open_to_all.key_origin_allowed(None)
+    assert not open_to_all.origin_allowed("https://any.example.org")  # key-less tokens: listed sites only
+    shop = WidgetSettings(allowed_origins=["https://shop.example.com"])
+    restricted = BrowserConfig("team", "bot-prod", "bot", "prod", Access(), shop)
+    assert restricted.restricted
+    assert restricted.key_origin_allowed("https://shop.example.com")
+    assert not restricted.key_origin_allowed("https://any.example.org")
+    assert not restricted.key_origin_allowed("https://shop.example.com.evil.test")
+    anywhere = BrowserConfig("team", "bot-prod", "bot", "prod", Access(), WidgetSettings(allowed_origins=["*"]))
+    assert anywhere.restricted
+    assert anywhere.key_origin_allowed("https://any.example.org")
+
+
 def test_embed_code_has_the_app_container_and_script_and_no_key() -> None:
     urls = envs.urls("https://dockyard.example.com", "team", "bot-prod")
     code = envs.embed_code(urls.widget_script, "bot")
@@ -88,6 +107,10 @@ def test_embed_code_has_the_app_container_and_script_and_no_key() -> None:
     )
     assert "data-api-key=" not in code
     assert "allowedOrigins" in code
+    # both ways are explained: key-less for listed sites; the key inserted: any site unless restricted
+    assert "attribute data-api-key" in code
+    assert "works on any site, unless the environment lists allowed origins" in code
+    assert "can be read by every visitor" in code
 
 
 def test_the_loader_is_small_and_versioned() -> None:
@@ -133,5 +156,37 @@ def test_an_api_server_that_is_away_is_a_503_with_retry_after_not_a_502(unreacha
                 await tokens.SigningKeys(kube, ApiSettings(kubeconfig=unreachable_kubeconfig)).key("team", "bot-prod")
         finally:
             await kube.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_an_api_key_from_a_page_of_an_unlisted_site_is_refused_only_when_the_owner_restricts() -> None:
+    """The deployed-app API's rule for a key a page carries (deps.app_caller): servers (no Origin) and the
+    facade's own pages pass; other sites pass while allowedOrigins is empty, else only the listed ones."""
+    import asyncio
+
+    from dockyard_api.web.service import WebService
+    from dockyard_core.errors import ForbiddenError
+
+    class Fixed:
+        def __init__(self, widget: WidgetSettings) -> None:
+            self.config = BrowserConfig("team", "bot-prod", "bot", "prod", Access(), widget)
+
+        async def require(self, namespace: str, environment: str) -> BrowserConfig:
+            return self.config
+
+    service = object.__new__(WebService)
+
+    async def scenario() -> None:
+        service.directory = Fixed(WidgetSettings())  # type: ignore[assignment]
+        await service.check_key_origin("team", "bot-prod", "https://any.example.org", "dockyard.example.com")
+        service.directory = Fixed(WidgetSettings(allowed_origins=["https://shop.example.com"]))  # type: ignore[assignment]
+        await service.check_key_origin("team", "bot-prod", "https://shop.example.com", "dockyard.example.com")
+        await service.check_key_origin("team", "bot-prod", None, "dockyard.example.com")  # a server
+        await service.check_key_origin("team", "bot-prod", "http://dockyard.example.com", "dockyard.example.com")
+        with pytest.raises(ForbiddenError) as refused:
+            await service.check_key_origin("team", "bot-prod", "https://any.example.org", "dockyard.example.com")
+        assert refused.value.details == {"reason": "origin_not_allowed", "origin": "https://any.example.org"}
+        assert "spec.widget.allowedOrigins" in refused.value.message
 
     asyncio.run(scenario())

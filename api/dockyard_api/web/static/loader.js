@@ -122,7 +122,8 @@
     this.render();
     if (opts.apiKey) {
       log("warn", "data-api-key puts an API key in a public page: every visitor can read it and use it until it is " +
-        "revoked. List this site in the environment's spec.widget.allowedOrigins and remove data-api-key instead.");
+        "revoked, from any site unless the environment lists its allowed origins. List this site in the environment's " +
+        "spec.widget.allowedOrigins and remove data-api-key instead.");
       if (!this.data.visitor) { this.data.visitor = "visitor-" + Math.random().toString(36).slice(2, 12); this.store(); }
     }
     if (inline || this.data.open) this.setOpen(true, true);
@@ -226,6 +227,21 @@
     return this.tokenPromise;
   };
 
+  // A page carrying an API key whose call the browser blocked (CORS): the environment may list its allowed
+  // sites and not this one. The token endpoint answers every site readably and says so.
+  Chat.prototype.keyRefused = function () {
+    var unreachable = new Error("Cannot reach the chat service. Check your connection and try again.");
+    return fetch(BASE + "/v1/widget/token", { method: "POST", credentials: "omit",
+      headers: { "Content-Type": "application/json" }, body: JSON.stringify({ appId: this.o.appId }) })
+      .then(function (res) {
+        return res.json().catch(function () { return {}; }).then(function (json) {
+          var e = problem(res, json);
+          var details = (json && json.error && json.error.details) || {};
+          throw e.reason === "origin_not_allowed" && details.allowedOrigins > 0 ? e : unreachable;
+        });
+      }, function () { throw unreachable; });
+  };
+
   function problem(res, json) {
     var err = (json && json.error) || {};
     var e = new Error(err.message || "The chat service answered " + res.status + ".");
@@ -314,7 +330,7 @@
         method: "POST", credentials: "omit",
         headers: { Authorization: "Bearer " + token, "Content-Type": "application/json", Accept: "text/event-stream" },
         body: JSON.stringify(body)
-      });
+      }).catch(function (err) { return self.o.apiKey ? self.keyRefused() : Promise.reject(err); });
     }
     function finish(done) {
       reply.text = done.response;
@@ -377,6 +393,7 @@
       if (!reply.text) throw new Error("The app sent no answer.");
       d.transcript.push({ role: "assistant", text: reply.text, meta: meta() });
     }).catch(function (e) {
+      if (self.o.apiKey && e.reason === "origin_not_allowed") self.tokenFailed(e);
       var msg = e.status === 429 ? "Too many messages: try again in " + (e.retryAfter || "a few") + " seconds." : e.message;
       out.node.classList.add("err");
       out.body.textContent = msg;

@@ -53,13 +53,17 @@ class Access(DockyardModel):
 
 class WidgetSettings(DockyardModel):
     """The embeddable widget ({widget_url}/v1/loader.js): which sites may embed it and how hard it may
-    be used. The widget never holds an API key: it asks POST {apiBaseUrl}/v1/widget/token for a
-    short-lived token, which the facade issues only to a page whose Origin is listed here."""
+    be used. Without an API key the widget asks POST {apiBaseUrl}/v1/widget/token for a short-lived
+    token, which the facade issues only to a page whose Origin is listed here. A snippet carrying an API
+    key (data-api-key) chats from any site while allowedOrigins is empty, and from the listed ones only
+    once it is not."""
 
     allowed_origins: Annotated[list[Origin], Field(max_length=64)] = Field(default_factory=list)
     """Sites allowed to embed the widget, e.g. https://shop.example.com (scheme, host and port exactly as
     the browser sends them in Origin). They also make up the CORS answer of the deployed-app API and the
-    web client page's frame-ancestors. Empty: no site (the widget shows that the site is not allowed)."""
+    web client page's frame-ancestors. Empty: no site gets a token (the key-less widget shows that the
+    site is not allowed), and a snippet carrying an API key works on every site (the owner has not
+    restricted the sites)."""
     token_ttl_seconds: Annotated[int, Field(ge=60, le=86_400)] = 900
     """How long a widget token lasts; the widget renews it (keeping the same anonymous end user)."""
     requests_per_minute_per_token: Annotated[int, Field(ge=1, le=10_000)] = 20
