@@ -416,3 +416,94 @@ def test_console_lifecycle_and_viewer(
     assert answer.status == 403
     assert "CSRF" in answer.text()
     forged.close()
+
+
+def test_console_settings_and_allow_a_site(
+    browser: Browser, facade: Facade, api: client.ApiClient, namespace: str, team: Users, model: ScriptedModel
+) -> None:
+    """The Settings tab and the Embed Code tab's one-step "Allow a site" change the Environment itself
+    (through the settings service: an Event SettingsChanged names alice); bad values are refused next
+    to their fields, and a viewer's change is refused in words."""
+    deploy_bot(api, namespace, model)
+    context = _context(browser, facade)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    _sign_in(page, facade, team.tokens["alice"], namespace)
+    env_url = f"{facade.url}/console/ns/{namespace}/environments/bot-draft"
+
+    # Access shows who may use the web client; Settings changes it, with a limit and a variable
+    page.goto(f"{env_url}?tab=access")
+    expect(page.locator("#web-client-access")).to_contain_text("signIn")
+    page.get_by_role("navigation", name="Environment sections").get_by_role("link", name="Settings").click()
+    expect(page.get_by_label("Web client access")).to_have_value("signIn")
+    expect(page.get_by_label("Token lifetime (seconds, 60 to 86400)")).to_have_value("900")
+    page.get_by_label("Web client access").select_option("public")
+    page.get_by_label("Model tokens per day (whole environment)").fill("50000")
+    page.get_by_label("Variables (KEY=VALUE, one per line)").fill("company=Acme Inc.\ncity=Paris")
+    page.get_by_role("button", name="Save settings").click()
+    expect(page.get_by_role("status").first).to_contain_text("Settings saved: access.webClient")
+    expect(page.get_by_label("Web client access")).to_have_value("public")
+    spec = get_or_none(api, namespace, "environments", "bot-draft")["spec"]
+    assert spec["access"]["webClient"] == "public"
+    assert spec["rateLimits"] == {"tokensPerDay": 50000}
+    assert spec["configuration"] == {"company": "Acme Inc.", "city": "Paris"}
+    _shot(page, "settings")
+
+    # bad values: each refused next to its field, what was typed kept, the Environment unchanged
+    page.get_by_label("Allowed origins (one per line)").fill("https://ok.example\nshop.example.com/cart")
+    page.get_by_label("Token lifetime (seconds, 60 to 86400)").fill("10")
+    page.get_by_role("button", name="Save settings").click()
+    expect(page.locator("#allowedOrigins-error")).to_contain_text("'shop.example.com/cart' is not a site's origin")
+    expect(page.locator("#tokenTtlSeconds-error")).to_contain_text("greater than or equal to 60")
+    expect(page.get_by_label("Allowed origins (one per line)")).to_have_attribute("aria-invalid", "true")
+    expect(page.get_by_label("Allowed origins (one per line)")).to_have_value(
+        "https://ok.example\nshop.example.com/cart"
+    )
+    _shot(page, "settings-errors")
+    page.get_by_label("Token lifetime (seconds, 60 to 86400)").fill("abc")
+    page.get_by_role("button", name="Save settings").click()
+    expect(page.locator("#tokenTtlSeconds-error")).to_have_text("'abc' is not a whole number.")
+    assert "widget" not in get_or_none(api, namespace, "environments", "bot-draft")["spec"]  # nothing changed
+
+    # Embed Code: allow a site in one step; a bad origin is refused next to the input
+    page.get_by_role("link", name="Embed Code").click()
+    expect(page.locator("#allow-help")).to_contain_text("A snippet carrying your API key works on any site")
+    expect(page.locator("#allowed-origins")).to_have_text("none")
+    page.get_by_label("Site's origin").fill("shop.example.com")
+    page.get_by_role("button", name="Allow this site").click()
+    expect(page.locator("#origin-error")).to_contain_text("'shop.example.com' is not a site's origin")
+    expect(page.get_by_label("Site's origin")).to_have_value("shop.example.com")
+    _shot(page, "embed-allow-error")
+    page.get_by_label("Site's origin").fill("https://shop.example.com/")
+    page.get_by_role("button", name="Allow this site").click()
+    expect(page.get_by_role("status").first).to_contain_text("https://shop.example.com added to the allowed origins")
+    expect(page.locator("#allowed-origins")).to_have_text("https://shop.example.com")
+    env = get_or_none(api, namespace, "environments", "bot-draft")
+    assert env["spec"]["widget"]["allowedOrigins"] == ["https://shop.example.com"]
+    assert env["spec"]["access"]["webClient"] == "public"  # the other settings kept
+    _shot(page, "embed-allow")
+    page.get_by_label("Site's origin").fill("https://shop.example.com")
+    page.get_by_role("button", name="Allow this site").click()
+    expect(page.get_by_role("status").first).to_contain_text("https://shop.example.com is already allowed")
+    events = client.CoreV1Api(api).list_namespaced_event(namespace, field_selector="involvedObject.name=bot-draft")
+    changes = [e.message for e in events.items if e.reason == "SettingsChanged"]
+    assert any(team.name("alice") in m and "access.webClient" in m for m in changes), changes
+    assert any('widget.allowedOrigins=["https://shop.example.com"]' in m for m in changes), changes
+    page.set_viewport_size(PHONE)  # both forms fit a phone
+    for tab in ("settings", "embed"):
+        page.goto(f"{env_url}?tab={tab}")
+        assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"], tab
+    assert errors == []
+    context.close()
+
+    # vic, a viewer, reads the settings; a change is refused in words and the Environment stays
+    viewer = _context(browser, facade)
+    page = viewer.new_page()
+    _sign_in(page, facade, team.tokens["vic"], namespace)
+    page.goto(f"{env_url}?tab=settings")
+    page.get_by_label("Web client access").select_option("disabled")
+    page.get_by_role("button", name="Save settings").click()
+    expect(page.get_by_role("alert").first).to_contain_text(team.name("vic"))
+    assert get_or_none(api, namespace, "environments", "bot-draft")["spec"]["access"]["webClient"] == "public"
+    viewer.close()

@@ -1,6 +1,7 @@
 """The console's environment pages: create one, its tabs (overview, history, keys, access, embed,
-checklist, usage), the status the page polls, and its actions (deploy, roll back, delete, generate and
-revoke API keys). Each calls the management services as the signed-in person (:mod:`.common`)."""
+settings, checklist, usage), the status the page polls, and its actions (deploy, roll back, delete,
+generate and revoke API keys, change the settings, allow a site to embed the widget). Each calls the
+management services as the signed-in person (:mod:`.common`)."""
 
 from __future__ import annotations
 
@@ -11,13 +12,13 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import ValidationError
 
-from dockyard_api.console import views
+from dockyard_api.console import settings, views
 from dockyard_api.console.common import Ctx, SignInRequired, context, form, page, redirect, render
 from dockyard_api.deps import AppName, EnvName, KeyId, NamespaceParam
-from dockyard_api.management.schemas import Deploy, EnvironmentCreate, KeyCreate, Rollback
+from dockyard_api.management.schemas import Deploy, EnvironmentCreate, EnvironmentSettings, KeyCreate, Rollback
 from dockyard_core.errors import DockyardError
 
-TABS = ("overview", "history", "keys", "access", "embed", "checklist", "usage")
+TABS = ("overview", "history", "keys", "access", "embed", "settings", "checklist", "usage")
 
 routes = APIRouter(include_in_schema=False)
 
@@ -59,8 +60,14 @@ async def environment_create(request: Request, namespace: NamespaceParam, app: A
 
 
 async def _env_view(
-    ctx: Ctx, environment: str, tab: str, errors: dict[str, views.FormErrors], status_code: int
+    ctx: Ctx,
+    environment: str,
+    tab: str,
+    errors: dict[str, views.FormErrors],
+    status_code: int,
+    sent: dict[str, Any] | None = None,
 ) -> Response:
+    """An environment's tab; ``sent``: a refused form's values, shown again as they were typed."""
     services, namespace = ctx.services, ctx.namespace
     env = (await services.environments.get_environment(namespace, environment)).wire()
     versions = (await services.apps.list_versions(namespace, env["app"])).wire()["items"]
@@ -79,6 +86,14 @@ async def _env_view(
             values["keysError"] = None
         except DockyardError as exc:
             values["keys"], values["keysError"] = [], exc.message
+    if tab == "settings":
+        shown = settings.form_values(env)
+        shown.update({k: str(v or "") for k, v in (sent or {}).items() if k in shown})
+        values["settings"], values["webClientChoices"] = shown, settings.web_client_choices()
+    if tab == "access":
+        values["webClient"] = settings.form_values(env)["webClient"]
+    if tab == "embed":
+        values["origin"] = str((sent or {}).get("origin") or "")
     if tab == "checklist":
         values["checklist"] = views.checklist_groups(env.get("checklist") or [])
     if tab == "usage":
@@ -199,3 +214,59 @@ async def key_revoke(request: Request, namespace: NamespaceParam, environment: E
         return f"{ctx.base}/environments/{environment}?tab=keys", {"ok": "API key revoked: it no longer works."}
 
     return await _env_action(request, namespace, environment, "keys", "keys", act)
+
+
+async def _change_settings(
+    ctx: Ctx, environment: str, tab: str, patch: dict[str, Any], sent: dict[str, Any], origin_field: str | None = None
+) -> Response:
+    """Call the settings service with ``patch``; a refusal is shown next to the field that caused it."""
+    section = "allow" if origin_field else "settings"
+    try:
+        body = EnvironmentSettings.model_validate(patch)
+    except ValidationError as exc:
+        errors = settings.errors_from(exc, origin_field)
+        return await _env_view(ctx, environment, tab, {section: errors}, 422, sent)
+    try:
+        await ctx.services.environments.change_settings(ctx.namespace, environment, body)
+    except DockyardError as error:
+        errors = settings.errors_from_api(error.message, error.details, origin_field)
+        return await _env_view(ctx, environment, tab, {section: errors}, error.status_code, sent)
+    if origin_field:
+        site = patch["widget"]["allowedOrigins"][-1]
+        flash = f"{site} added to the allowed origins: the widget now chats on pages of that site."
+    else:
+        flash = "Settings saved: " + ", ".join(path for path, _ in settings.changed_members(patch)) + "."
+    return redirect(ctx, f"{ctx.base}/environments/{environment}?tab={tab}", {"ok": flash})
+
+
+@routes.post("/ns/{namespace}/environments/{environment}/settings", response_class=HTMLResponse)
+@page
+async def environment_settings(request: Request, namespace: NamespaceParam, environment: EnvName) -> Response:
+    ctx = await context(request, namespace)
+    sent = await form(ctx)
+    env = (await ctx.services.environments.get_environment(namespace, environment)).wire()
+    patch, errors = settings.settings_patch(env, sent)
+    if errors:
+        return await _env_view(ctx, environment, "settings", {"settings": errors}, 422, sent)
+    if not patch:
+        url = f"{ctx.base}/environments/{environment}?tab=settings"
+        return redirect(ctx, url, {"ok": "Nothing changed: the settings are as they were."})
+    return await _change_settings(ctx, environment, "settings", patch, sent)
+
+
+@routes.post("/ns/{namespace}/environments/{environment}/allow-origin", response_class=HTMLResponse)
+@page
+async def environment_allow_origin(request: Request, namespace: NamespaceParam, environment: EnvName) -> Response:
+    ctx = await context(request, namespace)
+    sent = await form(ctx)
+    origin = str(sent.get("origin") or "").strip()
+    if not origin:
+        errors = views.FormErrors()
+        errors.add("origin", f"Enter the site's origin: {settings.ORIGIN_HELP}.")
+        return await _env_view(ctx, environment, "embed", {"allow": errors}, 422, sent)
+    env = (await ctx.services.environments.get_environment(namespace, environment)).wire()
+    patch = settings.allow_patch(env, origin)
+    if patch is None:
+        url = f"{ctx.base}/environments/{environment}?tab=embed"
+        return redirect(ctx, url, {"ok": f"{origin} is already allowed."})
+    return await _change_settings(ctx, environment, "embed", patch, sent, "origin")

@@ -5,16 +5,18 @@ from __future__ import annotations
 import re
 import time
 from importlib.resources import files
+from typing import get_args
 
 import pytest
 from pydantic import ValidationError
 
 from dockyard_api.console import session as sess
-from dockyard_api.console import views
+from dockyard_api.console import settings, views
 from dockyard_api.console.common import TEMPLATES
 from dockyard_api.management.catalog.service import agent_versions
-from dockyard_api.management.schemas import VersionCreate
+from dockyard_api.management.schemas import EnvironmentSettings, VersionCreate
 from dockyard_core.resources.v1alpha1 import Agent
+from dockyard_core.resources.v1alpha1.environment import WebClientAccess
 
 KEY = b"k" * 32
 
@@ -287,3 +289,128 @@ def test_dense_days_fill_the_period_with_zeros() -> None:
     days = views.dense_days(report)
     assert [d["day"] for d in days] == ["2026-11-01", "2026-11-02", "2026-11-03", "2026-11-04"]
     assert [d["requests"] for d in days] == [0, 0, 5, 0]
+
+
+ENV_VIEW = {
+    "name": "prod",
+    "objectName": "bot-prod",
+    "app": "bot",
+    "access": {"webClient": "signIn"},
+    "widget": {
+        "allowedOrigins": ["https://a.example"],
+        "tokenTtlSeconds": 900,
+        "requestsPerMinutePerToken": 20,
+        "requestsPerMinutePerAddress": 60,
+        "tokensPerMinutePerAddress": 10,
+    },
+    "rateLimits": {"requestsPerMinute": 30},
+    "configuration": {"company": "Acme", "n": 3},
+}
+
+
+def test_settings_form_shows_the_environment() -> None:
+    shown = settings.form_values(ENV_VIEW)
+    assert shown["webClient"] == "signIn"
+    assert shown["allowedOrigins"] == "https://a.example"
+    assert shown["tokenTtlSeconds"] == "900"
+    assert (shown["requestsPerMinute"], shown["tokensPerDay"]) == ("30", "")
+    assert shown["configuration"] == "company=Acme\nn=3"
+    assert [v for v, _ in settings.web_client_choices()] == list(get_args(WebClientAccess))
+    defaults = settings.form_values({"name": "draft"})  # the view leaves out what is at its default
+    assert (defaults["webClient"], defaults["tokenTtlSeconds"], defaults["allowedOrigins"]) == ("signIn", "900", "")
+    assert settings.settings_patch({"name": "draft"}, defaults) == ({}, views.FormErrors())
+
+
+def test_settings_patch_sends_only_what_changed() -> None:
+    sent = settings.form_values(ENV_VIEW)
+    assert settings.settings_patch(ENV_VIEW, sent) == ({}, views.FormErrors())
+    sent.update(
+        webClient="public",
+        allowedOrigins="https://a.example\n\n https://b.example/ \n",
+        tokenTtlSeconds="1800",
+        requestsPerMinute="",
+        tokensPerDay="100000",
+        configuration="n=3\ncity=Paris",
+    )
+    patch, errors = settings.settings_patch(ENV_VIEW, sent)
+    assert not errors
+    assert patch == {
+        "access": {"webClient": "public"},
+        "widget": {"allowedOrigins": ["https://a.example", "https://b.example"], "tokenTtlSeconds": 1800},
+        "rateLimits": {"requestsPerMinute": None, "tokensPerDay": 100000},  # empty: the limit removed
+        "configuration": {"city": "Paris", "company": None},  # n=3 unchanged (kept as the number 3)
+    }
+    body = EnvironmentSettings.model_validate(patch)
+    assert body.spec_patch() == patch
+
+
+def test_settings_form_errors_are_next_to_their_fields() -> None:
+    sent = {**settings.form_values(ENV_VIEW), "tokenTtlSeconds": "soon", "tokensPerDay": "1e6"}
+    sent["configuration"] = "company=Acme\njust words\ncompany=Other"
+    _, errors = settings.settings_patch(ENV_VIEW, sent)
+    assert errors.of("tokenTtlSeconds") == ["'soon' is not a whole number."]
+    assert errors.of("tokensPerDay") == ["'1e6' is not a whole number."]
+    assert errors.of("configuration") == [
+        "Line 2: write KEY=VALUE (got 'just words').",
+        "Line 3: company is set twice.",
+    ]
+    _, errors = settings.settings_patch(ENV_VIEW, {**settings.form_values(ENV_VIEW), "tokenTtlSeconds": " "})
+    assert errors.of("tokenTtlSeconds") == ["Enter a whole number."]
+    # the resource type's own rules, named by field
+    with pytest.raises(ValidationError) as caught:
+        EnvironmentSettings.model_validate({"widget": {"allowedOrigins": ["shop.example.com"], "tokenTtlSeconds": 5}})
+    errors = settings.errors_from(caught.value)
+    assert errors.of("allowedOrigins") == [
+        "'shop.example.com' is not a site's origin: write scheme://host[:port] as the browser shows it, no path, "
+        "e.g. https://shop.example.com."
+    ]
+    assert errors.of("tokenTtlSeconds") == ["Input should be greater than or equal to 60"]
+    assert settings.errors_from(caught.value, "origin").of("origin")  # the one-step form's field
+    # the service's refusal: its causes next to their fields, else its message on top
+    api = settings.errors_from_api("x", [{"field": "body.rateLimits.tokensPerDay", "message": "too big"}])
+    assert api.of("tokensPerDay") == ["too big"]
+    denied = settings.errors_from_api("you may not update environments", None)
+    assert denied.general == ["you may not update environments"]
+    assert settings.field_of("body.widget.allowedOrigins.0") == "allowedOrigins"
+    assert settings.field_of("configuration.company") == "configuration"
+    assert settings.field_of("body.metadata") is None
+
+
+def test_allow_a_site_adds_its_origin_once() -> None:
+    assert settings.allow_patch(ENV_VIEW, " https://b.example/ ") == {
+        "widget": {"allowedOrigins": ["https://a.example", "https://b.example"]}
+    }
+    assert settings.allow_patch(ENV_VIEW, "https://a.example") is None
+    assert settings.allow_patch({"widget": {}}, "http://localhost:8080") == {
+        "widget": {"allowedOrigins": ["http://localhost:8080"]}
+    }
+
+
+def _environment_page(tab: str, **values: object) -> str:
+    common: dict[str, object] = {"ctx": None, "csrf": "c", "flash": {}, "base": "/console/ns/x", "namespace": "x"}
+    health = {"phase": "Active", "tone": "ok", "reason": ""}
+    page = {"env": ENV_VIEW, "versions": [], "tab": tab, "tabs": ("embed", "settings"), "health": health}
+    return TEMPLATES.get_template("environment.html").render(**common, **page, **values)
+
+
+def test_settings_tab_and_allow_a_site_show_errors_next_to_fields() -> None:
+    errors = views.FormErrors()
+    errors.add("allowedOrigins", "<i>not an origin</i>")
+    shown = {**settings.form_values(ENV_VIEW), "allowedOrigins": "nope"}
+    html = _environment_page(
+        "settings", errors={"settings": errors}, settings=shown, webClientChoices=settings.web_client_choices()
+    )
+    assert 'action="/console/ns/x/environments/bot-prod/settings"' in html
+    assert '<option value="signIn" selected>' in html
+    assert ">nope</textarea>" in html
+    assert '<p class="field-error" id="allowedOrigins-error" role="alert">&lt;i&gt;not an origin&lt;/i&gt;</p>' in html
+    assert 'aria-describedby="allowedOrigins-help allowedOrigins-error" aria-invalid="true"' in html
+    assert 'id="tokenTtlSeconds" name="tokenTtlSeconds" value="900"' in html
+    allow = views.FormErrors()
+    allow.add("origin", "bad origin")
+    html = _environment_page("embed", errors={"allow": allow}, origin="shop")
+    assert 'action="/console/ns/x/environments/bot-prod/allow-origin"' in html
+    assert 'value="shop"' in html
+    assert 'id="origin-error" role="alert">bad origin</p>' in html
+    assert "works on any site until this list names one" in html
+    assert '<span id="allowed-origins">https://a.example</span>' in html
