@@ -1,9 +1,18 @@
 """Load signal of a serving engine, read from its Prometheus text exposition (``GET /metrics``).
 
 The autoscaler needs two gauges per replica: the sequences the engine is running and the requests
-waiting in its queue. vLLM exports them as ``vllm:num_requests_running`` and
-``vllm:num_requests_waiting`` (one series per engine, labelled e.g. ``{model_name="x",engine="0"}``);
-scrapers that sanitise colons spell them ``vllm_num_requests_running`` / ``..._waiting``.
+waiting in its queue. Each engine names them its own way (:data:`ENGINE_METRICS`, docs/runtimes.md):
+
+- vLLM: ``vllm:num_requests_running`` and ``vllm:num_requests_waiting`` (one series per engine,
+  labelled e.g. ``{model_name="x",engine="0"}``);
+- Dockyard's CTranslate2 server: the same two names (api/dockyard_ct2/server.py: sequences in the
+  running batch, requests queued for the next one);
+- llama.cpp's ``llama-server`` (started with ``--metrics``): ``llamacpp:requests_processing`` (slots
+  busy with a request, at most ``--parallel``) and ``llamacpp:requests_deferred`` (requests waiting
+  for a free slot), unlabelled.
+
+Scrapers that sanitise colons spell them with ``_`` (``vllm_num_requests_running``, ...); both
+spellings are accepted.
 
 Samples are read by prometheus_client's text parser, one candidate line at a time: a line is handed to
 the parser only when it starts with a wanted metric name, so a page of thousands of histogram buckets
@@ -22,10 +31,14 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Final
 
 from prometheus_client.parser import text_string_to_metric_families
+
+from dockyard_operator.runtimes import EngineKind
 
 RUNNING_METRICS: Final = ("vllm:num_requests_running", "vllm_num_requests_running")
 """Default names of the running-sequences gauge, in order of preference."""
@@ -65,9 +78,24 @@ class LoadMetricNames:
                 if not _METRIC_NAME.fullmatch(name):
                     raise ValueError(f"{field}: {name!r} is not a Prometheus metric name")
 
+    def describe(self) -> str:
+        """The signal in words, e.g. ``llamacpp:requests_processing + llamacpp:requests_deferred``."""
+        return f"{self.running[0]} + {self.waiting[0]}"
+
 
 VLLM_METRICS: Final = LoadMetricNames()
-"""The vLLM gauges (the default)."""
+"""The vLLM gauges (the default); Dockyard's CTranslate2 server exports the same names."""
+
+LLAMA_CPP_METRICS: Final = LoadMetricNames(
+    running=("llamacpp:requests_processing", "llamacpp_requests_processing"),
+    waiting=("llamacpp:requests_deferred", "llamacpp_requests_deferred"),
+)
+"""llama-server's gauges (``--metrics``): busy slots, and requests deferred until a slot frees."""
+
+ENGINE_METRICS: Final[Mapping[EngineKind, LoadMetricNames]] = MappingProxyType(
+    {"vllm": VLLM_METRICS, "ctranslate2": VLLM_METRICS, "llama-cpp": LLAMA_CPP_METRICS}
+)
+"""The load gauges of each engine of the runtime catalog (docs/runtimes.md, "Load signal")."""
 
 
 def parse_load(text: str, names: LoadMetricNames = VLLM_METRICS) -> LoadSample | None:

@@ -1,10 +1,18 @@
 """The autoscaler loop of one ModelDeployment: scrape the engines, decide (pure), act.
 
 Every tick: scrape ``/metrics`` of each Ready replica (or the URL of the annotation
-``dockyard.dev/metrics-url``, for a deployment whose load is reported elsewhere, e.g. by a gateway),
+``dockyard.dev/metrics-url``, for a deployment whose load is reported elsewhere, e.g. by a gateway;
+on the local control plane, ``DOCKYARD_OPERATOR_LOCAL_ENGINES``, the engine the local engine runner
+started for the pod, at the pod's ``dockyard.dev/local-endpoint``), read the load gauges of the
+deployment's engine (``status.runtime`` in the runtime catalog, :data:`engine_load.ENGINE_METRICS`),
 feed :func:`autoscaler.decide` with the state kept in ``status.autoscaler``, and when it asks for
 another replica count, write ``spec.replicas`` (what ``kubectl scale`` writes too); the reconciler then
 resizes the Deployment within [minReplicas, maxReplicas].
+
+``status.autoscaler`` says which signal is read (``signal``, e.g. ``llama-cpp:
+llamacpp:requests_processing + llamacpp:requests_deferred``) and the latest decision's ``reason``;
+scaling Events name the signal too, and a Warning Event ``NoMetrics`` says when ready replicas
+answered but none exported the engine's gauges.
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -22,11 +31,12 @@ from dockyard_operator import monitoring
 from dockyard_operator.assess import pod_ready
 from dockyard_operator.autoscaler import AutoscalerState, Observation, decide
 from dockyard_operator.context import Context, Key, Views
-from dockyard_operator.engine_load import LoadSample, parse_load
-from dockyard_operator.runtimes import select_runtime
+from dockyard_operator.engine_load import ENGINE_METRICS, VLLM_METRICS, LoadMetricNames, LoadSample, parse_load
 from dockyard_operator.workqueue import Event, ObjectKey, PostEvent, WorkQueue
 
 METRICS_URL_ANNOTATION = "dockyard.dev/metrics-url"
+LOCAL_ENDPOINT_ANNOTATION = "dockyard.dev/local-endpoint"
+"""Set by the local engine runner on a model pod whose engine runs on the host (docs/runtimes.md)."""
 logger = logging.getLogger(__name__)
 
 
@@ -36,32 +46,62 @@ def autoscaling_enabled(spec: Mapping[str, Any], **_: Any) -> bool:
     return high is not None and high > low
 
 
-async def _scrape(http: httpx.AsyncClient, url: str) -> LoadSample | None:
+@dataclass(frozen=True)
+class ScrapePlan:
+    """Where one tick reads the load, and which gauges."""
+
+    urls: list[str]
+    names: LoadMetricNames
+    signal: str
+    """The signal in words for status and Events, e.g. ``llama-cpp: llamacpp:requests_processing + ...``."""
+
+
+async def _scrape(http: httpx.AsyncClient, url: str, names: LoadMetricNames) -> LoadSample | None:
     try:
         resp = await http.get(url)
     except httpx.HTTPError:
         return None
-    return parse_load(resp.text) if resp.status_code == 200 else None
+    return parse_load(resp.text, names) if resp.status_code == 200 else None
 
 
-def scrape_targets(mdep: ModelDeployment, views: Views, ctx: Context) -> list[str]:
+def scrape_plan(mdep: ModelDeployment, runtime_name: str | None, views: Views, ctx: Context) -> ScrapePlan:
+    """The URLs to scrape and the gauges of the engine of ``runtime_name`` (``status.runtime``: the
+    runtime the reconciler chose; None before the first reconcile: nothing to scrape but an override)."""
+    runtime = ctx.catalog.runtimes.get(runtime_name or "")
+    names = ENGINE_METRICS[runtime.engine] if runtime is not None else VLLM_METRICS
+    signal = f"{runtime.engine if runtime is not None else 'unknown engine'}: {names.describe()}"
     override = (mdep.metadata.annotations or {}).get(METRICS_URL_ANNOTATION)
     if override:
-        return [override]
-    try:
-        _, runtime = select_runtime(mdep.spec, ctx.catalog)
-    except ValueError:
-        return []
+        return ScrapePlan([override], names, signal)
+    if runtime is None:
+        return ScrapePlan([], names, signal)
     key: Key = (mdep.metadata.namespace or "", "model-server", mdep.metadata.name or "")
-    return [
-        f"http://{pod['status']['podIP']}:{runtime.port}{runtime.metrics_path}"
-        for pod in views.many(views.pods, key)
-        if pod_ready(pod) and pod.get("status", {}).get("podIP")
-    ]
+    urls = []
+    for pod in views.many(views.pods, key):
+        if not pod_ready(pod):
+            continue
+        local = ((pod.get("metadata") or {}).get("annotations") or {}).get(LOCAL_ENDPOINT_ANNOTATION)
+        ip = (pod.get("status") or {}).get("podIP")
+        if ctx.settings.local_engines and local:
+            urls.append(f"{str(local).rstrip('/')}{runtime.metrics_path}")
+        elif ip:
+            urls.append(f"http://{ip}:{runtime.port}{runtime.metrics_path}")
+    return ScrapePlan(urls, names, signal)
+
+
+def _status(state: Mapping[str, Any], signal: str, reason: str, scraped: int, reporting: int) -> dict[str, Any]:
+    # pending: None removes a finished wait (status is merge-patched)
+    return {
+        "pending": state.get("pending"),
+        "signal": signal,
+        "reason": reason,
+        "scraped": scraped,
+        "reporting": reporting,
+    }
 
 
 async def autoscale(ctx: Context, http: httpx.AsyncClient, body: Mapping[str, Any], views: Views) -> tuple[Event, ...]:
-    """One tick; the Events it returns (a new replica count) are for the caller's poster."""
+    """One tick; the Events it returns (a new replica count, metrics gone) are for the caller's poster."""
     mdep = ModelDeployment.model_validate(
         {
             "apiVersion": body["apiVersion"],
@@ -71,11 +111,13 @@ async def autoscale(ctx: Context, http: httpx.AsyncClient, body: Mapping[str, An
         }
     )
     status = body.get("status") or {}
+    stored = status.get("autoscaler") or {}
     try:
-        state = AutoscalerState.from_dict(status.get("autoscaler"))
+        state = AutoscalerState.from_dict({"pending": stored["pending"]} if stored.get("pending") else None)
     except ValueError:
         state = AutoscalerState()  # a malformed state only restarts a pending wait
-    samples = await asyncio.gather(*(_scrape(http, url) for url in scrape_targets(mdep, views, ctx)))
+    plan = scrape_plan(mdep, status.get("runtime"), views, ctx)
+    samples = await asyncio.gather(*(_scrape(http, url, plan.names) for url in plan.urls))
     params = mdep.spec.scaling_parameters
     current = mdep.spec.replicas if mdep.spec.replicas is not None else params.min_replicas
     decision = decide(params, current, Observation.from_samples(samples, int(time.time() * 1000)), state)
@@ -85,10 +127,31 @@ async def autoscale(ctx: Context, http: httpx.AsyncClient, body: Mapping[str, An
     if decision.replicas != current:
         patch = {"spec": {"replicas": decision.replicas}}
         await ctx.kube.patch_object("modeldeployments", namespace, name, patch)
-        events = (Event("Normal", decision.reason, decision.message),)
-    new_state = decision.new_state.to_dict()
-    if new_state != (status.get("autoscaler") or {}):
-        await ctx.kube.patch_status("modeldeployments", namespace, name, {"autoscaler": new_state})
+        events = (Event("Normal", decision.reason, f"{decision.message} (signal {plan.signal})"),)
+    elif (
+        decision.reason == "NoMetrics"
+        and plan.urls
+        and not (stored.get("reason") == "NoMetrics" and stored.get("scraped"))
+    ):
+        events = (
+            Event(
+                "Warning",
+                "NoMetrics",
+                f"none of the {len(plan.urls)} ready replica(s) exported {plan.signal} at /metrics "
+                f"(is the engine's metrics endpoint on?); holding {current} replica(s)",
+            ),
+        )
+    reporting = sum(sample is not None for sample in samples)
+    new_status = _status(decision.new_state.to_dict(), plan.signal, decision.reason, len(plan.urls), reporting)
+    old_status = _status(
+        stored,
+        stored.get("signal", ""),
+        stored.get("reason", ""),
+        stored.get("scraped", -1),
+        stored.get("reporting", -1),
+    )
+    if new_status != old_status:
+        await ctx.kube.patch_status("modeldeployments", namespace, name, {"autoscaler": new_status})
     return events
 
 

@@ -1,8 +1,13 @@
 from __future__ import annotations
 
+from pathlib import Path
+from typing import get_args
+
 import pytest
 
 from dockyard_operator.engine_load import (
+    ENGINE_METRICS,
+    LLAMA_CPP_METRICS,
     RUNNING_METRICS,
     VLLM_METRICS,
     WAITING_METRICS,
@@ -10,6 +15,10 @@ from dockyard_operator.engine_load import (
     LoadSample,
     parse_load,
 )
+from dockyard_operator.runtimes import DEFAULT_CATALOG, EngineKind
+
+LLAMA_SERVER_EXPOSITION = (Path(__file__).parent / "fixtures" / "llama_server_metrics.txt").read_text()
+"""A real llama-server page under load (the file's header says how it was captured)."""
 
 # An excerpt of a real vLLM /metrics page (histograms shortened).
 VLLM_EXPOSITION = """\
@@ -199,3 +208,33 @@ def test_a_large_exposition_is_read_quickly() -> None:
     started = time.perf_counter()
     assert parse_load(text) == LoadSample(running=1.0, waiting=2.0)
     assert time.perf_counter() - started < 2.0
+
+
+def test_reads_a_real_llama_server_exposition() -> None:
+    # 1 request in the one slot (--parallel 1), 5 deferred until it frees
+    assert parse_load(LLAMA_SERVER_EXPOSITION, LLAMA_CPP_METRICS) == LoadSample(running=1.0, waiting=5.0)
+
+
+def test_the_vllm_gauges_are_not_in_a_llama_server_exposition() -> None:
+    # reading llama.cpp with vLLM's names was the bug: such a deployment stayed NoMetrics
+    assert parse_load(LLAMA_SERVER_EXPOSITION, VLLM_METRICS) is None
+
+
+def test_the_llama_cpp_gauges_accept_the_underscore_spelling() -> None:
+    text = "llamacpp_requests_processing 2\nllamacpp_requests_deferred 7\n"
+    assert parse_load(text, LLAMA_CPP_METRICS) == LoadSample(running=2.0, waiting=7.0)
+
+
+def test_every_engine_of_the_catalog_has_its_load_gauges() -> None:
+    assert set(ENGINE_METRICS) == set(get_args(EngineKind))
+    assert {runtime.engine for runtime in DEFAULT_CATALOG.runtimes.values()} <= set(ENGINE_METRICS)
+    assert ENGINE_METRICS["vllm"] is VLLM_METRICS
+    assert ENGINE_METRICS["llama-cpp"] is LLAMA_CPP_METRICS
+    assert LLAMA_CPP_METRICS.describe() == "llamacpp:requests_processing + llamacpp:requests_deferred"
+
+
+def test_the_ctranslate2_servers_page_is_read_with_its_engines_names() -> None:
+    # the two gauges of Dockyard's CTranslate2 server (api/dockyard_ct2/server.py, /metrics; their values
+    # under load are tested in tests/unit/ct2/test_ct2_server.py)
+    page = 'vllm:num_requests_running{model_name="tiny"} 1\nvllm:num_requests_waiting{model_name="tiny"} 1\n'
+    assert parse_load(page, ENGINE_METRICS["ctranslate2"]) == LoadSample(running=1.0, waiting=1.0)
