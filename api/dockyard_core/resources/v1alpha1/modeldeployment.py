@@ -186,7 +186,9 @@ class ModelDeploymentStatus(WorkloadStatus):
     runtime: str | None = None
     """The serving runtime actually used (from optimizationType and the runtime catalog)."""
     autoscaler: dict[str, Any] | None = None
-    """Dockyard's autoscaler state (the load change it is waiting on, and since when), kept here so an
+    """Dockyard's autoscaler: the load signal it reads (signal, e.g. "llama-cpp: llamacpp:requests_processing
+    + llamacpp:requests_deferred"), its latest decision (reason), the ready replicas scraped and those that
+    reported load (scraped, reporting), and the load change it is waiting on (pending), kept here so an
     operator restart loses nothing."""
 
 
