@@ -115,6 +115,7 @@ class Calls:
         hyper_parameters: dict[str, Any] | None = None,
         scaling_parameters: dict[str, Any] | None = None,
         optimization_info: dict[str, Any] | None = None,
+        base_model: str | None = None,
     ) -> Call:
         body = _drop_none(
             name=name,
@@ -123,6 +124,7 @@ class Calls:
             scalingParameters=scaling_parameters,
             deviceType=device_type,
             optimizationInfo=optimization_info,
+            baseModel=base_model,
         )
         return Call(
             "POST",

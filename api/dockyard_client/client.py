@@ -104,7 +104,7 @@ class DockyardClient(ClientBase):
     def deploy_model(self, model_id: str, **fields: Any) -> JobRecord:
         """Deploy a model (docs/public-api.md, 'Deploy a model'): ``name``, ``device_type``, ``model_type``
         (openSource|fineTune), optional ``is_deployed_previously``, ``hyper_parameters``, ``scaling_parameters``,
-        ``optimization_info``."""
+        ``optimization_info`` and, for an adapter, ``base_model``."""
         return JobRecord.model_validate(self.send(self.calls.deploy_model(model_id, **fields)))
 
     def deploy_tool(self, tool_id: str, *, is_async: bool) -> JobRecord:

@@ -102,14 +102,23 @@ def completed(job: DockJob, previous: Sequence[Mapping[str, Any]] | None, at: da
 
 
 def imported(
-    job: DockJob, storage: ModelStorage, previous: Sequence[Mapping[str, Any]] | None, at: datetime
+    job: DockJob,
+    storage: ModelStorage,
+    previous: Sequence[Mapping[str, Any]] | None,
+    at: datetime,
+    *,
+    adapter_base: str | None = None,
 ) -> dict[str, Any]:
+    """``adapter_base``: an adapter's base_model_name_or_path (status.adapter)."""
     message = f"{storage.size_bytes} bytes verified and stored at {storage.path}"
+    if adapter_base:
+        message += f"; adapter_config.json names base model {adapter_base!r}"
     done = job.model_copy(update={"status": "SUCCESS", "reason": IMPORTED, "message": message, "completion_time": at})
     return {
         "phase": "ReadyToDeploy",
         "job": _dump(done),
         "storage": _dump(storage),
+        "adapter": {"baseModelNameOrPath": adapter_base} if adapter_base else None,
         "importSession": None,
         "conditions": conditions(
             previous,

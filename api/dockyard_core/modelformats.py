@@ -72,6 +72,31 @@ def main_file(files: Mapping[str, Path], model_format: ModelFormat | None) -> st
     return ggufs[0] if ggufs else None
 
 
+CONVERT_HINT = (
+    "convert it with llama.cpp's convert_lora_to_gguf.py (--base <the base model's Hugging Face directory> "
+    "--outtype f16) and import adapter_config.json with the .gguf it writes"
+)
+"""How a PEFT (safetensors) adapter becomes a GGUF LoRA that llama.cpp loads."""
+
+
+def adapter_refusal(base_format: str | None, adapter_format: str | None) -> str | None:
+    """Why no engine serves an adapter of ``adapter_format`` on a base of ``base_format`` (None: one can):
+    llama.cpp loads GGUF LoRA adapters on a GGUF base, vLLM PEFT adapters (safetensors / .bin) on a Hugging
+    Face base, CTranslate2 none."""
+    if base_format == "gguf" and adapter_format != "gguf":
+        kind = f"a {adapter_format} (PEFT) adapter" if adapter_format else "an adapter without weights llama.cpp loads"
+        return (
+            f"the base model is GGUF, served by llama.cpp, which loads LoRA adapters in GGUF only; this is {kind}: "
+            + (CONVERT_HINT)
+        )
+    if base_format == "ctranslate2":
+        return "the base model is a CTranslate2 model, and CTranslate2 cannot serve LoRA adapters"
+    if adapter_format == "gguf" and base_format != "gguf":
+        shown = f"{base_format}" if base_format else "a hub model"
+        return f"a GGUF LoRA adapter is served by llama.cpp on a GGUF base model; this base model is {shown}"
+    return None
+
+
 class Refusal(ValueError):
     """A format and an optimizationInfo that no engine can serve together; ``field`` names the field."""
 

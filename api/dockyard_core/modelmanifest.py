@@ -34,6 +34,8 @@ class ModelManifest:
     """The model's format as the import found it (gguf, ctranslate2, safetensors, pytorch)."""
     weights_file: str | None = None
     """The weights file an engine loads by name (GGUF); "file" in the JSON."""
+    adapter_base: str | None = None
+    """For an adapter: base_model_name_or_path of its adapter_config.json; "adapterBase" in the JSON."""
 
     @property
     def total_bytes(self) -> int:
@@ -50,12 +52,13 @@ class ModelManifest:
             "files": [asdict(f) for f in self.files],
             "format": self.format,
             "file": self.weights_file,
+            **({"adapterBase": self.adapter_base} if self.adapter_base else {}),
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelManifest:
         files = tuple(ModelFile(str(f["path"]), int(f["size"]), str(f["sha256"])) for f in data.get("files") or ())
-        found, main = data.get("format"), data.get("file")
+        found, main, base = data.get("format"), data.get("file"), data.get("adapterBase")
         return cls(
             str(data.get("dockStatusId", "")),
             int(data.get("sizeBytes", 0)),
@@ -63,6 +66,7 @@ class ModelManifest:
             files,
             str(found) if found else None,
             str(main) if main else None,
+            str(base) if base else None,
         )
 
 

@@ -9,6 +9,7 @@ run --in-cluster  the same with Dockyard installed from its chart into the real-
 engines  the local engine runner alone (real engines for model pods; see dockyard_localcluster.engines)
 toolserver  the demo's HTTP tool (--port, --host)
 tinymodel   write the tiny random-weight GGUF model to --output
+tinylora    write the tiny model's LoRA adapter (adapter_config.json + a GGUF LoRA) as a tar to --output
 images      build the container images with podman, no registry (cached; NAME... for some; --archive, --refs)
 testbed up|down|status  the real-node test bed: a real kubelet node beside kwok's GPU pools in its own
             network namespace, reached through loopback only (root; docs/real-node.md)
@@ -27,12 +28,13 @@ def main(argv: list[str] | None = None) -> int:
         prog="dockyard-localcluster", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "command", choices=["up", "down", "status", "run", "engines", "toolserver", "tinymodel", "images", "testbed"]
+        "command",
+        choices=["up", "down", "status", "run", "engines", "toolserver", "tinymodel", "tinylora", "images", "testbed"],
     )
     parser.add_argument("names", nargs="*", metavar="NAME", help="images: the images to build (default: all)")
     parser.add_argument("--port", type=int, default=18090, help="toolserver: the port")
     parser.add_argument("--host", default="127.0.0.1", help="toolserver: the address to listen on")
-    parser.add_argument("--output", default="tiny.gguf", help="tinymodel: the file to write")
+    parser.add_argument("--output", help="tinymodel, tinylora: the file to write (tiny.gguf, tiny-lora.tar)")
     parser.add_argument("--archive", action="store_true", help="images: also write (cached) oci-archives")
     parser.add_argument("--refs", action="store_true", help="images: print only the references, one a line")
     parser.add_argument("--in-cluster", action="store_true", help="run: install the chart into the test bed")
@@ -73,7 +75,18 @@ def main(argv: list[str] | None = None) -> int:
 
         from dockyard_localcluster.tinymodel import write_tiny_gguf
 
-        print(write_tiny_gguf(Path(args.output)))
+        print(write_tiny_gguf(Path(args.output or "tiny.gguf")))
+        return 0
+    if args.command == "tinylora":
+        import tempfile
+        from pathlib import Path
+
+        from dockyard_localcluster.tinymodel import tiny_lora_tar
+
+        out = Path(args.output or "tiny-lora.tar")
+        with tempfile.TemporaryDirectory() as work:
+            out.write_bytes(tiny_lora_tar(Path(work)))
+        print(out)
         return 0
     cluster = LocalCluster()
     try:

@@ -22,6 +22,9 @@ So a grammar-constrained tool call always completes as valid JSON well within a 
 from __future__ import annotations
 
 import hashlib
+import io
+import json
+import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -172,6 +175,88 @@ def write_tiny_gguf(path: Path, *, seed: int = 20261123, name: str = "dockyard-t
     writer.close()
     tmp.replace(path)
     return path
+
+
+LORA_RANK = 4
+LORA_TARGET = SENTENCES[2]
+"""The sentence the tiny LoRA makes the model say: its output.weight delta raises that token's logit."""
+LORA_BOOST = 6.0
+"""Logit added to :data:`LORA_TARGET`'s token (above every other level: the adapted model says it first)."""
+LORA_BASE = "dockyard-dev/dockyard-tiny-llama"
+"""base_model_name_or_path of the tiny LoRA's adapter_config.json: its last component is the file name
+(without .gguf) of the tiny base model as ``make run``'s demo and the tests import it
+(``dockyard-tiny-llama.gguf``)."""
+
+
+def write_tiny_lora(directory: Path, *, base: str = LORA_BASE, seed: int = 20261126) -> Path:
+    """Write a GGUF LoRA adapter of the tiny model into ``directory`` (``tiny-lora.gguf``, general.type
+    "adapter", adapter.type "lora", alpha = rank) with its ``adapter_config.json`` (PEFT's keys, naming
+    ``base``); returns ``directory``.
+
+    lora_a / lora_b pairs (llama.cpp's layout: A is rank x in, B is out x rank) for each layer's attn_q and
+    ffn_up (small random values) and for output.weight, whose delta B·A reads the hidden dimension that the
+    embeddings hold constant (see the module docstring) and raises :data:`LORA_TARGET` by :data:`LORA_BOOST`:
+    at temperature 0 the adapted model answers with that sentence, the base model does not."""
+    import gguf
+
+    rng = np.random.default_rng(seed)
+    tokens = vocabulary()[0]
+    rms = float(np.sqrt((HIDDEN_CONSTANT**2 + (N_EMBD - 1) * 0.09) / N_EMBD))
+
+    def pair(n_out: int, n_in: int) -> tuple[np.ndarray, np.ndarray]:
+        a = (rng.standard_normal((LORA_RANK, n_in)) * 0.05).astype(np.float32)
+        b = (rng.standard_normal((n_out, LORA_RANK)) * 0.05).astype(np.float32)
+        return a, b
+
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "tiny-lora.gguf"
+    tmp = path.with_name(path.name + ".tmp")
+    writer = gguf.GGUFWriter(str(tmp), ARCH)
+    writer.add_type("adapter")
+    writer.add_string(gguf.Keys.Adapter.TYPE, "lora")
+    writer.add_float32(gguf.Keys.Adapter.LORA_ALPHA, float(LORA_RANK))
+    writer.add_name("dockyard-tiny-lora")
+    for i in range(N_LAYER):
+        for tensor, n_out, n_in in (
+            (f"blk.{i}.attn_q.weight", N_EMBD, N_EMBD),
+            (f"blk.{i}.ffn_up.weight", N_FF, N_EMBD),
+        ):
+            a, b = pair(n_out, n_in)
+            writer.add_tensor(f"{tensor}.lora_a", a)
+            writer.add_tensor(f"{tensor}.lora_b", b)
+    a = np.zeros((LORA_RANK, N_EMBD), dtype=np.float32)
+    a[0, 0] = 1.0  # reads the constant dimension 0 (about HIDDEN_CONSTANT / rms after the final norm)
+    b = np.zeros((len(tokens), LORA_RANK), dtype=np.float32)
+    target = tokens.index("▁" + LORA_TARGET.replace(" ", "▁") + "\n")
+    b[target, 0] = LORA_BOOST / (HIDDEN_CONSTANT / rms)
+    writer.add_tensor("output.weight.lora_a", a)
+    writer.add_tensor("output.weight.lora_b", b)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    tmp.replace(path)
+    config = {
+        "base_model_name_or_path": base,
+        "peft_type": "LORA",
+        "r": LORA_RANK,
+        "lora_alpha": LORA_RANK,
+        "target_modules": ["q_proj", "up_proj", "lm_head"],
+        "task_type": "CAUSAL_LM",
+    }
+    (directory / "adapter_config.json").write_text(json.dumps(config, indent=2) + "\n")
+    return directory
+
+
+def tiny_lora_tar(directory: Path, *, base: str = LORA_BASE) -> bytes:
+    """The tiny LoRA as the tar ``dockyard import --adapter`` takes: adapter_config.json and tiny-lora.gguf
+    at the top level."""
+    write_tiny_lora(directory, base=base)
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name in ("adapter_config.json", "tiny-lora.gguf"):
+            tar.add(directory / name, arcname=name)
+    return buf.getvalue()
 
 
 def sha256_of(path: Path) -> str:

@@ -21,7 +21,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dockyard_core.devices import Device
-from dockyard_core.modelformats import Refusal, engine_for
+from dockyard_core.modelformats import Refusal, adapter_refusal, engine_for
 from dockyard_core.resources.v1alpha1 import HyperParameters, ModelDeploymentSpec
 
 EngineKind = Literal["vllm", "ctranslate2", "llama-cpp"]
@@ -87,9 +87,18 @@ class InvalidRuntimeChoice(ValueError):
 
 
 def select_runtime(
-    spec: ModelDeploymentSpec, catalog: RuntimeCatalog, model_format: str | None = None
+    spec: ModelDeploymentSpec,
+    catalog: RuntimeCatalog,
+    model_format: str | None = None,
+    *,
+    adapter: bool = False,
+    adapter_format: str | None = None,
 ) -> tuple[str, Runtime]:
     """The runtime for this spec and the Model's format (``status.storage.format``; None: unknown).
+
+    For an adapter (``adapter``), ``model_format`` is its base model's and ``adapter_format`` its own: a
+    pair no engine serves is refused (:func:`dockyard_core.modelformats.adapter_refusal`, e.g. a PEFT
+    safetensors adapter on a GGUF base, which needs converting to a GGUF LoRA first).
 
     A GGUF model is served by llama.cpp and a CTranslate2 model by CTranslate2 whatever the catalog's
     default; impossible pairs are refused (:func:`dockyard_core.modelformats.engine_for`).
@@ -97,6 +106,8 @@ def select_runtime(
     CTranslate2; with ``vllm`` it is refused."""
     info = spec.optimization_info
     quantization = info.quantization_type if info else ""
+    if adapter and (why := adapter_refusal(model_format, adapter_format)):
+        raise InvalidRuntimeChoice(f"baseModel: {why}")
     try:
         wanted: str = engine_for(model_format, info.optimization_type if info else "", quantization) or ""
     except Refusal as exc:
@@ -191,9 +202,8 @@ def llama_cpp_args(
     """llama-server's arguments: the model directory's GGUF file, maxBatchSize parallel slots (at most
     ``runtime.max_parallel``) of ``runtime.context_length`` tokens each, every layer on the GPUs (split
     across them), tool calls through the model's chat template (``--jinja``), and hyperParameters as
-    the default sampling settings."""
-    if adapter is not None:
-        raise InvalidRuntimeChoice("llama.cpp serves GGUF models without LoRA adapters here; use optimizationType vllm")
+    the default sampling settings. An adapter (a GGUF LoRA file) is loaded with ``--lora`` and applied to
+    every request (scale 1); the server's one model answers under the deployment's name."""
     parallel = min(spec.scaling_parameters.max_batch_size, runtime.max_parallel)
     # Each value is its own argument: llama-server's parser refuses the --flag=value form.
     args = [
@@ -207,6 +217,8 @@ def llama_cpp_args(
         "--host", "0.0.0.0",
         "--port", str(runtime.port),
     ]  # fmt: skip
+    if adapter is not None:
+        args += ["--lora", adapter[1]]
     if device.gpus > 1:
         args += ["--split-mode", "layer"]
     hp = spec.hyper_parameters

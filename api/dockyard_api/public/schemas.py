@@ -25,7 +25,7 @@ from dockyard_core.resources.v1alpha1 import (
     OptimizationInfo,
     ScalingParameters,
 )
-from dockyard_core.resources.v1alpha1.common import DeviceType, ModelType
+from dockyard_core.resources.v1alpha1.common import DeviceType, ModelType, ObjectName
 from dockyard_core.resources.v1alpha1.modeldeployment import (
     MAX_DISPLAY_NAME_LENGTH,
     check_display_name,
@@ -181,10 +181,15 @@ TOOL_DEPLOY_RESPONSE_EXAMPLES: dict[str, dict[str, Any]] = {
 }
 
 
+NOT_SPEC_FIELDS = frozenset({"base_model"})
+"""Members of :class:`ModelDeployBody` that are not ModelDeployment spec fields (Dockyard's additions)."""
+
+
 class ModelDeployBody(DockyardModel):
     """Body of POST {base_url}/api/public/models/{modelId}/deploy.
 
-    Every member is a field of :class:`ModelDeploymentSpec` with the resource's type, so the limits are
+    Every member but ``baseModel`` (Dockyard's addition, :data:`NOT_SPEC_FIELDS`) is a field of
+    :class:`ModelDeploymentSpec` with the resource's type, so the limits are
     the CRD's (tests/unit/api/test_public_openapi.py keeps it so; ``name`` is stricter: no control characters
     or surrounding whitespace, a letter or digit, as the object is named after it; and ``scalingParameters``
     may be absent); :meth:`to_spec` carries them over by name. Unknown fields
@@ -206,6 +211,10 @@ class ModelDeployBody(DockyardModel):
     """GPU instance type the model runs on."""
     optimization_info: OptimizationInfo | None = None
     """Serving runtime and quantization; empty strings or absent: the runtime catalog's defaults."""
+    base_model: ObjectName | None = None
+    """Dockyard's addition, for an adapter only: the modelId of the Model to serve it on (set once on the
+    adapter Model as spec.baseModel). Absent: the adapter's spec.baseModel, else the Model that its
+    adapter_config.json's base_model_name_or_path names; 422 naming baseModel when neither resolves."""
 
     @property
     def object_name(self) -> str:
@@ -216,7 +225,7 @@ class ModelDeployBody(DockyardModel):
     def to_spec(self, model_ref: str, model_type: ModelType) -> ModelDeploymentSpec:
         """The ModelDeployment's spec for this body: every member by name (an absent member keeps the
         spec's default)."""
-        given = {name: getattr(self, name) for name in type(self).model_fields}
+        given = {name: getattr(self, name) for name in type(self).model_fields if name not in NOT_SPEC_FIELDS}
         fields = {name: value for name, value in given.items() if value is not None}
         return ModelDeploymentSpec(model_ref=model_ref, model_type=model_type, **fields)
 

@@ -30,7 +30,10 @@ deploy_app = typer.Typer(
     "  dockyard deploy model llama-3-8b-instruct --device g5.xlarge\n"
     "  dockyard deploy model llama-3-8b-instruct --device g5.12xlarge --redeploy --min-replicas 2 --max-replicas 4\n"
     "  dockyard deploy model support-ft --model-type fineTune --device g5.xlarge --temperature 0.2 "
-    "--max-tokens 256 --top-p 0.9 --top-k 40 --no-wait --json\n\n" + EPILOG_EXIT,
+    "--max-tokens 256 --top-p 0.9 --top-k 40 --no-wait --json\n"
+    "  dockyard deploy model tiny-lora-3f9a1c2e --model-type fineTune --device g5.xlarge    # an adapter\n"
+    "  dockyard deploy model tiny-lora-3f9a1c2e --model-type fineTune --device g5.xlarge "
+    "--base-model tiny-llama-0b1c2d3e\n\n" + EPILOG_EXIT,
 )
 def deploy_model(
     ctx: typer.Context,
@@ -51,6 +54,14 @@ def deploy_model(
     scale_down_delay: Annotated[int | None, typer.Option("--scale-down-delay", help="milliseconds")] = None,
     optimization: Annotated[str | None, typer.Option(help="ctranslate2 or vllm")] = None,
     quantization: Annotated[str | None, typer.Option(help="no_quantization or int8_float16")] = None,
+    base_model: Annotated[
+        str | None,
+        typer.Option(
+            "--base-model",
+            help="for an adapter: the modelId of the model to serve it on (default: the one its "
+            "adapter_config.json names)",
+        ),
+    ] = None,
     wait: Annotated[bool, typer.Option("--wait/--no-wait", help="follow the job to SUCCESS/FAILED")] = True,
     timeout: Annotated[float | None, typer.Option(help="stop following after this many seconds")] = None,
     json_output: Annotated[bool, typer.Option("--json", help="print the job record as JSON")] = False,
@@ -86,6 +97,7 @@ def deploy_model(
             hyper_parameters=hyper,
             scaling_parameters=scaling or None,
             optimization_info=optimization_info,
+            base_model=base_model,
         )
         _after_deploy(client, job, wait=wait, json_output=json_output, timeout=timeout)
 

@@ -11,7 +11,7 @@ import sys
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 CHAT_FORMAT = "chatml-function-calling"
 """llama-cpp-python's chat format with grammar-constrained tool calls (valid JSON arguments)."""
@@ -46,10 +46,33 @@ def _arg_values(args: list[str]) -> dict[str, str]:
     return values
 
 
-def llama_cpp_command(args: list[str], model_file: Path, port: int, threads: int) -> EngineCommand:
+def store_path(store: Path, pod_path: str) -> Path:
+    """The local model store's file for a path of the pod (``/models/<store path>`` of the model,
+    ``/adapters/<store path>`` of an adapter: builders/model.py mounts the model's store path under one
+    of them)."""
+    parts = PurePosixPath(pod_path).parts
+    if len(parts) < 3 or parts[0] != "/" or ".." in parts:
+        raise NoLocalEngine(f"the pod's path {pod_path!r} is not a model store path")
+    return store.joinpath(*parts[2:])
+
+
+def llama_cpp_files(args: list[str], store: Path) -> tuple[Path, Path | None]:
+    """The model file and the LoRA adapter file (``--lora``; None: none) that the operator gave
+    llama-server, in the local model store."""
+    values = _arg_values(args)
+    if not values.get("model"):
+        raise NoLocalEngine("the pod's arguments name no --model")
+    lora = values.get("lora")
+    return store_path(store, values["model"]), store_path(store, lora) if lora else None
+
+
+def llama_cpp_command(
+    args: list[str], model_file: Path, port: int, threads: int, lora: Path | None = None
+) -> EngineCommand:
     """llama-cpp-python's server for the arguments the operator gave llama-server (runtimes.py):
     the same served name and context per sequence; one sequence at a time (that server has no
-    parallel slots); tool calls with grammar-constrained JSON (chat format chatml-function-calling)."""
+    parallel slots); tool calls with grammar-constrained JSON (chat format chatml-function-calling);
+    ``lora``: the GGUF LoRA adapter applied to every request (llama-server's ``--lora``)."""
     if importlib.util.find_spec("llama_cpp") is None:
         raise NoLocalEngine("llama-cpp-python is not installed (make venv builds and installs it)")
     values = _arg_values(args)
@@ -76,6 +99,8 @@ def llama_cpp_command(args: list[str], model_file: Path, port: int, threads: int
         "--port",
         str(port),
     ]
+    if lora is not None:
+        argv += ["--lora_path", str(lora)]
     return EngineCommand(argv, "/v1/models")
 
 

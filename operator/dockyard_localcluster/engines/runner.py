@@ -30,6 +30,7 @@ from dockyard_localcluster.engines.commands import (
     free_port,
     healthy,
     llama_cpp_command,
+    llama_cpp_files,
 )
 
 log = logging.getLogger("dockyard.local-engines")
@@ -178,7 +179,14 @@ class EngineRunner:
         port = free_port()
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.log_dir / f"{namespace}.{meta['name']}.log"
-        if runtime == "llama-cpp":
+        if runtime == "llama-cpp" and (model.get("spec") or {}).get("isAdapter"):
+            # an adapter on its base: both files as the operator mounted them (the base's --model, --lora)
+            model_file, lora = llama_cpp_files(args, self.store)
+            for path in (model_file, lora):
+                if path is not None and not path.is_file():
+                    raise NoLocalEngine(f"the file {path} is not in the local model store")
+            command = llama_cpp_command(args, model_file, port, self.settings.threads, lora)
+        elif runtime == "llama-cpp":
             file = storage.get("file")
             if not file:
                 raise NoLocalEngine("the Model records no GGUF file (import it again)")

@@ -83,6 +83,10 @@ class ServedModel:
     """The Model's ``status.storage.format`` (None for a hub model, or an import that predates it)."""
     weights_file: str | None = None
     """For GGUF: the file in the model's directory that llama.cpp loads."""
+    adapter_format: str | None = None
+    """For an adapter: its own ``status.storage.format`` (gguf for a llama.cpp LoRA)."""
+    adapter_file: str | None = None
+    """For a GGUF adapter: the file in the adapter's directory that llama.cpp loads with ``--lora``."""
 
 
 UNCOMPRESSED_UPLOADS = frozenset({"tar", "gguf", "safetensors", "bin", "pt", "pth"})
@@ -154,8 +158,13 @@ def _weights_volume(downloads: Sequence[Download]) -> dict[str, Any]:
     return {"name": "model-store", "emptyDir": {"sizeLimit": limit} if limit else {}}
 
 
-def resolve_served_model(ref: str, model: Model | None, base: Model | None) -> ServedModel:
+def resolve_served_model(
+    ref: str, model: Model | None, base: Model | None, *, base_error: str | None = None
+) -> ServedModel:
     """What to serve for Model ``ref``: its own weights, or for an adapter its base model with LoRA.
+
+    ``base``: the adapter's base Model (spec.baseModel's, or the one status.adapter.baseModelNameOrPath
+    resolves to); ``base_error``: why none was resolved (:class:`dockyard_core.adapters.BaseNotResolved`).
 
     Imported weights reach the pod through an emptyDir that the storage initializer (an init container,
     see :func:`model_workload`) fills from the model store: no claim has to exist in the namespace, and
@@ -175,15 +184,16 @@ def resolve_served_model(ref: str, model: Model | None, base: Model | None) -> S
             model_format=model_format,
             weights_file=weights_file,
         )
-    base_name = model.spec.base_model
+    base_name = model.spec.base_model or (base.metadata.name if base is not None else None)
     if not base_name:
-        raise ModelNotDeployable("AdapterWithoutBase", f"adapter Model {ref} names no baseModel to serve it on")
+        raise ModelNotDeployable("AdapterWithoutBase", adapter_without_base(ref, model, base_error))
     base = _ensure_ready(base, base_name, "base Model")
     if base.spec.is_adapter:
         raise ModelNotDeployable("AdapterWithoutBase", f"base Model {base_name} is itself an adapter")
     base_arg, extra, base_mounts, base_downloads = _weights(base, MODEL_STORE_MOUNT, "model")
     adapter_arg, _, adapter_mounts, adapter_downloads = _weights(model, "/adapters", "adapter")
     both = (*base_mounts, *adapter_mounts)
+    base_storage = base.status.storage
     return ServedModel(
         base_arg,
         tuple(extra),
@@ -191,7 +201,24 @@ def resolve_served_model(ref: str, model: Model | None, base: Model | None) -> S
         both,
         adapter=(ref, adapter_arg),
         downloads=(*base_downloads, *adapter_downloads),
+        model_format=base_storage.format if base_storage is not None else None,
+        weights_file=base_storage.file if base_storage is not None else None,
+        adapter_format=model_format,
+        adapter_file=weights_file,
     )
+
+
+def adapter_without_base(ref: str, model: Model, base_error: str | None) -> str:
+    """The message of AdapterWithoutBase: what adapter_config.json named, and what to do."""
+    fix = (
+        f"deploy with baseModel (public API body, dockyard deploy model --base-model, the console), or set it "
+        f'once: kubectl patch models.dockyard.dev {ref} --type=merge -p \'{{"spec":{{"baseModel":"<Model>"}}}}\''
+    )
+    named = model.status.adapter.base_model_name_or_path if model.status.adapter is not None else None
+    if not named:
+        return f"adapter Model {ref} names no spec.baseModel and its adapter_config.json names no base model: {fix}"
+    why = base_error or f"adapter_config.json names base model {named!r}, which matches no Model of this namespace"
+    return f"adapter Model {ref} names no spec.baseModel; {why}. {fix}"
 
 
 def download_secret_name(mdep_name: str) -> str:
@@ -298,10 +325,13 @@ def model_workload(
     pod_labels = {**user_labels(mdep.metadata.labels), **labels, "dockyard.dev/runtime": runtime_name}
     if local_engine:
         pod_labels[LOCAL_ENGINE_LABEL] = "true"
-    model_arg = served.model_arg
-    if runtime.engine == "llama-cpp" and served.weights_file:  # llama.cpp loads a file, not a directory
-        model_arg = f"{model_arg}/{served.weights_file}"
-    args = [*engine_args(spec, runtime, device, model_arg, served.adapter), *served.extra_args]
+    model_arg, adapter = served.model_arg, served.adapter
+    if runtime.engine == "llama-cpp":  # llama.cpp loads files, not directories
+        if served.weights_file:
+            model_arg = f"{model_arg}/{served.weights_file}"
+        if adapter is not None and served.adapter_file:
+            adapter = (adapter[0], f"{adapter[1]}/{served.adapter_file}")
+    args = [*engine_args(spec, runtime, device, model_arg, adapter), *served.extra_args]
     container = {
         "name": "engine",
         "image": runtime.image,

@@ -36,3 +36,5 @@ class Imported:
     files_bytes: int | None = None
     """Bytes of the stored files (what a model pod downloads); more than ``size_bytes`` for a
     compressed archive."""
+    adapter_base: str | None = None
+    """For an adapter: ``base_model_name_or_path`` of its adapter_config.json."""

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
+from dockyard_core.adapters import base_named_in
 from dockyard_core.errors import DockyardError
 from dockyard_core.modelformats import ModelFormat, detect_format, main_file
 from dockyard_core.modelmanifest import MANIFEST, list_files
@@ -165,6 +166,7 @@ def run_import(
             manifest.get("format"),
             manifest.get("file"),
             sum(int(f.get("size", 0)) for f in manifest.get("files") or []),
+            manifest.get("adapterBase"),
         )
     for stale in staging_dirs(store, namespace, model_id):  # left by a crash
         shutil.rmtree(stale, ignore_errors=True)
@@ -211,6 +213,7 @@ def run_import(
                 known = {_single_file_name(upload): sha}
         root = _model_root(staging)
         model_format, weights_file = check_model(root, upload.is_adapter)
+        adapter_base = base_named_in(root) if upload.is_adapter else None
         inside = "" if root == staging else root.name + "/"
         files = list_files(root, {k.removeprefix(inside): v for k, v in known.items() if k.startswith(inside)})
         record = {
@@ -221,6 +224,7 @@ def run_import(
             "files": [{"path": f.path, "size": f.size, "sha256": f.sha256} for f in files],
             "format": model_format,
             "file": weights_file,
+            **({"adapterBase": adapter_base} if adapter_base else {}),
         }
         (root / MANIFEST).write_text(json.dumps(record))
         _fsync_tree(root)
@@ -233,7 +237,8 @@ def run_import(
             fd = os.open(final.parent, os.O_RDONLY | os.O_DIRECTORY)
             os.fsync(fd)
             os.close(fd)
-        return Imported(store.relative(final), size, sha, model_format, weights_file, sum(f.size for f in files))
+        total = sum(f.size for f in files)
+        return Imported(store.relative(final), size, sha, model_format, weights_file, total, adapter_base)
     except OSError as exc:
         raise ImportFailed("StorageError", f"the model store failed: {exc}") from exc
     finally:
@@ -266,6 +271,7 @@ def import_into(
                 cast("ModelFormat | None", done.format),  # what the import itself recorded
                 done.weights_file,
                 done.total_bytes,
+                done.adapter_base,
             )
         local = ModelStore(work / f"import-{uuid.uuid4().hex[:12]}")
         local.ensure()
@@ -282,6 +288,7 @@ def import_into(
                 imported.format,
                 imported.file,
                 imported.files_bytes,
+                imported.adapter_base,
             )
         finally:
             shutil.rmtree(local.root, ignore_errors=True)

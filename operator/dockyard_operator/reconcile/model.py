@@ -125,7 +125,7 @@ class Importer:
                     file=outcome.file,
                     files_bytes=outcome.files_bytes,
                 )
-                patch = import_status.imported(job, storage, previous, at)
+                patch = import_status.imported(job, storage, previous, at, adapter_base=outcome.adapter_base)
             try:
                 await self.kube.patch_status("models", namespace, name, patch, model["metadata"]["resourceVersion"])
             except Conflict:

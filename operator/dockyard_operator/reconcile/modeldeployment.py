@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import Any, cast
 
 from dockyard_core import downloadtokens
+from dockyard_core.adapters import BaseNotResolved, resolve_base
 from dockyard_core.clock import now
 from dockyard_core.resources.v1alpha1 import DOCK_STATUS_ID_LABEL, Model, ModelDeployment, ModelDeploymentStatus
 from dockyard_operator.assess import Verdict, assess, conditions_for, rolled_out
@@ -43,6 +44,26 @@ async def _model(ctx: Context, views: Views, namespace: str, name: str) -> dict[
     # the index may lag behind a Model just created or just ready: a job fails on the API server's word only
     fetched = await ctx.kube.get("models", namespace, name)
     return snapshot(cast(Any, fetched)) if fetched else None
+
+
+def _base_of(views: Views, namespace: str, model_body: Body | None) -> tuple[str | None, str | None]:
+    """An adapter's base Model: spec.baseModel, else the one Model of the namespace that its
+    adapter_config.json's base_model_name_or_path names (a ModelDeployment made with kubectl; the public
+    deploy sets spec.baseModel); with the reason when there is none (None, None: not an adapter)."""
+    spec = (model_body or {}).get("spec") or {}
+    if not spec.get("isAdapter"):
+        return None, None
+    if spec.get("baseModel"):
+        return str(spec["baseModel"]), None
+    named = (((model_body or {}).get("status") or {}).get("adapter") or {}).get("baseModelNameOrPath")
+    if not named:
+        return None, None
+    indexed = (views.one(views.models, key) for key in list(views.models) if key[0] == namespace)
+    models = [Model.model_validate(m) for m in indexed if m is not None]
+    try:
+        return resolve_base(str(named), models), None
+    except BaseNotResolved as exc:
+        return None, exc.message
 
 
 @dataclass(frozen=True)
@@ -89,13 +110,14 @@ async def _model_build(ctx: Context, body: Body, views: Views) -> ModelBuild:
     namespace = meta["namespace"]
     model_ref = (body.get("spec") or {}).get("modelRef", "")
     model_body = await _model(ctx, views, namespace, model_ref)
-    base_ref = ((model_body or {}).get("spec") or {}).get("baseModel")
+    base_ref, base_error = _base_of(views, namespace, model_body)
     base_body = await _model(ctx, views, namespace, base_ref) if base_ref else None
     inputs = (
         meta.get("generation"),
         tuple(sorted((meta.get("labels") or {}).items())),
         _version(model_body),
         _version(base_body),
+        base_error,
     )
     builds = ctx.state(ModelDeploymentState).builds
     cached = builds.get(meta["uid"])
@@ -109,8 +131,14 @@ async def _model_build(ctx: Context, body: Body, views: Views) -> ModelBuild:
     runtime_name = None
     problem: Verdict | None = None
     try:
-        served = resolve_served_model(mdep.spec.model_ref, model, base)
-        runtime_name, runtime = select_runtime(mdep.spec, ctx.catalog, served.model_format)
+        served = resolve_served_model(mdep.spec.model_ref, model, base, base_error=base_error)
+        runtime_name, runtime = select_runtime(
+            mdep.spec,
+            ctx.catalog,
+            served.model_format,
+            adapter=served.adapter is not None,
+            adapter_format=served.adapter_format,
+        )
         delivery = Delivery(
             ctx.settings.download_url or ctx.settings.public_url, ctx.settings.storage_initializer_image
         )

@@ -8,7 +8,7 @@ import re
 import pytest
 from pydantic import ValidationError
 
-from dockyard_api.public.schemas import MODEL_DEPLOY_EXAMPLES, MODEL_DEPLOY_SAMPLE, ModelDeployBody
+from dockyard_api.public.schemas import MODEL_DEPLOY_EXAMPLES, MODEL_DEPLOY_SAMPLE, NOT_SPEC_FIELDS, ModelDeployBody
 from dockyard_core.resources.v1alpha1 import ModelDeploymentSpec, ScalingParameters
 
 OWN_TYPE = {"name", "scaling_parameters"}
@@ -19,6 +19,8 @@ after it); ``scalingParameters`` may be absent."""
 def test_every_body_member_is_a_spec_field_of_the_same_type() -> None:
     spec = ModelDeploymentSpec.model_fields
     for name, field in ModelDeployBody.model_fields.items():
+        if name in NOT_SPEC_FIELDS:  # Dockyard's additions (baseModel, for adapters)
+            continue
         assert name in spec, name
         if name not in OWN_TYPE:
             assert field.annotation == spec[name].annotation, name
@@ -36,6 +38,15 @@ def test_the_spec_of_a_body_carries_every_member() -> None:
         assert spec.scaling_parameters == (body.scaling_parameters or ScalingParameters())
         assert spec.device_type == body.device_type
         assert spec.optimization_info == body.optimization_info
+
+
+def test_base_model_is_not_a_spec_field_and_is_an_object_name() -> None:
+    body = ModelDeployBody.model_validate({**MODEL_DEPLOY_SAMPLE, "baseModel": "tiny-llama-1a2b3c4d"})
+    assert body.base_model == "tiny-llama-1a2b3c4d"
+    assert "base_model" not in body.to_spec("lora", "fineTune").model_dump()
+    with pytest.raises(ValidationError) as caught:
+        ModelDeployBody.model_validate({**MODEL_DEPLOY_SAMPLE, "baseModel": "Not A Name"})
+    assert [e["loc"] for e in caught.value.errors()] == [("baseModel",)]
 
 
 def test_the_name_is_any_text_and_names_the_object_after_it() -> None:

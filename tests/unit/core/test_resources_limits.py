@@ -180,9 +180,10 @@ def test_the_deploy_body_is_made_of_the_resource_types() -> None:
     """One source of truth: every body member but name has exactly the schema of the CRD's field."""
     body = to_structural(ModelDeployBody.model_json_schema(by_alias=True, mode="validation"))
     spec = to_structural(ModelDeploymentSpec.model_json_schema(by_alias=True, mode="validation"))
-    assert set(body["properties"]) == set(spec["properties"]) - {"modelRef", "modelType", "replicas"}
+    # baseModel is Dockyard's addition for adapters (set on the adapter Model, not on the deployment)
+    assert set(body["properties"]) - {"baseModel"} == set(spec["properties"]) - {"modelRef", "modelType", "replicas"}
     for field, schema in body["properties"].items():
-        if field != "name":
+        if field not in ("name", "baseModel"):
             assert _without_docs(schema) == _without_docs(spec["properties"][field]), field
     # name is any text within the CRD's spec.name bounds (the ModelDeployment's own name is derived from it);
     # the body checks more than its schema says (a letter or digit, no control characters: test_deploy_body)

@@ -80,3 +80,22 @@ def test_an_engine_that_is_not_installed_leaves_the_pod_simulated(
         ctranslate2_command([], tmp_path, 1)
     with pytest.raises(NoLocalEngine, match="llama-cpp-python"):
         llama_cpp_command([], tmp_path / "x.gguf", 1, threads=1)
+
+
+def test_an_adapter_pod_runs_the_base_file_with_the_lora_file_of_the_local_store(tmp_path: Path) -> None:
+    """The operator's llama-server arguments of a GGUF LoRA on a GGUF base (runtimes.llama_cpp_args): the
+    runner finds both files in the local model store under the paths the pod mounts them at."""
+    spec = mdep_spec(name="support", deviceType="g5.xlarge")
+    runtime = DEFAULT_CATALOG.runtimes["llama-cpp"]
+    lora = ("support", "/adapters/models/a/lora/tiny-lora.gguf")
+    args = engine_args(spec, runtime, DEVICES["g5.xlarge"], "/models/models/a/tiny/tiny.gguf", lora)
+    model_file, lora_file = commands.llama_cpp_files(args, tmp_path)
+    assert model_file == tmp_path / "models/a/tiny/tiny.gguf"
+    assert lora_file == tmp_path / "models/a/lora/tiny-lora.gguf"
+    argv = llama_cpp_command(args, model_file, 41234, threads=1, lora=lora_file).argv
+    assert argv[argv.index("--lora_path") + 1] == str(lora_file)
+    assert argv[argv.index("--model_alias") + 1] == "support"
+    assert "--lora_path" not in llama_cpp_command(args, model_file, 41234, threads=1).argv
+    for bad in ("relative/x.gguf", "/models/../etc/passwd", "/x"):
+        with pytest.raises(NoLocalEngine):
+            commands.store_path(tmp_path, bad)

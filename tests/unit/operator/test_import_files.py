@@ -194,6 +194,15 @@ def test_an_adapter_is_recognised_by_its_adapter_config(store: ModelStore) -> No
     run(store, upload(store, data, "tar", is_adapter=True))
 
 
+def test_an_adapter_records_the_base_its_adapter_config_names(store: ModelStore) -> None:
+    config = json.dumps({"base_model_name_or_path": "dockyard-dev/tiny-llama", "r": 4}).encode()
+    up = upload(store, tar_bytes([("adapter_config.json", config), ("tiny-lora.gguf", b"GGUF" + b"\0" * 20)]), "tar",
+                is_adapter=True)  # fmt: skip
+    first = run_import(store, "ns", "m", up, "job-1", LIMITS)
+    assert (first.adapter_base, first.format, first.file) == ("dockyard-dev/tiny-llama", "gguf", "tiny-lora.gguf")
+    assert run_import(store, "ns", "m", up, "job-1", LIMITS) == first  # the finished job, from the manifest
+
+
 def test_macos_metadata_directories_are_skipped(store: ModelStore) -> None:
     data = zip_bytes([*MODEL, ("__MACOSX/llama/._config.json", b"junk")])
     root = run(store, upload(store, data, "zip"))

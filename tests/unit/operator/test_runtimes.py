@@ -455,9 +455,36 @@ def test_llama_cpp_caps_parallel_slots_and_splits_across_gpus() -> None:
     assert pair(args, "--split-mode") == "layer"
 
 
-def test_llama_cpp_serves_no_adapters() -> None:
-    with pytest.raises(InvalidRuntimeChoice, match="adapters"):
-        engine_args(mdep_spec(), LLAMA, DEVICES["g5.xlarge"], "/m/x.gguf", ("lora", "/adapters/lora"))
+def test_llama_cpp_loads_a_gguf_lora_adapter_on_its_base() -> None:
+    lora = "/adapters/models/a/lora/tiny-lora.gguf"
+    args = engine_args(
+        mdep_spec(name="support"), LLAMA, DEVICES["g5.xlarge"], "/models/models/a/base/x.gguf", ("l", lora)
+    )
+    assert pair(args, "--lora") == lora
+    assert pair(args, "--model") == "/models/models/a/base/x.gguf"
+    assert pair(args, "--alias") == "support"  # clients call the deployment's name: the adapted model
+
+
+@pytest.mark.parametrize(
+    ("base", "adapter", "says"),
+    [
+        ("gguf", "safetensors", "convert_lora_to_gguf.py"),
+        ("gguf", None, "convert_lora_to_gguf.py"),
+        ("safetensors", "gguf", "GGUF base model"),
+        ("ctranslate2", "safetensors", "CTranslate2 cannot serve LoRA adapters"),
+    ],
+)
+def test_adapter_and_base_formats_no_engine_serves_are_refused(base: str, adapter: str | None, says: str) -> None:
+    with pytest.raises(InvalidRuntimeChoice, match=says) as caught:
+        select_runtime(mdep_spec(), DEFAULT_CATALOG, base, adapter=True, adapter_format=adapter)
+    assert str(caught.value).startswith("baseModel: ")
+
+
+def test_a_gguf_lora_on_a_gguf_base_selects_llama_cpp() -> None:
+    assert select_runtime(mdep_spec(), DEFAULT_CATALOG, "gguf", adapter=True, adapter_format="gguf")[0] == "llama-cpp"
+    assert select_runtime(mdep_spec(), DEFAULT_CATALOG, "safetensors", adapter=True, adapter_format="safetensors")[
+        0
+    ] == ("vllm")
 
 
 @pytest.mark.parametrize("name", ["Llama 3, 8B", "tuned=v2", "support (v2)"])

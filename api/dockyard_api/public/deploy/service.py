@@ -18,17 +18,18 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from typing import Any
+from typing import Any, NoReturn
 
 from dockyard_api.auth import EnvironmentCaller
 from dockyard_api.cache import Informer
 from dockyard_api.public.schemas import ModelDeployBody, ToolDeployBody
 from dockyard_api.settings import ApiSettings
 from dockyard_core import apikeys, requestid
+from dockyard_core.adapters import BaseNotResolved, resolve_base
 from dockyard_core.errors import ConflictError, InvalidRequestError, NotFoundError
 from dockyard_core.jobs import NOT_REPORTED, JobRecord
 from dockyard_core.kubeclient import AsyncKube
-from dockyard_core.modelformats import Refusal, engine_for
+from dockyard_core.modelformats import Refusal, adapter_refusal, engine_for
 from dockyard_core.repository import Repository
 from dockyard_core.resources.v1alpha1 import (
     API_VERSION,
@@ -102,7 +103,11 @@ class DeployService:
         when there is none)."""
         namespace = caller.namespace
         model = await self.check_model(namespace, model_id, model_type)
-        check_runtime(model, body.optimization_info)
+        base = await self.base_of(namespace, model, body.base_model)
+        check_runtime(base or model, body.optimization_info)
+        if base is not None:
+            check_adapter(model, base)
+            await self._bind_base(namespace, model, base)
         spec = body.to_spec(model_id, model_type)
         job_id = str(uuid.uuid4())
         metadata = _job_metadata(caller, job_id)
@@ -167,6 +172,54 @@ class DeployService:
                 f"the request is not valid: query.modelType: {why}", [{"field": "query.modelType", "message": why}]
             )
         return model
+
+    async def base_of(self, namespace: str, model: Model, explicit: str | None) -> Model | None:
+        """An adapter's base Model (None for a model that is not an adapter): ``explicit`` (the body's
+        baseModel), else spec.baseModel, else the one Model that adapter_config.json's
+        base_model_name_or_path names (:func:`dockyard_core.adapters.resolve_base`); 422 naming
+        body.baseModel when there is none, 409 when baseModel contradicts spec.baseModel (set once)."""
+        model_id = model.metadata.name or ""
+        if not model.spec.is_adapter:
+            if explicit:
+                _refuse("baseModel", f"model {model_id!r} is not an adapter: baseModel applies only to adapters")
+            return None
+        bound = model.spec.base_model
+        if explicit and bound and explicit != bound:
+            raise ConflictError(
+                f"adapter {model_id!r} is served on base model {bound!r} (its spec.baseModel, which is set once): "
+                f"send baseModel {bound!r} or leave it out",
+                {"field": "body.baseModel", "baseModel": bound},
+            )
+        name = explicit or bound
+        if name:
+            base = await self.models.find(namespace, name)
+            if base is None:
+                _refuse("baseModel", f"no model {name!r} in this namespace to serve adapter {model_id!r} on")
+            elif base.spec.is_adapter:
+                _refuse(
+                    "baseModel", f"model {name!r} is itself an adapter; name the model adapter {model_id!r} applies to"
+                )
+            return base
+        named = model.status.adapter.base_model_name_or_path if model.status.adapter is not None else None
+        if not named:
+            _refuse(
+                "baseModel",
+                f"adapter {model_id!r} names no base model (no spec.baseModel, and its adapter_config.json has no "
+                "base_model_name_or_path): send baseModel, the modelId of the model to serve it on",
+            )
+        models = await self.models.select(namespace)
+        try:
+            found = resolve_base(str(named), models)
+        except BaseNotResolved as exc:
+            _refuse("baseModel", f"{exc.message} with baseModel", candidates=exc.candidates, adapterConfig=named)
+        return next(m for m in models if m.metadata.name == found)
+
+    async def _bind_base(self, namespace: str, model: Model, base: Model) -> None:
+        """Set the adapter's spec.baseModel (once: the API server refuses a change), so that kubectl
+        describe and the operator show which Model it is served on."""
+        if model.spec.base_model:
+            return
+        await self.models.merge(namespace, model.metadata.name or "", {"spec": {"baseModel": base.metadata.name}})
 
     # --- tool deploy ----------------------------------------------------------------------------------
 
@@ -275,9 +328,26 @@ def check_same_deployment(existing: ModelDeployment, name: str, model_id: str) -
         )
 
 
+def _refuse(field: str, message: str, **details: Any) -> NoReturn:
+    """422 naming ``body.<field>``."""
+    raise InvalidRequestError(
+        f"the request is not valid: body.{field}: {message}",
+        [{"field": f"body.{field}", "message": message, **details}],
+    )
+
+
+def check_adapter(adapter: Model, base: Model) -> None:
+    """422 naming body.baseModel when no engine serves this adapter on this base (e.g. a PEFT safetensors
+    adapter on a GGUF base: llama.cpp loads GGUF LoRA adapters only; docs/runtimes.md)."""
+    formats = [m.status.storage.format if m.status.storage else None for m in (base, adapter)]
+    if why := adapter_refusal(formats[0], formats[1]):
+        _refuse("baseModel", why, baseModel=base.metadata.name, baseFormat=formats[0], adapterFormat=formats[1])
+
+
 def check_runtime(model: Model, info: OptimizationInfo | None) -> None:
     """422 naming the field when no engine can serve the model's format with this optimizationInfo
-    (e.g. a GGUF model with optimizationType ctranslate2; docs/runtimes.md)."""
+    (e.g. a GGUF model with optimizationType ctranslate2; docs/runtimes.md). For an adapter, ``model`` is
+    its base."""
     model_format = model.status.storage.format if model.status.storage else None
     try:
         engine_for(model_format, info.optimization_type if info else "", info.quantization_type if info else "")

@@ -63,6 +63,7 @@ from dockyard_core.resources.v1alpha1.environment import (
     UsageSummary,
 )
 from dockyard_core.resources.v1alpha1.model import (
+    AdapterInfo,
     HubSource,
     ImportSession,
     Model,
@@ -109,6 +110,7 @@ __all__ = [
     "READY",
     "RESTORED_FROM_ANNOTATION",
     "VERSION",
+    "AdapterInfo",
     "Agent",
     "App",
     "AppContent",

@@ -85,7 +85,8 @@ class ModelSpec(DockyardModel):
     is_adapter: Annotated[StrictBool, field_rules(immutable("isAdapter"))] = False
     """Whether the model is an adapter (e.g. LoRA) rather than full weights; immutable."""
     base_model: Annotated[ObjectName, field_rules(immutable("baseModel"))] | None = None
-    """For an adapter: name of the Model (in this namespace) it applies to."""
+    """For an adapter: name of the Model (in this namespace) it applies to. A public deploy sets it: the
+    deploy's baseModel, else the Model that status.adapter.baseModelNameOrPath (adapter_config.json) names."""
 
 
 class ImportSession(DockyardModel):
@@ -117,6 +118,16 @@ class ModelStorage(DockyardModel):
     split GGUF, the first part)."""
 
 
+class AdapterInfo(DockyardModel):
+    """What the import found about an adapter (docs/public-api.md, 'Adapters')."""
+
+    base_model_name_or_path: Annotated[str, Field(min_length=1, max_length=1024)] | None = None
+    """base_model_name_or_path of the adapter's adapter_config.json: the model it was trained on (a hub id,
+    a path or a name). A deploy that names no base resolves it to one Model of the namespace (its name,
+    uploaded file name, GGUF file name or hub id, or the last path component of the value) and sets
+    spec.baseModel."""
+
+
 class ModelStatus(StatusBase):
     """Observed state of a Model."""
 
@@ -129,6 +140,8 @@ class ModelStatus(StatusBase):
     """The upload session, while the import runs."""
     storage: ModelStorage | None = None
     """Where the imported weights are stored."""
+    adapter: AdapterInfo | None = None
+    """For an imported adapter: what its adapter_config.json says about its base model."""
 
 
 class Model(Resource):
