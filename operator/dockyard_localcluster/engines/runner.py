@@ -32,6 +32,7 @@ from dockyard_localcluster.engines.commands import (
     llama_cpp_command,
     llama_cpp_files,
 )
+from dockyard_localcluster.engines.llama_server import llama_server_command
 
 log = logging.getLogger("dockyard.local-engines")
 
@@ -56,6 +57,11 @@ class EngineSettings(BaseSettings):
     log_dir: Path | None = Field(default=None, description="engine logs; unset: <model store>/../engines")
     health_timeout_seconds: float = Field(default=180, gt=0, description="how long an engine may take to answer")
     threads: int = Field(default=1, ge=1, description="CPU threads per engine")
+    llama_server: Path | None = Field(
+        default=None,
+        description="llama.cpp's llama-server binary for GGUF pods (build-llama-server.sh's): the cluster's "
+        "engine, with parallel slots and /metrics; unset: llama-cpp-python's server",
+    )
     kubeconfig: str | None = Field(default=None, description="unset: KUBECONFIG")
 
     def store(self) -> Path:
@@ -185,12 +191,12 @@ class EngineRunner:
             for path in (model_file, lora):
                 if path is not None and not path.is_file():
                     raise NoLocalEngine(f"the file {path} is not in the local model store")
-            command = llama_cpp_command(args, model_file, port, self.settings.threads, lora)
+            command = self._gguf_command(args, model_file, port, lora)
         elif runtime == "llama-cpp":
             file = storage.get("file")
             if not file:
                 raise NoLocalEngine("the Model records no GGUF file (import it again)")
-            command = llama_cpp_command(args, model_dir / file, port, self.settings.threads)
+            command = self._gguf_command(args, model_dir / file, port)
         elif runtime == "ctranslate2":
             command = ctranslate2_command(args, model_dir, port, self.settings.threads)
         else:
@@ -200,6 +206,11 @@ class EngineRunner:
         return EngineProcess(
             namespace, meta["name"], meta["uid"], container["name"], container.get("image", ""), command, port, log_path
         )
+
+    def _gguf_command(self, args: list[str], model_file: Path, port: int, lora: Path | None = None) -> EngineCommand:
+        if self.settings.llama_server is not None:
+            return llama_server_command(self.settings.llama_server, args, model_file, port, self.settings.threads, lora)
+        return llama_cpp_command(args, model_file, port, self.settings.threads, lora)
 
     # -- engine lifecycle ------------------------------------------------------------------------------
     def _start(self, engine: EngineProcess) -> None:
