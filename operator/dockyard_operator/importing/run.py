@@ -26,6 +26,7 @@ from dockyard_core.storefiles import COPY_BUFFER
 from dockyard_core.upload import ARCHIVE_EXTENSIONS, WEIGHT_EXTENSIONS, Upload
 from dockyard_operator.importing.archives import Extraction, extract_tar, extract_zip
 from dockyard_operator.importing.chunks import ChunkReader, digest, verify
+from dockyard_operator.importing.gguf import gguf_type
 from dockyard_operator.importing.results import Imported, ImportFailed, Limits
 
 WEIGHT_SUFFIXES = tuple(f".{ext}" for ext in WEIGHT_EXTENSIONS)
@@ -45,10 +46,24 @@ def _check_safetensors(path: Path) -> None:
         raise ImportFailed("InvalidModel", f"{path.name} has no valid safetensors header")
 
 
-def _check_gguf(path: Path) -> None:
+def _check_gguf(path: Path, is_adapter: bool) -> None:
     with path.open("rb") as f:
         if f.read(4) != b"GGUF":
             raise ImportFailed("InvalidModel", f"{path.name} does not start with the GGUF magic")
+    kind = gguf_type(path)
+    if is_adapter and kind != "adapter":
+        raise ImportFailed(
+            "InvalidModel",
+            f"{path.name} is not a GGUF LoRA adapter (its general.type is {kind or 'not set'}, llama.cpp's --lora "
+            "needs 'adapter'): import a model without isAdapter, or convert the adapter with llama.cpp's "
+            "convert_lora_to_gguf.py",
+        )
+    if not is_adapter and kind == "adapter":
+        raise ImportFailed(
+            "InvalidModel",
+            f"{path.name} is a LoRA adapter (general.type 'adapter'), not a model: import it with isAdapter true "
+            "(dockyard import --adapter), with its adapter_config.json",
+        )
 
 
 def _check_json_object(path: Path) -> None:
@@ -69,7 +84,7 @@ def check_model(root: Path, is_adapter: bool) -> tuple[ModelFormat | None, str |
         if path.name.lower().endswith(".safetensors"):
             _check_safetensors(path)
         elif path.name.lower().endswith(".gguf"):
-            _check_gguf(path)
+            _check_gguf(path, is_adapter)
     configs = ("adapter_config.json", "config.json") if is_adapter else ("config.json",)
     found = [files[c] for c in configs if c in files]
     for path in found:

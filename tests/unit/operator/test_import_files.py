@@ -22,8 +22,10 @@ from dockyard_core.kubeclient import AsyncKube
 from dockyard_core.modelmanifest import MANIFEST
 from dockyard_core.modelstore import ModelStore, SessionMeta
 from dockyard_core.upload import Upload
+from dockyard_localcluster.tinymodel import tiny_lora_tar, write_tiny_gguf, write_tiny_lora
 from dockyard_operator.importing.archives import safe_member_path
 from dockyard_operator.importing.chunks import ChunkReader
+from dockyard_operator.importing.gguf import gguf_type
 from dockyard_operator.importing.results import ImportFailed, Limits
 from dockyard_operator.importing.run import run_import
 from dockyard_operator.kube import KubeApi
@@ -194,13 +196,31 @@ def test_an_adapter_is_recognised_by_its_adapter_config(store: ModelStore) -> No
     run(store, upload(store, data, "tar", is_adapter=True))
 
 
-def test_an_adapter_records_the_base_its_adapter_config_names(store: ModelStore) -> None:
-    config = json.dumps({"base_model_name_or_path": "dockyard-dev/tiny-llama", "r": 4}).encode()
-    up = upload(store, tar_bytes([("adapter_config.json", config), ("tiny-lora.gguf", b"GGUF" + b"\0" * 20)]), "tar",
-                is_adapter=True)  # fmt: skip
+def test_an_adapter_records_the_base_its_adapter_config_names(store: ModelStore, tmp_path: Path) -> None:
+    up = upload(store, tiny_lora_tar(tmp_path / "lora", base="dockyard-dev/tiny-llama"), "tar", is_adapter=True)
     first = run_import(store, "ns", "m", up, "job-1", LIMITS)
     assert (first.adapter_base, first.format, first.file) == ("dockyard-dev/tiny-llama", "gguf", "tiny-lora.gguf")
     assert run_import(store, "ns", "m", up, "job-1", LIMITS) == first  # the finished job, from the manifest
+
+
+def test_a_gguf_model_is_not_an_adapter(store: ModelStore, tmp_path: Path) -> None:
+    model = write_tiny_gguf(tmp_path / "tiny.gguf")
+    assert gguf_type(model) is None  # the tiny model's writer sets no general.type
+    config = ("adapter_config.json", b'{"base_model_name_or_path": "x"}')
+    up = upload(store, tar_bytes([config, ("m.gguf", model.read_bytes())]), "tar", is_adapter=True)
+    refused = failure(store, up)
+    assert refused.reason == "InvalidModel"
+    assert "not a GGUF LoRA adapter" in refused.message
+    assert "convert_lora_to_gguf.py" in refused.message
+
+
+def test_a_gguf_lora_is_not_a_model(store: ModelStore, tmp_path: Path) -> None:
+    lora = write_tiny_lora(tmp_path / "lora") / "tiny-lora.gguf"
+    assert gguf_type(lora) == "adapter"
+    assert gguf_type(tmp_path / "lora" / "adapter_config.json") is None  # not GGUF at all
+    refused = failure(store, upload(store, lora.read_bytes(), "gguf", name="tiny-lora"))
+    assert "is a LoRA adapter" in refused.message
+    assert "--adapter" in refused.message
 
 
 def test_macos_metadata_directories_are_skipped(store: ModelStore) -> None:
@@ -402,3 +422,20 @@ def test_the_files_of_models_deleted_while_the_operator_was_down_go_when_it_star
 
     assert asyncio.run(start_and_wait()) < 5
     assert (store.models / "ns" / "alive").is_dir()
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 2**62),  # a key longer than the file
+        b"GGUF" + struct.pack("<IQQ", 3, 0, 2**60) + struct.pack("<Q", 1) + b"k" + struct.pack("<IIQ", 9, 8, 2**61),
+        b"GGUF" + struct.pack("<I", 1),  # GGUF v1: not read
+        b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 12) + b"general.type" + struct.pack("<I", 99),
+    ],
+)
+def test_a_damaged_gguf_header_has_no_type_and_costs_nothing(tmp_path: Path, head: bytes) -> None:
+    path = tmp_path / "x.gguf"
+    path.write_bytes(head + os.urandom(64))
+    started = time.monotonic()
+    assert gguf_type(path) is None
+    assert time.monotonic() - started < 1
