@@ -252,11 +252,15 @@ def test_console_lifecycle_and_viewer(
     expect(page.locator("#usage-summary")).to_contain_text("Input tokens: 7 · Output tokens: 4")
     _shot(page, "usage")
 
-    # models and tools: the Model (phase, format), the ModelDeployment and the ToolDeployments with dock status
+    # models and tools: the Model (phase, format; an adapter's base), the ModelDeployment and the ToolDeployments
+    # with dock status
+    lora = {"source": {"hub": {"id": "dockyard-dev/tiny-lora"}}, "isAdapter": True, "baseModel": "tiny"}
+    create(api, namespace, "models", "Model", "tiny-lora", lora)
     page.get_by_role("link", name="Models and tools").click()
     models = page.get_by_role("table", name="Models")
     expect(models).to_contain_text("tiny")
     expect(models).to_contain_text("ReadyToDeploy")
+    expect(models.locator("tr", has_text="tiny-lora")).to_contain_text("adapter on tiny")
     deployments = page.get_by_role("table", name="Model deployments")
     expect(deployments.locator("tr", has_text="tiny")).to_contain_text("SUCCESS")
     tools = page.get_by_role("table", name="Tool deployments")

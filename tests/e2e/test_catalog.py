@@ -58,6 +58,11 @@ def test_catalog_lists_as_the_caller(
     )
     assert models[0]["modelId"] == "tiny"
     assert models[0]["source"] == "hub"
+    assert (models[0]["isAdapter"], models[0]["baseModel"]) == (False, None)
+    lora = {"source": {"hub": {"id": "dockyard-dev/tiny-lora"}}, "isAdapter": True, "baseModel": "tiny"}
+    create(api, namespace, "models", "Model", "tiny-lora", lora)
+    listed = {m["modelId"]: m for m in ok(http.get(f"{mgmt(namespace)}/models", headers=alice))["items"]}
+    assert (listed["tiny-lora"]["isAdapter"], listed["tiny-lora"]["baseModel"]) == (True, "tiny")  # the adapter's base
     deployments = ok(http.get(f"{mgmt(namespace)}/modeldeployments", headers=alice))["items"]
     assert [(d["name"], d["modelRef"]) for d in deployments] == [("tiny", "tiny")]
     assert deployments[0]["deviceType"]

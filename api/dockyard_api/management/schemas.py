@@ -362,6 +362,11 @@ class ModelView(View):
     job: JobRecord | None
     """The current job record (docs/public-api.md, 'Dock status'); null before the first."""
     ready: ReadyView | None
+    is_adapter: bool = False
+    base_model: str | None = None
+    """For an adapter: the Model it is served on (spec.baseModel; a public deploy sets it)."""
+    adapter_base: str | None = None
+    """For an adapter: base_model_name_or_path of its adapter_config.json (status.adapter)."""
 
 
 class ModelList(View):

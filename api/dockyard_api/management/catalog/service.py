@@ -83,6 +83,9 @@ def model_view(model: Model) -> ModelView:
         or (source.upload.file_size if source.upload else None),
         job=_job(model),
         ready=_ready(st),
+        is_adapter=spec.is_adapter,
+        base_model=spec.base_model,
+        adapter_base=st.adapter.base_model_name_or_path if st.adapter else None,
     )
 
 
