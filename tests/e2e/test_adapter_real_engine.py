@@ -8,7 +8,9 @@ its tiny LoRA (``tinymodel.tiny_lora_tar``: adapter_config.json naming ``dockyar
 ``dockyard deploy model <lora> --model-type fineTune`` deploys the adapter WITHOUT naming its base: the
 facade resolves adapter_config.json's value to the base Model and sets the adapter's spec.baseModel, the
 operator gives llama-server ``--lora``, and the local engine runner serves the base file with the LoRA
-file. At temperature 0 the adapted model answers differently from the base model served alone.
+file — with the runner's default engine (llama-cpp-python's server) and with llama.cpp's own llama-server,
+whose ``/lora-adapters`` lists the adapter. At temperature 0 the adapted model answers differently from the
+base model served alone.
 
 Also: an adapter whose adapter_config.json names no imported Model is refused 422 naming baseModel (no
 deployment made, nothing stored changed), and ``--base-model`` chooses the base explicitly.
@@ -30,6 +32,7 @@ from kubernetes import client
 
 from dockyard_api.settings import ApiSettings
 from dockyard_localcluster.engines import LOCAL_ENDPOINT_ANNOTATION, EngineRunner, EngineSettings
+from dockyard_localcluster.images.inputs import llama_server_context
 from dockyard_localcluster.tinymodel import LORA_BASE, LORA_TARGET, tiny_lora_tar, write_tiny_gguf
 from tests.support.cluster import E2ECluster
 from tests.support.dockyard import create, get
@@ -62,10 +65,20 @@ def facade(cluster: E2ECluster, crds: None, store: Path) -> Iterator[RunningFaca
         yield running
 
 
-@pytest.fixture(scope="module")
-def runner(api: client.ApiClient, store: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineRunner]:
+@pytest.fixture(scope="module", params=["llama-cpp-python", "llama-server"])
+def runner(
+    api: client.ApiClient, store: Path, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[EngineRunner]:
+    """The local engine runner with its default GGUF engine (llama-cpp-python's server, ``--lora_path``), and
+    with llama.cpp's own llama-server, the cluster's engine (the pod's ``--lora``; build-llama-server.sh's
+    binary, built on first use)."""
+    binary = llama_server_context() / "llama-server" if request.param == "llama-server" else None
     settings = EngineSettings(
-        model_store=store, log_dir=tmp_path_factory.mktemp("engines"), max_engines=2, health_timeout_seconds=90
+        model_store=store,
+        log_dir=tmp_path_factory.mktemp("engines"),
+        max_engines=2,
+        health_timeout_seconds=90,
+        llama_server=binary,
     )
     engines = EngineRunner(api, settings)
     thread = threading.Thread(target=engines.run, name="engine-runner", daemon=True)
@@ -102,7 +115,7 @@ def chat(endpoint: str, model: str) -> str:
 
 
 def test_the_readme_adapter_example_serves_the_lora_on_its_base_from_adapter_config(
-    api: client.ApiClient, namespace: str, facade: RunningFacade, tmp_path: Path
+    api: client.ApiClient, namespace: str, facade: RunningFacade, runner: EngineRunner, tmp_path: Path
 ) -> None:
     create(api, namespace, "environments", "Environment", ENV, {"appRef": "app"})
     key = api_key(api, namespace, ENV)
@@ -153,7 +166,12 @@ def test_the_readme_adapter_example_serves_the_lora_on_its_base_from_adapter_con
     args = pod["spec"]["containers"][0]["args"]
     assert args[args.index("--lora") + 1] == f"/adapters/models/{namespace}/{lora}/tiny-lora.gguf"
     assert args[args.index("--model") + 1] == f"/models/models/{namespace}/{base}/dockyard-tiny-llama.gguf"
-    adapted = chat(pod["metadata"]["annotations"][LOCAL_ENDPOINT_ANNOTATION], lora)
+    endpoint = pod["metadata"]["annotations"][LOCAL_ENDPOINT_ANNOTATION]
+    if runner.settings.llama_server is not None:  # llama-server says which adapter it loaded
+        [loaded] = httpx.get(f"{endpoint}/lora-adapters", timeout=10).json()
+        assert loaded["path"].endswith(f"models/{namespace}/{lora}/tiny-lora.gguf")
+        assert loaded["scale"] == 1.0
+    adapted = chat(endpoint, lora)
     with llama_server(tmp_path / "dockyard-tiny-llama.gguf", alias="base") as url:
         plain = chat(url, "base")
     assert adapted.strip().startswith(LORA_TARGET), adapted
