@@ -438,18 +438,30 @@ def test_console_settings_and_allow_a_site(
 
     # Access shows who may use the web client; Settings changes it, with a limit and a variable
     page.goto(f"{env_url}?tab=access")
-    expect(page.locator("#web-client-access")).to_contain_text("signIn")
+    expect(page.locator("#web-client-access")).to_contain_text("public")  # the default
     page.get_by_role("navigation", name="Environment sections").get_by_role("link", name="Settings").click()
-    expect(page.get_by_label("Web client access")).to_have_value("signIn")
+    expect(page.get_by_label("Web client access")).to_have_value("public")
     expect(page.get_by_label("Token lifetime (seconds, 60 to 86400)")).to_have_value("900")
-    page.get_by_label("Web client access").select_option("public")
+    # OpenID Connect without its provider: refused next to the issuer's field
+    page.get_by_label("Web client access").select_option("oidc")
+    page.get_by_role("button", name="Save settings").click()
+    expect(page.locator("#oidcIssuer-error")).to_contain_text("webClient oidc needs access.oidc")
+    expect(page.get_by_label("OpenID provider (issuer URL)")).to_have_attribute("aria-invalid", "true")
+    assert "access" not in get_or_none(api, namespace, "environments", "bot-draft")["spec"]
+    page.get_by_label("OpenID provider (issuer URL)").fill("https://id.example.com")
+    page.get_by_label("Client id").fill("dockyard-web")
+    page.get_by_label("Client secret: Secret name").fill("web-oidc")
     page.get_by_label("Model tokens per day (whole environment)").fill("50000")
     page.get_by_label("Variables (KEY=VALUE, one per line)").fill("company=Acme Inc.\ncity=Paris")
     page.get_by_role("button", name="Save settings").click()
     expect(page.get_by_role("status").first).to_contain_text("Settings saved: access.webClient")
-    expect(page.get_by_label("Web client access")).to_have_value("public")
+    expect(page.get_by_label("Web client access")).to_have_value("oidc")
+    expect(page.get_by_label("Client id")).to_have_value("dockyard-web")
     spec = get_or_none(api, namespace, "environments", "bot-draft")["spec"]
-    assert spec["access"]["webClient"] == "public"
+    assert spec["access"]["webClient"] == "oidc"
+    assert spec["access"]["oidc"] == {
+        "issuer": "https://id.example.com", "clientId": "dockyard-web", "clientSecretRef": "web-oidc"
+    }  # fmt: skip
     assert spec["rateLimits"] == {"tokensPerDay": 50000}
     assert spec["configuration"] == {"company": "Acme Inc.", "city": "Paris"}
     _shot(page, "settings")
@@ -485,7 +497,7 @@ def test_console_settings_and_allow_a_site(
     expect(page.locator("#allowed-origins")).to_have_text("https://shop.example.com")
     env = get_or_none(api, namespace, "environments", "bot-draft")
     assert env["spec"]["widget"]["allowedOrigins"] == ["https://shop.example.com"]
-    assert env["spec"]["access"]["webClient"] == "public"  # the other settings kept
+    assert env["spec"]["access"]["webClient"] == "oidc"  # the other settings kept
     _shot(page, "embed-allow")
     page.get_by_label("Site's origin").fill("https://shop.example.com")
     page.get_by_role("button", name="Allow this site").click()
@@ -509,5 +521,5 @@ def test_console_settings_and_allow_a_site(
     page.get_by_label("Web client access").select_option("disabled")
     page.get_by_role("button", name="Save settings").click()
     expect(page.get_by_role("alert").first).to_contain_text(team.name("vic"))
-    assert get_or_none(api, namespace, "environments", "bot-draft")["spec"]["access"]["webClient"] == "public"
+    assert get_or_none(api, namespace, "environments", "bot-draft")["spec"]["access"]["webClient"] == "oidc"
     viewer.close()

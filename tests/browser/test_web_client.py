@@ -90,7 +90,7 @@ def test_public_web_client_streams_replies_themes_and_new_conversation(
 def test_sign_in_web_client_needs_a_kubernetes_user_and_disabled_is_404(
     api: client.ApiClient, namespace: str, facade: Facade, model: ScriptedModel, open_tab: Callable[..., Tab]
 ) -> None:
-    bot = deploy_bot(api, namespace, model)  # spec.access absent: signIn
+    bot = deploy_bot(api, namespace, model, access={"webClient": "kubernetes"})
     url = bot.status["urls"]["webClientUrl"]
     core, rbac = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api)
     core.create_namespaced_service_account(namespace, client.V1ServiceAccount(metadata={"name": "reader"}))

@@ -13,18 +13,24 @@ from pydantic import ValidationError
 
 from dockyard_api.console.views import FormErrors
 from dockyard_api.management.environments.service import changed_members as changed_members
+from dockyard_core.resources.cel import RuleViolation
 from dockyard_core.resources.v1alpha1.environment import Access, WebClientAccess, WidgetSettings
 
 WEB_CLIENT_LABELS = {
     "public": "Public: anyone with the URL chats",
-    "signIn": "Sign in with a Kubernetes token",
+    "oidc": "Sign in with an OpenID Connect provider",
+    "kubernetes": "Sign in with a Kubernetes token",
     "disabled": "Disabled: the page answers 404",
 }
+DEPRECATED = {"signIn": "kubernetes"}
+"""Values the Environment still accepts under their old name, shown as their new one."""
+OIDC_FIELDS = {"oidcIssuer": "issuer", "oidcClientId": "clientId", "oidcClientSecretRef": "clientSecretRef"}
+"""The form's OpenID Connect fields and their members of spec.access.oidc."""
 
 
 def web_client_choices() -> list[tuple[str, str]]:
-    """(value, label) of each web client access the Environment allows."""
-    return [(v, WEB_CLIENT_LABELS.get(v, v)) for v in get_args(WebClientAccess)]
+    """(value, label) of each web client access the Environment allows (not the deprecated names)."""
+    return [(v, WEB_CLIENT_LABELS.get(v, v)) for v in get_args(WebClientAccess) if v not in DEPRECATED]
 
 
 WIDGET_NUMBERS = (
@@ -36,7 +42,7 @@ WIDGET_NUMBERS = (
 """The widget's whole-number settings: required (their defaults are shown)."""
 RATE_NUMBERS = ("requestsPerMinute", "tokensPerDay")
 """The deployed app's limits: empty means no limit."""
-FIELDS = ("webClient", "allowedOrigins", *WIDGET_NUMBERS, *RATE_NUMBERS, "configuration", "origin")
+FIELDS = ("webClient", *OIDC_FIELDS, "allowedOrigins", *WIDGET_NUMBERS, *RATE_NUMBERS, "configuration", "origin")
 
 
 def field_of(path: str) -> str | None:
@@ -47,6 +53,9 @@ def field_of(path: str) -> str | None:
         return None
     if parts[0] == "configuration":
         return "configuration"
+    if "oidc" in parts:  # access.oidc.issuer, or access.oidc itself (webClient oidc without a provider)
+        member = parts[parts.index("oidc") + 1] if parts[-1] != "oidc" else "issuer"
+        return next((f for f, m in OIDC_FIELDS.items() if m == member), "oidcIssuer")
     return parts[-1] if parts[-1] in FIELDS else None
 
 
@@ -60,8 +69,10 @@ def form_values(env: dict[str, Any]) -> dict[str, str]:
     widget = {**WidgetSettings().model_dump(mode="json", by_alias=True), **(env.get("widget") or {})}
     access = {**Access().model_dump(mode="json", by_alias=True), **(env.get("access") or {})}
     rate = env.get("rateLimits") or {}
+    oidc = access.get("oidc") or {}
     values = {
-        "webClient": str(access["webClient"]),
+        "webClient": DEPRECATED.get(str(access["webClient"]), str(access["webClient"])),
+        **{field: str(oidc.get(member) or "") for field, member in OIDC_FIELDS.items()},
         "allowedOrigins": "\n".join(widget.get("allowedOrigins") or []),
         "configuration": "\n".join(f"{k}={config_text(v)}" for k, v in (env.get("configuration") or {}).items()),
     }
@@ -119,6 +130,13 @@ def settings_patch(env: dict[str, Any], sent: dict[str, Any]) -> tuple[dict[str,
     patch: dict[str, Any] = {}
     if text["webClient"] and text["webClient"] != before["webClient"]:
         patch["access"] = {"webClient": text["webClient"]}
+    oidc = {m: text[f].strip() or None for f, m in OIDC_FIELDS.items() if text[f].strip() != before[f]}
+    if oidc:  # the provider of webClient oidc: issuer and client id required, the secret's name optional
+        had = bool((env.get("access") or {}).get("oidc"))
+        if not had:
+            oidc = {m: text[f].strip() or None for f, m in OIDC_FIELDS.items()}
+        emptied = not any(text[f].strip() for f in OIDC_FIELDS)
+        patch.setdefault("access", {})["oidc"] = None if emptied else oidc
     widget: dict[str, Any] = {}
     origins = [_origin(line) for line in text["allowedOrigins"].splitlines() if line.strip()]
     if origins != (env.get("widget") or {}).get("allowedOrigins", []):
@@ -162,7 +180,9 @@ def errors_from(exc: ValidationError, origin_field: str | None = None) -> FormEr
     origin's in words (``origin_field``: the field that sent the list, for the one-step form)."""
     errors = FormErrors()
     for err in exc.errors():
-        where = field_of(".".join(str(p) for p in err.get("loc", ())))
+        cause = (err.get("ctx") or {}).get("error")
+        rule_path = cause.field_path if isinstance(cause, RuleViolation) else ()
+        where = field_of(".".join([*(str(p) for p in err.get("loc", ())), *rule_path]))
         message = str(err.get("msg", "is not valid")).removeprefix("Value error, ")
         if where == "allowedOrigins":
             where = origin_field or where

@@ -31,6 +31,7 @@ from dockyard_core.resources.v1alpha1.common import (
 )
 from dockyard_core.resources.v1alpha1.environment import (
     Access,
+    AccessPatch,
     ChecklistItem,
     HistoryEntry,
     RateLimits,
@@ -163,7 +164,7 @@ class EnvironmentSettings(Body):
         }
     )
 
-    access: Access | None = None
+    access: AccessPatch | None = None
     widget: WidgetSettings | None = None
     rate_limits: RateLimits | None = None
     configuration: dict[str, Any] | None = None

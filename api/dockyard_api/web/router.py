@@ -4,7 +4,10 @@
 - ``POST {base}/v1/widget/token``: a short-lived token for a page of an allowed site (Origin checked), or,
   called by a site's server with an API key, for one of its signed-in users (``identify``).
 - ``GET  {base}/web/``: the web client page; ``POST {base}/web/token``: its token (public page: anonymous
-  user, same origin only; signIn: a Kubernetes token allowed to get the Environment).
+  user, same origin only; kubernetes (signIn): a Kubernetes token allowed to get the Environment; oidc: the
+  token the sign-in's callback handed to the page).
+- ``GET  {base}/web/oidc/login`` and ``GET {base}/web/oidc/callback``: the sign-in of an oidc web client
+  through its OpenID Connect provider (:mod:`dockyard_api.web.sign_in`); browser errors as a page.
 - CORS of ``{base}/v1/...`` for browsers: :mod:`dockyard_api.web.cors`, installed with the routes.
 
 The tokens' rules are :class:`~dockyard_api.web.service.WebService`'s; the page and the script are
@@ -13,15 +16,20 @@ The tokens' rules are :class:`~dockyard_api.web.service.WebService`'s; the page 
 
 from __future__ import annotations
 
+import html
 from typing import Annotated
 
-from fastapi import APIRouter, FastAPI, Header, Request
-from fastapi.responses import RedirectResponse, Response
+from fastapi import APIRouter, Cookie, FastAPI, Header, Query, Request
+from fastapi.responses import JSONResponse, RedirectResponse, Response
 
 from dockyard_api.deps import Auth, EnvName, NamespaceParam, Web
+from dockyard_api.errors import error_body
 from dockyard_api.web.assets import LOADER, LOADER_MAX_AGE, page_html
 from dockyard_api.web.cors import CorsMiddleware
+from dockyard_api.web.oidc import COOKIE
 from dockyard_api.web.schemas import IssuedToken, WebTokenRequest, WidgetTokenRequest
+from dockyard_api.web.sign_in import Redirect
+from dockyard_core.errors import DockyardError
 
 router = APIRouter(tags=["web client and widget"])
 
@@ -95,7 +103,7 @@ async def web_page(namespace: NamespaceParam, environment: EnvName, service: Web
 
 @router.post(
     "/web/token",
-    summary="A token for the web client page (public: anonymous; signIn: Kubernetes token)",
+    summary="A token for the web client page (public: anonymous; kubernetes: Kubernetes token; oidc: signed in)",
     response_model_exclude_none=True,
 )
 async def web_token(
@@ -105,7 +113,10 @@ async def web_token(
     body: WebTokenRequest,
     auth: Auth,
     service: Web,
-    authorization: Annotated[str | None, Header(description="signIn pages: Bearer <Kubernetes token>")] = None,
+    authorization: Annotated[
+        str | None,
+        Header(description="kubernetes pages: Bearer <Kubernetes token>; oidc: Bearer <the sign-in's web token>"),
+    ] = None,
     origin: Annotated[str | None, Header()] = None,
 ) -> IssuedToken:
     return await service.web_token(
@@ -118,6 +129,71 @@ async def web_token(
         host=request.headers.get("host"),
         address=_address(request),
     )
+
+
+def _page_url(request: Request) -> str:
+    """The web client page's URL as this request reached it (before the operator publishes webClientUrl)."""
+    return str(request.url.replace(query=None, fragment=None)).rsplit("/oidc/", 1)[0] + "/"
+
+
+def _redirect(to: Redirect, secure: bool) -> RedirectResponse:
+    answer = RedirectResponse(to.location, status_code=303, headers={"Cache-Control": "no-store"})
+    if to.cookie is None:
+        answer.delete_cookie(COOKIE, path=to.cookie_path, secure=secure, httponly=True, samesite="lax")
+    else:
+        answer.set_cookie(
+            COOKIE, to.cookie, max_age=600, path=to.cookie_path, secure=secure, httponly=True, samesite="lax"
+        )
+    return answer
+
+
+def _failure(request: Request, exc: DockyardError) -> Response:
+    """A sign-in that failed: the JSON error for programs, a readable page for a browser (it navigated here)."""
+    headers = {"Cache-Control": "no-store", **(exc.headers() or {})}
+    if "text/html" not in request.headers.get("accept", ""):
+        return JSONResponse(error_body(exc.code, exc.message, exc.details), exc.status_code, headers=headers)
+    page = (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" '
+        'content="width=device-width, initial-scale=1"><title>Sign-in failed · Dockyard</title></head>'
+        '<body style="font-family: system-ui, sans-serif; max-width: 40rem; margin: 2rem auto; padding: 0 1rem">'
+        f'<h1>Sign-in failed</h1><p role="alert">{html.escape(exc.message)}</p>'
+        f"<p><small>{html.escape(exc.code)} ({exc.status_code})</small></p>"
+        f'<p><a href="{html.escape(_page_url(request))}">Back to the chat</a></p></body></html>'
+    )
+    csp = "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
+    return Response(page, exc.status_code, media_type="text/html; charset=utf-8",
+                    headers={**headers, "Content-Security-Policy": csp})  # fmt: skip
+
+
+@router.get("/web/oidc/login", summary="Sign in to an oidc web client: sends the browser to the provider")
+async def oidc_login(request: Request, namespace: NamespaceParam, environment: EnvName, service: Web) -> Response:
+    try:
+        to = await service.sign_in.login(namespace, environment, _page_url(request))
+    except DockyardError as exc:
+        return _failure(request, exc)
+    return _redirect(to, request.url.scheme == "https")
+
+
+@router.get("/web/oidc/callback", summary="The OpenID provider's answer: signs in and returns to the web client")
+async def oidc_callback(
+    request: Request,
+    namespace: NamespaceParam,
+    environment: EnvName,
+    service: Web,
+    code: Annotated[str | None, Query(max_length=4096)] = None,
+    state: Annotated[str | None, Query(max_length=512)] = None,
+    error: Annotated[str | None, Query(max_length=256)] = None,
+    error_description: Annotated[str | None, Query(max_length=1024)] = None,
+    cookie: Annotated[str | None, Cookie(alias=COOKIE)] = None,
+) -> Response:
+    try:
+        to = await service.sign_in.callback(
+            namespace, environment, _page_url(request), code=code, state=state, error=error,
+            error_description=error_description, cookie=cookie,
+        )  # fmt: skip
+    except DockyardError as exc:
+        return _failure(request, exc)
+    return _redirect(to, request.url.scheme == "https")
 
 
 def install(app: FastAPI, prefix: str) -> None:

@@ -8,7 +8,8 @@
   the environment's ``spec.rateLimits``, counted in the database, still bound the whole environment).
 - :class:`WebService`: the token endpoints' rules (the widget's: allowed origins, or a site's server
   with an API key naming its signed-in user; a page carrying an API key: any site unless the environment
-  lists its allowed origins; the web client's: same origin, public or signIn), token issue
+  lists its allowed origins; the web client's: same origin, public, kubernetes (signIn) or oidc, whose
+  sign-in is :mod:`dockyard_api.web.sign_in`'s), token issue
   (renewal keeps the anonymous end user), and a token on the execute endpoint turned into an
   :class:`~dockyard_api.auth.EnvironmentCaller` with ``end_user``.
 """
@@ -24,6 +25,7 @@ from dockyard_api.auth import Authenticator, EnvironmentCaller, bearer
 from dockyard_api.settings import ApiSettings
 from dockyard_api.web import tokens
 from dockyard_api.web.schemas import IssuedToken, WebTokenRequest, WidgetTokenRequest
+from dockyard_api.web.sign_in import OidcSignIn
 from dockyard_core.errors import (
     DockyardError,
     ForbiddenError,
@@ -53,6 +55,8 @@ class BrowserConfig:
     display_name: str
     access: Access
     widget: WidgetSettings
+    web_client_url: str | None = None
+    """status.urls.webClientUrl (the OIDC redirect URI is {webClientUrl}oidc/callback)."""
 
     def origin_allowed(self, origin: str | None) -> bool:
         if not origin:
@@ -131,7 +135,16 @@ def _config(namespace: str, environment: str, env: Environment) -> BrowserConfig
         display_name=spec.display_name or environment,
         access=spec.access or Access(),
         widget=spec.widget or WidgetSettings(),
+        web_client_url=env.status.urls.web_client_url if env.status.urls else None,
     )
+
+
+def signed_in_for(mode: str, sub: str) -> bool:
+    """Whether a web-client token of end user ``sub`` is still good for a page of access ``mode``: any on a
+    public page; only a Kubernetes sign-in (``k8s:``) on a kubernetes page and only an OpenID Connect one
+    (``oidc:``) on an oidc page; none on a disabled one."""
+    prefix = {"public": "", "kubernetes": "k8s:", "oidc": "oidc:"}.get(mode)
+    return prefix is not None and sub.startswith(prefix)
 
 
 def _scope(token: str) -> tuple[str, str]:
@@ -180,7 +193,8 @@ class Issued:
     claims: tokens.Claims
 
     def answer(self, signed_in_as: str | None = None) -> IssuedToken:
-        """The token endpoints' answer (``signed_in_as``: the Kubernetes user of a signIn web client)."""
+        """The token endpoints' answer (``signed_in_as``: the user signed in to a kubernetes or oidc web
+        client)."""
         return IssuedToken(
             token=self.token,
             expires_at=self.claims.exp,
@@ -200,6 +214,8 @@ class WebService:
         self.keys = tokens.SigningKeys(kube, settings)
         self.directory = Directory(kube, settings.widget_config_cache_seconds)
         self.limits = WindowLimiter()
+        self.sign_in = OidcSignIn(kube, self)
+        """The sign-in of web clients with access oidc (their login and callback)."""
 
     async def issue(
         self,
@@ -298,7 +314,7 @@ class WebService:
     async def page_config(self, namespace: str, environment: str) -> BrowserConfig:
         """The environment's browser settings, when it has a web client (404 otherwise)."""
         config = await self.directory.get(namespace, environment)
-        if config is None or config.access.web_client == "disabled":
+        if config is None or config.access.mode == "disabled":
             raise NotFoundError(f"environment {namespace}/{environment} has no web client")
         return config
 
@@ -314,8 +330,9 @@ class WebService:
         host: str | None,
         address: str,
     ) -> IssuedToken:
-        """A token for the web client page itself (same origin): anonymous on a public page; on a signIn
-        page for the holder of a Kubernetes token who may get the Environment."""
+        """A token for the web client page itself (same origin): anonymous on a public page; on a kubernetes
+        page for the holder of a Kubernetes token who may get the Environment; on an oidc page the token the
+        sign-in's callback handed to the page (``Authorization: Bearer``), checked and answered."""
         config = await self.page_config(namespace, environment)
         if not same_origin(origin, host):
             raise ForbiddenError(
@@ -323,11 +340,13 @@ class WebService:
                 {"reason": "origin"},
             )
         self._count_token(config, address)
-        if config.access.web_client == "public":
+        if config.access.mode == "public":
             issued = await self.issue(
                 config, kind="web", sub=None, ttl=config.widget.token_ttl_seconds, previous=request.previous_token
             )
             return issued.answer()
+        if config.access.mode == "oidc":
+            return await self._oidc_web_token(config, bearer(authorization))
         if not bearer(authorization):
             raise UnauthenticatedError(
                 f"the web client of {namespace}/{environment} needs a sign-in: a Kubernetes token of a user who may "
@@ -338,6 +357,19 @@ class WebService:
         await auth.require(user, verb="get", namespace=namespace, resource="environments")
         issued = await self.issue(config, kind="web", sub=f"k8s:{user.username}", ttl=self.settings.web_sign_in_seconds)
         return issued.answer(signed_in_as=user.username)
+
+    async def _oidc_web_token(self, config: BrowserConfig, token: str | None) -> IssuedToken:
+        if token and tokens.is_token(token):
+            try:
+                claims = tokens.verify(await self.keys.key(config.namespace, config.environment), token)
+            except tokens.TokenError as exc:
+                raise UnauthenticatedError(exc.message, {"reason": exc.reason}) from exc
+            if claims.kind == "web" and claims.app == config.app and signed_in_for("oidc", claims.sub):
+                return Issued(token, claims).answer(signed_in_as=claims.sub.removeprefix("oidc:"))
+        raise UnauthenticatedError(
+            f"the web client of {config.namespace}/{config.environment} needs a sign-in with its OpenID provider",
+            {"reason": "sign_in_required", "signIn": "oidc", "signInUrl": "oidc/login"},
+        )
 
     def _count_token(self, config: BrowserConfig, address: str) -> None:
         """Tokens issued to one address, per minute (spec.widget.tokensPerMinutePerAddress; 429 over it)."""
@@ -366,9 +398,9 @@ class WebService:
         if claims.app != config.app:
             raise ForbiddenError(f"this token is for app {claims.app!r}, not {config.app!r}", {"reason": "other_app"})
         if claims.kind == "web":
-            if config.access.web_client == "disabled" or (config.access.web_client == "signIn" and claims.anonymous):
+            if not signed_in_for(config.access.mode, claims.sub):
                 raise UnauthenticatedError(
-                    f"the web client of {namespace}/{environment} is now {config.access.web_client}: sign in again",
+                    f"the web client of {namespace}/{environment} is now {config.access.mode}: sign in again",
                     {"reason": "access_changed"},
                 )
             if origin and not same_origin(origin, host):

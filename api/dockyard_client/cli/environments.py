@@ -106,11 +106,16 @@ def _settings_patch(
     tokens_per_day: int | None,
     config: list[str],
     unset_config: list[str],
+    oidc: dict[str, str | None] | None = None,
 ) -> dict[str, Any]:
-    """The merge patch the options ask for (the allowed origins: the current ones, added to and removed from)."""
+    """The merge patch the options ask for (the allowed origins: the current ones, added to and removed from;
+    ``oidc``: members of spec.access.oidc, an empty value removing clientSecretRef)."""
     patch: dict[str, Any] = {}
     if web_client is not None:
         patch["access"] = {"webClient": web_client}
+    given = {member: (value or None) for member, value in (oidc or {}).items() if value is not None}
+    if given:
+        patch.setdefault("access", {})["oidc"] = given
     widget: dict[str, Any] = {}
     if allow or remove:
         origins = [o for o in current.widget.get("allowedOrigins", []) if o not in remove]
@@ -136,18 +141,46 @@ def _settings_patch(
     return patch
 
 
+def _web_client(access: dict[str, Any]) -> str:
+    """The web client access in words: its value (signIn as kubernetes) and, for oidc, the provider."""
+    mode = access.get("webClient", "public")
+    mode = "kubernetes" if mode == "signIn" else mode
+    oidc = access.get("oidc") or {}
+    if mode == "oidc" and oidc:
+        return f"oidc ({oidc.get('issuer')}, client {oidc.get('clientId')})"
+    return str(mode)
+
+
 @env_app.command(
     "settings",
     epilog="\b\nExamples:\n  dockyard env settings demo-staging\n"
     "  dockyard env settings demo-staging --web-client public --allow-origin https://shop.example.com\n"
     "  dockyard env settings demo-staging --requests-per-minute 60 --config greeting='Hello there'\n"
-    "  dockyard env settings demo-staging --remove-origin https://old.example.com --requests-per-minute 0",
+    "  dockyard env settings demo-staging --remove-origin https://old.example.com --requests-per-minute 0\n"
+    "  dockyard env settings demo-staging --web-client oidc --oidc-issuer https://accounts.example.com \\\n"
+    "      --oidc-client-id dockyard-web --oidc-client-secret-ref web-oidc-client",
 )
 def env_settings(
     ctx: typer.Context,
     environment: Annotated[str, typer.Argument(metavar="ENV")],
     web_client: Annotated[
-        str | None, typer.Option("--web-client", help="who may open the web client page, e.g. public, signIn, disabled")
+        str | None,
+        typer.Option(
+            "--web-client", help="who may use the web client page: public, oidc, kubernetes (signIn) or disabled"
+        ),
+    ] = None,
+    oidc_issuer: Annotated[
+        str | None, typer.Option("--oidc-issuer", help="oidc: the OpenID provider's issuer URL")
+    ] = None,
+    oidc_client_id: Annotated[
+        str | None, typer.Option("--oidc-client-id", help="oidc: the client id registered at the provider")
+    ] = None,
+    oidc_client_secret_ref: Annotated[
+        str | None,
+        typer.Option(
+            "--oidc-client-secret-ref",
+            help="oidc: a Secret of the namespace whose key clientSecret is the client secret ('': a public client)",
+        ),
     ] = None,
     allow: Annotated[
         list[str] | None, typer.Option("--allow-origin", help="a site allowed to embed the widget (repeatable)")
@@ -175,6 +208,7 @@ def env_settings(
         patch = _settings_patch(
             env, web_client, allow or [], remove or [], token_ttl, requests_per_minute, tokens_per_day,
             config or [], unset_config or [],
+            {"issuer": oidc_issuer, "clientId": oidc_client_id, "clientSecretRef": oidc_client_secret_ref},
         )  # fmt: skip
         if patch:
             env = client.change_settings(environment, patch)
@@ -187,7 +221,7 @@ def env_settings(
         limits = env.rate_limits or {}
         fields(
             [
-                ("web client", env.access.get("webClient", "signIn")),
+                ("web client", _web_client(env.access)),
                 ("allowed origins", ", ".join(env.widget.get("allowedOrigins", [])) or "(none)"),
                 ("widget token lifetime", f"{env.widget.get('tokenTtlSeconds', 900)}s"),
                 ("requests per minute", limits.get("requestsPerMinute", "no limit")),

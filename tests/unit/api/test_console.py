@@ -310,14 +310,16 @@ ENV_VIEW = {
 
 def test_settings_form_shows_the_environment() -> None:
     shown = settings.form_values(ENV_VIEW)
-    assert shown["webClient"] == "signIn"
+    assert shown["webClient"] == "kubernetes"  # the deprecated signIn stored, shown as its new name
     assert shown["allowedOrigins"] == "https://a.example"
     assert shown["tokenTtlSeconds"] == "900"
     assert (shown["requestsPerMinute"], shown["tokensPerDay"]) == ("30", "")
     assert shown["configuration"] == "company=Acme\nn=3"
-    assert [v for v, _ in settings.web_client_choices()] == list(get_args(WebClientAccess))
+    assert [v for v, _ in settings.web_client_choices()] == ["public", "oidc", "kubernetes", "disabled"]
+    assert set(get_args(WebClientAccess)) == {"public", "oidc", "kubernetes", "signIn", "disabled"}
+    assert (shown["oidcIssuer"], shown["oidcClientId"], shown["oidcClientSecretRef"]) == ("", "", "")
     defaults = settings.form_values({"name": "draft"})  # the view leaves out what is at its default
-    assert (defaults["webClient"], defaults["tokenTtlSeconds"], defaults["allowedOrigins"]) == ("signIn", "900", "")
+    assert (defaults["webClient"], defaults["tokenTtlSeconds"], defaults["allowedOrigins"]) == ("public", "900", "")
     assert settings.settings_patch({"name": "draft"}, defaults) == ({}, views.FormErrors())
 
 
@@ -376,6 +378,35 @@ def test_settings_form_errors_are_next_to_their_fields() -> None:
     assert settings.field_of("body.metadata") is None
 
 
+def test_settings_oidc_fields_patch_the_provider_with_errors_named() -> None:
+    sent = {**settings.form_values(ENV_VIEW), "webClient": "oidc", "oidcIssuer": " https://id.example.com "}
+    sent["oidcClientId"] = "dockyard-web"
+    patch, errors = settings.settings_patch(ENV_VIEW, sent)
+    assert not errors
+    assert patch == {
+        "access": {
+            "webClient": "oidc",
+            "oidc": {"issuer": "https://id.example.com", "clientId": "dockyard-web", "clientSecretRef": None},
+        }
+    }
+    assert EnvironmentSettings.model_validate(patch).spec_patch() == patch
+    configured = {**ENV_VIEW, "access": {"webClient": "oidc", "oidc": patch["access"]["oidc"]}}
+    shown = settings.form_values(configured)
+    assert (shown["webClient"], shown["oidcIssuer"]) == ("oidc", "https://id.example.com")
+    patch, _ = settings.settings_patch(configured, {**shown, "oidcClientSecretRef": "web-oidc"})
+    assert patch == {"access": {"oidc": {"clientSecretRef": "web-oidc"}}}  # only what changed
+    # oidc without a provider, or a bad issuer: the type's refusal next to the field
+    needs = "Value error, webClient oidc needs access.oidc (the provider's issuer and the client id)"
+    refused = settings.errors_from_api("x", [{"field": "body.access.oidc", "message": needs}])  # the service's
+    assert refused.of("oidcIssuer") == [needs]
+    with pytest.raises(ValidationError) as caught:
+        EnvironmentSettings.model_validate({"access": {"oidc": {"issuer": "http://id.example.com", "clientId": ""}}})
+    errors = settings.errors_from(caught.value)
+    assert errors.of("oidcIssuer")
+    assert errors.of("oidcClientId")
+    assert settings.field_of("body.access.oidc.clientSecretRef") == "oidcClientSecretRef"
+
+
 def test_allow_a_site_adds_its_origin_once() -> None:
     assert settings.allow_patch(ENV_VIEW, " https://b.example/ ") == {
         "widget": {"allowedOrigins": ["https://a.example", "https://b.example"]}
@@ -401,7 +432,8 @@ def test_settings_tab_and_allow_a_site_show_errors_next_to_fields() -> None:
         "settings", errors={"settings": errors}, settings=shown, webClientChoices=settings.web_client_choices()
     )
     assert 'action="/console/ns/x/environments/bot-prod/settings"' in html
-    assert '<option value="signIn" selected>' in html
+    assert '<option value="kubernetes" selected>' in html
+    assert 'id="oidcIssuer" name="oidcIssuer" value=""' in html
     assert ">nope</textarea>" in html
     assert '<p class="field-error" id="allowedOrigins-error" role="alert">&lt;i&gt;not an origin&lt;/i&gt;</p>' in html
     assert 'aria-describedby="allowedOrigins-help allowedOrigins-error" aria-invalid="true"' in html

@@ -80,6 +80,22 @@ def test_only_the_members_sent_change_and_an_event_names_who_and_what(kube: tupl
         assert member in event["message"]
 
 
+def test_oidc_members_are_merged_into_the_stored_provider(kube: tuple[FakeKube, TestClient]) -> None:
+    state, http = kube
+    oidc = {"issuer": "https://id.example.com", "clientId": "web", "clientSecretRef": "web-oidc"}
+    resp = http.patch(SETTINGS, json={"access": {"webClient": "oidc", "oidc": oidc}}, headers=ALICE)
+    assert resp.status_code == 200, resp.text
+    resp = http.patch(SETTINGS, json={"access": {"oidc": {"clientSecretRef": None, "clientId": "web2"}}}, headers=ALICE)
+    assert resp.status_code == 200, resp.text
+    assert state.get(ENV)["spec"]["access"] == {  # type: ignore[index]
+        "webClient": "oidc",
+        "oidc": {"issuer": "https://id.example.com", "clientId": "web2"},
+    }
+    assert resp.json()["access"]["oidc"]["clientId"] == "web2"
+    # the deprecated signIn is still accepted (stored Environments carry it)
+    assert http.patch(SETTINGS, json={"access": {"webClient": "signIn"}}, headers=ALICE).status_code == 200
+
+
 def test_null_removes_a_member(kube: tuple[FakeKube, TestClient]) -> None:
     state, http = kube
     resp = http.patch(SETTINGS, json={"rateLimits": None}, headers=ALICE)
@@ -99,6 +115,10 @@ def test_null_removes_a_member(kube: tuple[FakeKube, TestClient]) -> None:
         ({"rateLimits": {"requestsPerMinute": 0}}, "body.rateLimits.requestsPerMinute"),
         ({"rateLimits": {"perHour": 5}}, "body.rateLimits.perHour"),
         ({"appVersion": "1.0.0"}, "body.appVersion"),
+        ({"access": {"webClient": "oidc"}}, "body.access.oidc"),  # the CEL rule's twin, on the merged spec
+        ({"access": {"webClient": "oidc", "oidc": {"clientId": "web"}}}, "body.access.oidc.issuer"),
+        ({"access": {"oidc": {"issuer": "http://id.example.com"}}}, "body.access.oidc.issuer"),  # http elsewhere
+        ({"access": {"oidc": {"issuer": "https://id.example.com", "clientId": "a b"}}}, "body.access.oidc.clientId"),
     ],
 )
 def test_a_bad_setting_is_refused_with_the_field_named_and_nothing_changes(

@@ -73,7 +73,7 @@ def test_origins_access_and_frame_ancestors() -> None:
     assert not same_origin("null", "null")
     spec = EnvironmentSpec.model_validate({"appRef": "bot"})
     assert (spec.access, spec.widget) == (None, None)
-    assert (Access().web_client, WidgetSettings().allowed_origins) == ("signIn", [])
+    assert (Access().web_client, WidgetSettings().allowed_origins) == ("public", [])  # the default (issue #25)
     with pytest.raises(ValueError, match="allowedOrigins"):
         EnvironmentSpec.model_validate({"appRef": "bot", "widget": {"allowedOrigins": ["https://x.test/path"]}})
 

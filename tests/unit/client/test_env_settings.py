@@ -46,3 +46,13 @@ def test_each_option_sets_its_member() -> None:
 def test_a_config_without_a_key_is_a_usage_error() -> None:
     with pytest.raises(typer.BadParameter, match="KEY=VALUE"):
         patch_of(config=["novalue"])
+
+
+def test_oidc_options_patch_the_provider() -> None:
+    oidc = {"issuer": "https://id.example.com", "clientId": "web", "clientSecretRef": None}
+    assert patch_of(web_client="oidc", oidc=oidc) == {
+        "access": {"webClient": "oidc", "oidc": {"issuer": "https://id.example.com", "clientId": "web"}}
+    }
+    assert patch_of(oidc={"issuer": None, "clientId": None, "clientSecretRef": ""}) == {
+        "access": {"oidc": {"clientSecretRef": None}}  # '': a public client (the Secret's name removed)
+    }

@@ -103,7 +103,11 @@ RULE_CASES: list[tuple[type[KubeObject], int, str, Edit, str | None]] = [
     (App, 0, "duplicate agent", _duplicate_agent, "uplicate"),
     (App, 0, "duplicate agent tool", _duplicate_agent_tool, "uplicate"),
     (App, 0, "unpinned tool in the draft", _unpin_weather, None),
-]
+    (Environment, 0, "oidc without its provider", _spec(access={"webClient": "oidc"}), "webClient oidc needs"),
+    (Environment, 0, "oidc with its provider",
+     _spec(access={"webClient": "oidc", "oidc": {"issuer": "https://id.example.com", "clientId": "web"}}), None),
+    (Environment, 0, "signIn (deprecated) still accepted", _spec(access={"webClient": "signIn"}), None),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(

@@ -32,6 +32,7 @@ from dockyard_api.management.schemas import (
 )
 from dockyard_core import audit, requestid
 from dockyard_core.errors import ConflictError, DockyardError, InvalidError
+from dockyard_core.resources.cel import RuleViolation
 from dockyard_core.resources.v1alpha1 import API_VERSION, DEPLOY_REQUEST_ANNOTATION, Environment
 from dockyard_core.resources.v1alpha1.environment import Access, EnvironmentSpec, WidgetSettings
 
@@ -40,6 +41,12 @@ _TIME = TypeAdapter(datetime)
 
 def environment_view(env: Environment) -> EnvironmentView:
     return EnvironmentView(**_view_fields(env))
+
+
+def _location(error: Any) -> list[str]:
+    """A validation error's location; a failed CEL-twin rule adds the field it names (access.oidc)."""
+    cause = (error.get("ctx") or {}).get("error")
+    return [str(p) for p in error["loc"]] + list(cause.field_path if isinstance(cause, RuleViolation) else ())
 
 
 def _view_fields(env: Environment) -> dict[str, Any]:
@@ -63,7 +70,7 @@ def _view_fields(env: Environment) -> dict[str, Any]:
         "app_id": st.app_id,
         "curl_script": st.curl_script,
         "embed_code": st.embed_code,
-        "access": access or Access(web_client="signIn"),
+        "access": access or Access(),
         "widget": widget or WidgetSettings(allowed_origins=[]),
         "rate_limits": spec.rate_limits,
         "history": st.history,
@@ -194,19 +201,23 @@ class EnvironmentService(CallerService):
                 "nothing to change: send one or more of access, widget, rateLimits, configuration",
                 [{"field": "body", "message": "no settings member"}],
             )
-        env = await self.environment(namespace, name)
-        try:
-            EnvironmentSpec.model_validate(merge_patch(env.to_manifest()["spec"], patch))
-        except ValidationError as exc:
-            details = [
-                {"field": ".".join(["body", *(str(p) for p in e["loc"])]), "message": e["msg"]} for e in exc.errors()
-            ]
-            shown = "; ".join(f"{d['field']}: {d['message']}" for d in details[:3])
-            raise InvalidError(f"the settings are not valid: {shown}", details) from None
         change = {"metadata": {"annotations": requestid.as_annotation()}, "spec": patch}
-        patched = await self.repos.environments.merge(
-            namespace, name, change, resource_version=env.metadata.resource_version
-        )
+        for attempt in range(3):  # the operator may write the object between the read and the patch: read again
+            env = await self.environment(namespace, name)
+            try:
+                EnvironmentSpec.model_validate(merge_patch(env.to_manifest()["spec"], patch))
+            except ValidationError as exc:
+                details = [{"field": ".".join(["body", *_location(e)]), "message": e["msg"]} for e in exc.errors()]
+                shown = "; ".join(f"{d['field']}: {d['message']}" for d in details[:3])
+                raise InvalidError(f"the settings are not valid: {shown}", details) from None
+            try:
+                patched = await self.repos.environments.merge(
+                    namespace, name, change, resource_version=env.metadata.resource_version
+                )
+                break
+            except ConflictError:
+                if attempt == 2:
+                    raise
         changes = ", ".join(f"{path}={json.dumps(value)}" for path, value in changed_members(patch))
         await record_event(
             self.repos.kube,

@@ -82,6 +82,13 @@
     this.key = "dockyard-chat:v1:" + opts.mode + ":" + BASE + ":" + opts.appId;
     this.data = load(this.key);
     if (!this.data.transcript) this.data.transcript = [];
+    var handed = opts.mode === "page" && /(?:^#|&)dockyard-sign-in=([^&]+)/.exec(location.hash);
+    if (handed) {  // back from the OpenID provider: the facade's callback handed over a token; confirmed below
+      this.signIn = decodeURIComponent(handed[1]);
+      this.handoff = true;
+      this.data.token = null;
+      try { history.replaceState(null, "", location.pathname + location.search); } catch (e) { /* kept */ }
+    }
     this.busy = false;
     this.host = el("div", { "data-dockyard-chat": opts.appId });
     container.appendChild(this.host);
@@ -223,8 +230,13 @@
           return d.token;
         });
       }, function () { throw new Error("Cannot reach the chat service. Check your connection and try again."); })
-      .then(function (t) { self.tokenPromise = null; return t; }, function (e) { self.tokenPromise = null; self.tokenFailed(e); throw e; });
+      .then(function (t) { self.tokenPromise = null; self.endHandoff(); return t; },
+        function (e) { self.tokenPromise = null; self.endHandoff(); self.tokenFailed(e); throw e; });
     return this.tokenPromise;
+  };
+
+  Chat.prototype.endHandoff = function () {
+    if (this.handoff) { this.handoff = false; this.signIn = null; }
   };
 
   // A page carrying an API key whose call the browser blocked (CORS): the environment may list its allowed
@@ -247,6 +259,7 @@
     var e = new Error(err.message || "The chat service answered " + res.status + ".");
     e.status = res.status;
     e.reason = (err.details && err.details.reason) || err.code;
+    e.signIn = err.details && err.details.signIn;
     e.retryAfter = res.headers.get("Retry-After");
     return e;
   }
@@ -262,12 +275,28 @@
         "the environment's allowed origins.");
       this.setEnabled(false);
       log("error", e.message);
+    } else if (e.signIn === "oidc") {
+      this.showProviderSignIn(e.message);
     } else if (e.reason === "sign_in_required" || e.reason === "access_changed") {
       this.showSignIn(e.message);
     } else {
       this.say(e.message);
       log("error", e.message);
     }
+  };
+
+  // oidc: the sign-in happens at the environment's OpenID provider, which sends the browser back here
+  Chat.prototype.showProviderSignIn = function (why) {
+    if (this.signInForm) return;
+    this.setEnabled(false);
+    var button = el("button", { class: "s", type: "submit", text: "Sign in" });
+    this.signInForm = el("form", { class: "si", "aria-label": "Sign in", onsubmit: function (ev) {
+      ev.preventDefault();
+      location.assign(BASE + "/web/oidc/login");
+    } }, [button]);
+    this.say(why);
+    this.panel.insertBefore(this.signInForm, this.form);
+    button.focus();
   };
 
   Chat.prototype.showSignIn = function (why) {

@@ -8,7 +8,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import Field
 
 from dockyard_core.resources.base import DockyardModel, field_rules
-from dockyard_core.resources.cel import immutable
+from dockyard_core.resources.cel import Rule, immutable
 from dockyard_core.resources.crdinfo import AGE, CrdInfo, PrinterColumn
 from dockyard_core.resources.v1alpha1.common import Description, DisplayName, ObjectName, Resource, SemVer, StatusBase
 
@@ -31,7 +31,9 @@ class RateLimits(DockyardModel):
     total has reached it (the call that crosses it completes); absent: no limit."""
 
 
-WebClientAccess = Literal["public", "signIn", "disabled"]
+WebClientAccess = Literal["public", "oidc", "kubernetes", "signIn", "disabled"]
+"""Who may use the web client: public, oidc, kubernetes, disabled; signIn is the deprecated name of kubernetes
+(kept because stored Environments carry it)."""
 Origin = Annotated[
     str,
     Field(
@@ -42,13 +44,82 @@ Origin = Annotated[
 """A web origin as browsers send it: scheme://host[:port], no path and no trailing slash; ``*`` is any site."""
 
 
+IssuerUrl = Annotated[
+    str,
+    Field(
+        max_length=2048,
+        pattern=r"^(https://[^\s?#]+|http://(127\.0\.0\.1|localhost|\[::1\])(:[0-9]{1,5})?(/[^\s?#]*)?)$",
+    ),
+]
+"""An OpenID Connect issuer: an https URL (no query or fragment); http only on the loopback address (tests,
+a provider beside the facade)."""
+
+
+ClientId = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[\x21-\x7e]+$")]
+"""An OAuth client id as registered at the provider (printable ASCII, no spaces)."""
+Scopes = Annotated[list[Annotated[str, Field(pattern=r"^[\x21\x23-\x5b\x5d-\x7e]{1,64}$")]], Field(max_length=16)]
+"""OAuth scopes (RFC 6749 §3.3 scope tokens)."""
+
+
+class OidcSettings(DockyardModel):
+    """The OpenID Connect provider the web client's users sign in with (webClient: oidc). Register
+    {webClientUrl}oidc/callback as a redirect URI of the client at the provider."""
+
+    issuer: IssuerUrl
+    """The provider's issuer URL (its discovery document is {issuer}/.well-known/openid-configuration, and
+    the ID tokens' iss must be exactly this), e.g. https://accounts.example.com."""
+    client_id: ClientId
+    """The client id registered at the provider (the ID tokens' aud must contain it)."""
+    client_secret_ref: ObjectName | None = None
+    """Name of a Secret in the environment's namespace whose key clientSecret is the client secret;
+    absent: a public client (authorization code with PKCE only)."""
+    scopes: Scopes = Field(default_factory=lambda: ["openid", "email", "profile"])
+    """The scopes asked for (openid is always added)."""
+
+
 class Access(DockyardModel):
     """Who may open the environment's browser pages."""
 
-    web_client: WebClientAccess = "signIn"
-    """The web client page (status.urls.webClientUrl): public (anyone with the URL chats, as an anonymous
-    end user; no API key in the browser), signIn (a person signs in with a Kubernetes token allowed to get
-    this Environment; the default) or disabled (the page answers 404)."""
+    cel_rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            "!has(self.webClient) || self.webClient != 'oidc' || has(self.oidc)",
+            "webClient oidc needs access.oidc (the provider's issuer and the client id)",
+            check=lambda a: a.web_client != "oidc" or a.oidc is not None,
+            field_path=".oidc",
+            reason="FieldValueRequired",
+        ),
+    )
+
+    web_client: WebClientAccess = "public"
+    """The web client page (status.urls.webClientUrl): public (the default: anyone with the URL chats as
+    an anonymous end user, bounded by spec.widget's per-user and per-address limits; no API key in the
+    browser), oidc (a person signs in with the OpenID Connect provider of access.oidc and chats as that
+    user), kubernetes (a person pastes a Kubernetes token allowed to get this Environment; signIn is its
+    deprecated name) or disabled (the page answers 404)."""
+    oidc: OidcSettings | None = None
+    """The OpenID Connect provider of webClient oidc."""
+
+    @property
+    def mode(self) -> Literal["public", "oidc", "kubernetes", "disabled"]:
+        """webClient with the deprecated signIn read as kubernetes."""
+        return "kubernetes" if self.web_client == "signIn" else self.web_client
+
+
+class OidcPatch(DockyardModel):
+    """A JSON merge patch of access.oidc (the settings API's body): the members sent change, null removes
+    one; the merged Access is validated as such."""
+
+    issuer: IssuerUrl | None = None
+    client_id: ClientId | None = None
+    client_secret_ref: ObjectName | None = None
+    scopes: Scopes | None = None
+
+
+class AccessPatch(DockyardModel):
+    """A JSON merge patch of spec.access (the settings API's body): webClient, and members of oidc."""
+
+    web_client: WebClientAccess | None = None
+    oidc: OidcPatch | None = None
 
 
 class WidgetSettings(DockyardModel):
@@ -100,7 +171,7 @@ class EnvironmentSpec(DockyardModel):
     rate_limits: RateLimits | None = None
     """Rate limits of the deployed app; absent: none (the checklist's "Rate limits set" is NotDone)."""
     access: Access | None = None
-    """Who may open the web client page; absent: signIn."""
+    """Who may open the web client page; absent: public."""
     widget: WidgetSettings | None = None
     """The embeddable widget: allowed sites, token lifetime, per-user and per-address limits; absent: no
     site may embed it."""
