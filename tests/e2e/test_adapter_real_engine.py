@@ -35,12 +35,12 @@ from dockyard_localcluster.engines import LOCAL_ENDPOINT_ANNOTATION, EngineRunne
 from dockyard_localcluster.images.inputs import llama_server_context
 from dockyard_localcluster.tinymodel import LORA_BASE, LORA_TARGET, tiny_lora_tar, write_tiny_gguf
 from tests.support.cluster import E2ECluster
-from tests.support.dockyard import create, get
+from tests.support.dockyard import create, get, model_deployment, wait_job
 from tests.support.engines import llama_server
-from tests.support.publicapi import api_key
+from tests.support.publicapi import ImportClient, api_key
 from tests.support.runners import RunningFacade, run_facade, run_operator
 
-from .test_local_engines import pods_of, ready
+from .test_local_engines import import_file, pods_of, ready
 
 ENV = "dev"
 DOCKYARD = str(Path(sys.executable).parent / "dockyard")
@@ -196,3 +196,32 @@ def test_the_readme_adapter_example_serves_the_lora_on_its_base_from_adapter_con
         "--base-model", lora,
     )  # fmt: skip
     assert conflict.returncode == 5, conflict.stdout + conflict.stderr
+
+
+def test_a_kubectl_deployment_of_an_adapter_finds_its_base_or_says_what_to_do(
+    api: client.ApiClient, namespace: str, facade: RunningFacade, tmp_path: Path
+) -> None:
+    """A ModelDeployment made with kubectl for an adapter without spec.baseModel: FAILED AdapterWithoutBase
+    naming what adapter_config.json named and the fixes while no Model matches; once the base is imported,
+    the operator serves the adapter on it (without writing spec.baseModel: that is the deploy's or a person's)."""
+    create(api, namespace, "environments", "Environment", ENV, {"appRef": "app"})
+    imports = ImportClient(facade.client, namespace, ENV, api_key(api, namespace, ENV))
+    lora = import_file(imports, "tiny-lora.tar", "tar", tiny_lora_tar(tmp_path / "lora"), is_adapter=True)
+    model_deployment(api, namespace, "first", model=lora, modelType="fineTune")
+    failed = wait_job(api, namespace, "modeldeployments", "first", "FAILED")
+    assert failed["reason"] == "AdapterWithoutBase"
+    assert f"names base model '{LORA_BASE}'" in failed["message"]
+    assert "--base-model" in failed["message"]
+    assert f"kubectl patch models.dockyard.dev {lora}" in failed["message"]
+
+    write_tiny_gguf(tmp_path / "dockyard-tiny-llama.gguf")
+    base = import_file(
+        imports, "dockyard-tiny-llama.gguf", "gguf", (tmp_path / "dockyard-tiny-llama.gguf").read_bytes()
+    )
+    model_deployment(api, namespace, "second", model=lora, modelType="fineTune")
+    wait_job(api, namespace, "modeldeployments", "second", "SUCCESS", timeout=120)
+    [pod] = pods_of(api, namespace, "second")
+    args = pod["spec"]["containers"][0]["args"]
+    assert args[args.index("--model") + 1] == f"/models/models/{namespace}/{base}/dockyard-tiny-llama.gguf"
+    assert "--lora" in args
+    assert "baseModel" not in get(api, namespace, "models", lora)["spec"]

@@ -106,7 +106,7 @@ def import_tiny_ct2_model(imports: ImportClient, directory: Path) -> str:
     return import_file(imports, "tiny-ct2.tar", "tar", buf.getvalue())
 
 
-def import_file(imports: ImportClient, name: str, extension: str, data: bytes) -> str:
+def import_file(imports: ImportClient, name: str, extension: str, data: bytes, *, is_adapter: bool = False) -> str:
     chunk = 200 * 1024
     parts = [data[i : i + chunk] for i in range(0, len(data), chunk)]
     start = imports.start(
@@ -116,6 +116,7 @@ def import_file(imports: ImportClient, name: str, extension: str, data: bytes) -
         fileName=name,
         fileSize=len(data),
         sha256=hashlib.sha256(data).hexdigest(),
+        isAdapter=is_adapter,
     )
     assert start.status_code == 200, start.text
     session = start.json()
