@@ -28,6 +28,7 @@ from dockyard_api.management.catalog.service import CatalogService
 from dockyard_api.management.environments.service import EnvironmentService
 from dockyard_api.management.keys.service import KeyService
 from dockyard_api.management.services import Management
+from dockyard_api.management.tooltests.service import ToolTestService
 from dockyard_api.management.usage.service import UsageService
 from dockyard_api.params import (
     AppId,
@@ -82,6 +83,7 @@ __all__ = [
     "SessionId",
     "Settings",
     "ToolId",
+    "ToolTestsDep",
     "UsageDep",
     "VersionParam",
     "Web",
@@ -282,13 +284,18 @@ async def get_usage_service(user: KubeUser, auth: Auth, store: ConversationDb) -
     return UsageService(store, auth, user)
 
 
+async def get_tool_test_service(repos: CallerRepositories, auth: Auth, runtime: RuntimeDep) -> ToolTestService:
+    return ToolTestService(repos, auth, runtime)
+
+
 AppsDep = Annotated[AppService, Depends(get_app_service)]
 EnvironmentsDep = Annotated[EnvironmentService, Depends(get_environment_service)]
 KeysDep = Annotated[KeyService, Depends(get_key_service)]
 CatalogDep = Annotated[CatalogService, Depends(get_catalog_service)]
 UsageDep = Annotated[UsageService, Depends(get_usage_service)]
+ToolTestsDep = Annotated[ToolTestService, Depends(get_tool_test_service)]
 
 
 def management_of(state: AppState, user: User) -> Management:
     """Every management service acting as ``user``: for the console's pages (no route dependencies there)."""
-    return Management.of(Repositories.of(state.kube, user), state.authenticator, state.store)
+    return Management.of(Repositories.of(state.kube, user), state.authenticator, state.store, state.runtime)

@@ -231,6 +231,10 @@ class Calls:
     def delete_environment(self, environment: str) -> Call:
         return Call("DELETE", f"{self.mgmt()}/environments/{_q(environment)}", "kube", params={"confirm": environment})
 
+    def test_tool(self, environment: str, tool: str, arguments: dict[str, Any]) -> Call:
+        body = {"tool": tool, "arguments": arguments}
+        return Call("POST", f"{self.mgmt()}/environments/{_q(environment)}/tooltests", "kube", json=body)
+
     def create_api_key(self, environment: str, name: str) -> Call:
         return Call("POST", f"{self.mgmt()}/environments/{_q(environment)}/apikeys", "kube", json={"name": name})
 

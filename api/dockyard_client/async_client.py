@@ -28,6 +28,7 @@ from dockyard_client.models import (
     JobRecord,
     NewApiKey,
     SessionState,
+    ToolTestResult,
 )
 from dockyard_client.sse import ServerSentEvent, SSEParser
 
@@ -198,6 +199,10 @@ class AsyncDockyardClient(ClientBase):
     async def usage(self, environment: str, since: str | None = None, until: str | None = None) -> dict[str, Any]:
         found: dict[str, Any] = await self.send(self.calls.usage(environment, since, until))
         return found
+
+    async def test_tool(self, environment: str, tool: str, arguments: dict[str, Any] | None = None) -> ToolTestResult:
+        """Test-call a tool of the version active in ``environment`` (``<server>/<tool>`` for an MCP tool)."""
+        return ToolTestResult.model_validate(await self.send(self.calls.test_tool(environment, tool, arguments or {})))
 
     async def create_api_key(self, environment: str, name: str) -> NewApiKey:
         return NewApiKey.model_validate(await self.send(self.calls.create_api_key(environment, name)))

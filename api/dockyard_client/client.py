@@ -39,6 +39,7 @@ from dockyard_client.models import (
     JobRecord,
     NewApiKey,
     SessionState,
+    ToolTestResult,
 )
 from dockyard_client.sse import ServerSentEvent, SSEParser
 
@@ -230,6 +231,10 @@ class DockyardClient(ClientBase):
         return found
 
     # --- management: API keys --------------------------------------------------------------------
+
+    def test_tool(self, environment: str, tool: str, arguments: dict[str, Any] | None = None) -> ToolTestResult:
+        """Test-call a tool of the version active in ``environment`` (``<server>/<tool>`` for an MCP tool)."""
+        return ToolTestResult.model_validate(self.send(self.calls.test_tool(environment, tool, arguments or {})))
 
     def create_api_key(self, environment: str, name: str) -> NewApiKey:
         return NewApiKey.model_validate(self.send(self.calls.create_api_key(environment, name)))

@@ -190,6 +190,23 @@ class DeletedEnvironment(_Answer):
     message: str = ""
 
 
+class ToolTestResult(_Answer):
+    """A tool test call's outcome (recorded by the facade; the checklist reads it)."""
+
+    environment: str
+    app_version: str
+    tool: str
+    tool_version: str = ""
+    target: str = ""
+    passed: bool
+    result: str = ""
+    error: str = ""
+    at: str | None = None
+    by: str = ""
+    duration_ms: int = 0
+    recorded_on: str = ""
+
+
 class ApiKey(_Answer):
     id: str
     name: str

@@ -21,6 +21,7 @@ from dockyard_core.resources.v1alpha1 import (
     HistoryEntry,
 )
 from dockyard_core.resources.v1alpha1.tool import tool_deployment_name
+from dockyard_core.tooltests import untested, wanted
 
 DRAFT = "draft"
 HISTORY_LIMIT = 100
@@ -158,12 +159,14 @@ def checklist(
     key_count: int,
     version_found: bool,
     rate_limits: Mapping[str, Any] | None = None,
+    tested: ToolTesting | None = None,
 ) -> list[ChecklistItem]:
     """The pre-production checklist (docs/apps-environments.md, "Pre-production checklist"): computed where
     the cluster tells, Manual where it cannot.
 
     ``tool_jobs``: ToolDeployment name -> dock status of its latest job (None: none yet).
     ``rate_limits``: the Environment's ``spec.rateLimits``.
+    ``tested``: the recorded tool test calls of the version and this environment's deployments of its tools.
     """
     content = content or {}
     agents = content.get("agents") or []
@@ -179,7 +182,7 @@ def checklist(
 
     manual = "Dockyard cannot tell from the cluster: check by hand"
     add("Configuration", "Agents tested", "Manual", manual)
-    add("Configuration", "Tools deployed and tested", *_tools_item(content, tool_jobs, version_found))
+    add("Configuration", "Tools deployed and tested", *_tools_item(content, tool_jobs, version_found, tested))
     add("Configuration", "Knowledge bases connected and indexed", "Manual", manual)
     add("Configuration", "Guardrails enabled", "Manual", manual)
     add("Configuration", "PII protection configured", "Manual", manual)
@@ -214,27 +217,39 @@ def checklist(
     return items
 
 
-NO_TEST_RECORD = (
-    "Dockyard records no test call of a tool: it would be computed from a passing test call per tool "
-    "version recorded by Dockyard (none exists yet); test each tool by hand meanwhile"
-)
+TEST_HOW = "test-call each: dockyard tool test, POST .../environments/{env}/tooltests or the console's Test"
+
+
+@dataclass(frozen=True)
+class ToolTesting:
+    """What the item "Tools deployed and tested" reads besides the version: where it is deployed and tested."""
+
+    environment: str
+    version: str
+    tests: Sequence[Mapping[str, Any]]
+    """The version's (or the draft App's) status.toolTests."""
+    revisions: Mapping[str, str]
+    """ToolDeployment name -> its <uid>/<generation> (dockyard_core.tooltests.revision)."""
 
 
 def _tools_item(
-    content: Mapping[str, Any], tool_jobs: Mapping[str, str | None], version_found: bool
+    content: Mapping[str, Any], tool_jobs: Mapping[str, str | None], version_found: bool, tested: ToolTesting | None
 ) -> tuple[str, str]:
-    """The item "Tools deployed and tested": Done only when every tool of the version is deployed (its ToolDeployment
-    SUCCESS) and tested (a passing test call recorded per tool). Dockyard records no tool test calls, so a
-    version with tools is NotDone, its detail naming the tools and what would compute the item."""
-    tools = [f"{t['name']} {t['version']}" for t in content.get("toolVersions") or []]
-    if not tool_jobs and not tools:
+    """The item "Tools deployed and tested": Done only when every tool of the version is deployed (its
+    ToolDeployment SUCCESS) and has a passing test call recorded against its current deployment in this
+    environment (dockyard_core.tooltests: HTTP tools, the MCP tools the agents name, and each MCP server
+    whose tools no agent names); otherwise NotDone, naming what is not deployed and what is untested."""
+    wants = wanted(content, tested.environment if tested else "", tested.revisions if tested else {})
+    if not tool_jobs and not wants:
         return ("Done" if version_found else "NotDone"), "the version uses no tools"
     failing = sorted(n for n, s in tool_jobs.items() if s != "SUCCESS")
-    deployed = (
-        f"not deployed (not SUCCESS): {_names(failing)}" if failing else f"{len(tool_jobs)} tool deployment(s) SUCCESS"
-    )
-    untested = _names(tools or sorted(tool_jobs))
-    return "NotDone", f"{deployed}; no test call recorded for tools {untested}: {NO_TEST_RECORD}"
+    missing = untested(wants, tested.tests, tested.environment, tested.version) if tested else [w.label for w in wants]
+    if not failing and not missing:
+        return "Done", f"{len(wants)} tool(s) deployed and tested: a passing test call recorded for each"
+    parts = [f"not deployed (not SUCCESS): {_names(failing)}"] if failing else []
+    if missing:
+        parts.append(f"no passing test call against the current deployment: {_names(missing)} ({TEST_HOW})")
+    return "NotDone", "; ".join(parts)
 
 
 def _names(names: Sequence[str], shown: int = 6) -> str:

@@ -12,14 +12,16 @@ from typing import Any
 import httpx
 import pytest
 from kubernetes import client
+from typer.testing import CliRunner
 
 from dockyard_api.settings import ApiSettings
+from dockyard_client.cli.app import app as cli_app
 from dockyard_localcluster.demo import ensure_demo
 from tests.support.cluster import E2ECluster
 from tests.support.dockyard import create, hub_model, model_deployment, patch, wait_job
 from tests.support.dockyard import get_or_empty as get
 from tests.support.runners import RunningFacade, RunningOperator, run_facade, run_operator
-from tests.support.scripted_model import RunningMcp, mcp_server
+from tests.support.scripted_model import RunningMcp, ScriptedModel, mcp_server, scripted_model
 from tests.support.users import Users, kubectl
 from tests.support.waiting import wait_for
 
@@ -550,20 +552,123 @@ def test_checklist_reports_what_the_cluster_knows_and_marks_the_rest_manual(
         timeout=30,
         what="the tool to count",
     )
-    # kwok runs the tool's pods: the tool deployment reaches SUCCESS; deployed is not tested, and Dockyard
-    # records no tool test calls, so the item stays NotDone and says what would compute it
+    # kwok runs the tool's pods: the tool deployment reaches SUCCESS; deployed is not tested: the item stays
+    # NotDone, naming the untested tool and how to test it
     wait_for(
         lambda: _detail(api, namespace, "bot-draft", "Tools deployed and tested").startswith(
-            "1 tool deployment(s) SUCCESS"
+            "no passing test call against the current deployment: search 1.0.0"
         ),
         timeout=60,
         what="the tool deployment to succeed",
     )
     assert _check(api, namespace, "bot-draft", "Tools deployed and tested") == "NotDone"
-    assert "no test call recorded for tools search 1.0.0" in _detail(
-        api, namespace, "bot-draft", "Tools deployed and tested"
-    )
+    assert "dockyard tool test" in _detail(api, namespace, "bot-draft", "Tools deployed and tested")
     assert _check(api, namespace, "bot-draft", "Sensitive data protected") == "Manual"
+
+
+WEATHER_SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+
+
+@pytest.fixture(scope="module")
+def tools_server() -> Iterator[ScriptedModel]:
+    """A real HTTP server for the HTTP tools (127.0.0.1)."""
+    with scripted_model() as server:
+        yield server
+
+
+def _weather(arguments: dict[str, Any]) -> dict[str, Any]:
+    if arguments.get("city") == "nowhere":
+        raise ValueError("no such city")
+    return {"city": arguments.get("city"), "celsius": 12}
+
+
+def _tested(api: client.ApiClient, namespace: str) -> list[dict[str, Any]]:
+    return list((get(api, namespace, "apps", "bot").get("status") or {}).get("toolTests") or [])
+
+
+def test_tool_test_calls_are_recorded_and_make_the_checklist_item_done(
+    api: client.ApiClient, namespace: str, team: Users, facade: RunningFacade, docs: RunningMcp,
+    tools_server: ScriptedModel, cluster: E2ECluster,
+) -> None:  # fmt: skip
+    """An app owner test-calls each tool of the draft in its environment (an HTTP tool at its deployment, an
+    MCP server's tool through the SDK); the calls are recorded in the App's status and the checklist item is
+    Done once each has passed against the current deployment; a recreated ToolDeployment needs a new test."""
+    http, alice, vic = facade.client, team.headers("alice"), team.headers("vic")
+    url = tools_server.tool("weather", _weather)
+    spec = {"name": "weather", "version": "1.0.0", "endpoint": url, "parameters": WEATHER_SCHEMA}
+    create(api, namespace, "tools", "Tool", "weather-1.0.0", spec)
+    draft = {**app_body(docs), "agents": [{**AGENT, "tools": ["weather"]}]}
+    create(api, namespace, "apps", "App", "bot", {k: v for k, v in draft.items() if k != "name"})
+    item = "Tools deployed and tested"
+    wait_for(
+        lambda: _detail(api, namespace, "bot-draft", item).startswith(
+            "no passing test call against the current deployment: weather 1.0.0, MCP server docs (any of its tools)"
+        ),
+        timeout=60,
+        what="the untested tools named",
+    )
+    tests = f"{mgmt(namespace)}/environments/bot-draft/tooltests"
+    refused(http.post(tests, json={"tool": "weather", "arguments": {"city": "Oslo"}}, headers=vic), 403, "tooltests")
+    body = refused(http.post(tests, json={"tool": "weather", "arguments": {}}, headers=alice), 422, "city")
+    assert body["error"]["details"][0]["field"] == "body.arguments"
+    body = refused(http.post(tests, json={"tool": "weather", "arguments": {"city": 5}}, headers=alice), 422)
+    assert body["error"]["details"][0]["field"] == "body.arguments.city"
+    body = refused(http.post(tests, json={"tool": "nope", "arguments": {}}, headers=alice), 404, "no tool 'nope'")
+    assert body["error"]["details"]["field"] == "body.tool"
+    refused(http.post(tests, json={"tool": "docs/nope"}, headers=alice), 404, "does not list a tool 'nope'")
+    assert _tested(api, namespace) == []  # refused before the call: nothing recorded
+    failed = ok(http.post(tests, json={"tool": "weather", "arguments": {"city": "nowhere"}}, headers=alice))
+    assert (failed["passed"], failed["recordedOn"]) == (False, "App bot")
+    assert "HTTP 500" in failed["error"]
+    assert [(t["tool"], t["passed"]) for t in _tested(api, namespace)] == [("weather", False)]
+    passed = ok(http.post(tests, json={"tool": "weather", "arguments": {"city": "Oslo"}}, headers=alice))
+    assert passed["passed"] is True
+    assert '"celsius":12' in passed["result"].replace(" ", "")
+    assert tools_server.tool_requests[-1].body == {"city": "Oslo"}
+    tdep = get(api, namespace, "tooldeployments", "bot-draft-weather-1-0-0")
+    [record] = _tested(api, namespace)  # the newest per environment and tool
+    assert (record["tool"], record["passed"], record["by"]) == ("weather", True, team.name("alice"))
+    assert record["revision"] == f"{tdep['metadata']['uid']}/{tdep['metadata']['generation']}"
+    assert (record["environment"], record["appVersion"], record["toolVersion"]) == ("bot-draft", "draft", "1.0.0")
+    assert _check(api, namespace, "bot-draft", item) == "NotDone"  # the MCP server is untested
+    mcp = ok(http.post(tests, json={"tool": "docs/search", "arguments": {"query": "tls"}}, headers=alice))
+    assert (mcp["passed"], mcp["result"]) == (True, "nothing about tls")
+    assert docs.calls[-1] == ("search", {"query": "tls"})
+    wait_for(lambda: _check(api, namespace, "bot-draft", item) == "Done", timeout=30, what="the item Done")
+    # the CLI makes the same call: exit 0 when it passed, 1 when it failed, 2 when refused (field named)
+    cli = {"DOCKYARD_URL": facade.url, "DOCKYARD_NAMESPACE": namespace, "DOCKYARD_TOKEN": team.tokens["alice"],
+           "DOCKYARD_CONFIG": "/nonexistent"}  # fmt: skip
+    done = CliRunner().invoke(
+        cli_app, ["tool", "test", "bot-draft", "docs/search", "--args", '{"query": "x"}', "--json"], env=cli
+    )
+    assert (done.exit_code, json.loads(done.stdout)["result"]) == (0, "nothing about x"), done.output
+    done = CliRunner().invoke(cli_app, ["tool", "test", "bot-draft", "weather"], env=cli)
+    assert (done.exit_code, "body.arguments" in done.stderr) == (2, True), done.output
+    done = CliRunner().invoke(cli_app, ["tool", "test", "bot-draft", "weather", "--args", '{"city": "Oslo"}'], env=cli)
+    assert (done.exit_code, "celsius" in done.stdout) == (0, True), done.output
+    described = " ".join(kubectl(cluster, "describe", "environment", "bot-draft", "-n", namespace).split())
+    assert "ToolTested" in described
+    assert f"weather 1.0.0 in bot-draft (version draft) by {team.name('alice')}: passed" in described
+    # a new deployment of the tool (another uid) is untested until it is called again
+    client.CustomObjectsApi(api).delete_namespaced_custom_object(
+        "dockyard.dev", "v1alpha1", namespace, "tooldeployments", "bot-draft-weather-1-0-0"
+    )
+    wait_for(
+        lambda: _detail(api, namespace, "bot-draft", item).endswith(
+            "no passing test call against the current deployment: weather 1.0.0 (test-call each: dockyard tool "
+            "test, POST .../environments/{env}/tooltests or the console's Test)"
+        ),
+        timeout=60,
+        what="the recreated deployment to be untested",
+    )
+
+    wait_for(
+        lambda: get(api, namespace, "tooldeployments", "bot-draft-weather-1-0-0").get("status", {}).get("endpoint"),
+        timeout=60,
+        what="the recreated deployment's endpoint",
+    )
+    ok(http.post(tests, json={"tool": "weather", "arguments": {"city": "Oslo"}}, headers=alice))
+    wait_for(lambda: _check(api, namespace, "bot-draft", item) == "Done", timeout=30, what="the item Done again")
 
 
 def test_restore_overwrites_the_draft_and_is_recorded(

@@ -312,8 +312,10 @@ def test_user_clusterroles_render_alone_with_defaults(helm: Helm) -> None:
     for role in (editor, admin):
         assert role["environments/apikeys"] == {"get", "list", "create", "delete"}
         assert role["environments/deploy"] == {"create"}
+        assert role["environments/tooltests"] == {"create"}  # tool test calls (recorded by the facade)
         assert role["apps/restore"] == {"create"}
     assert "environments/apikeys" not in viewer
+    assert "environments/tooltests" not in viewer
     assert set(editor) == set(admin)
 
 

@@ -14,7 +14,9 @@ from dockyard_api.management.apps.service import AppService
 from dockyard_api.management.catalog.service import CatalogService
 from dockyard_api.management.environments.service import EnvironmentService
 from dockyard_api.management.keys.service import KeyService
+from dockyard_api.management.tooltests.service import ToolTestService
 from dockyard_api.management.usage.service import UsageService
+from dockyard_api.runtime.service import AppRuntime
 from dockyard_api.store import ConversationStore
 from dockyard_core.repository import Repositories
 
@@ -28,9 +30,10 @@ class Management:
     keys: KeyService
     catalog: CatalogService
     usage: UsageService
+    tooltests: ToolTestService
 
     @classmethod
-    def of(cls, repos: Repositories, auth: Authenticator, store: ConversationStore) -> Management:
+    def of(cls, repos: Repositories, auth: Authenticator, store: ConversationStore, runtime: AppRuntime) -> Management:
         """The services acting as ``repos.user`` (``repos``: core's repositories acting as the caller)."""
         if repos.user is None:
             raise ValueError("the management services act as a caller: Repositories.of(kube, user)")
@@ -40,4 +43,5 @@ class Management:
             keys=KeyService(repos, auth),
             catalog=CatalogService(repos),
             usage=UsageService(store, auth, repos.user),
+            tooltests=ToolTestService(repos, auth, runtime),
         )

@@ -214,7 +214,7 @@ class McpClient:
                 False, f"MCP tool {tool} of {server.name} did not answer within {limits.timeout_seconds:g}s"
             )
         except Exception as exc:  # the SDK raises many kinds (McpError, httpx errors, ExceptionGroup)
-            return ToolResult(False, f"MCP tool {tool} of {server.name} failed: {_mcp_reason(exc)}")
+            return ToolResult(False, f"MCP tool {tool} of {server.name} failed: {mcp_reason(exc)}")
         parts = []
         for item in result.content:
             text = getattr(item, "text", None)
@@ -235,7 +235,7 @@ class McpClient:
         return out
 
 
-def _mcp_reason(exc: BaseException) -> str:
+def mcp_reason(exc: BaseException) -> str:
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
     text = str(exc)

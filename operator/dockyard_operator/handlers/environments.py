@@ -14,7 +14,7 @@ from dockyard_core.resources.v1alpha1 import ENVIRONMENT_LABEL, VERSION
 from dockyard_operator.context import Context, snapshot
 from dockyard_operator.handlers.events import post_events
 from dockyard_operator.reconcile.environment import environment_deleted as forget_environment
-from dockyard_operator.reconcile.environment import environments_using, reconcile_environment
+from dockyard_operator.reconcile.environment import environments_tested, environments_using, reconcile_environment
 from dockyard_operator.settings import operator_settings
 
 SETTINGS = operator_settings()
@@ -65,6 +65,15 @@ async def environment_model_changed(type: str | None, body: kopf.Body, memo: kop
     """A ModelDeployment whose health changes (its job's status or reason, its Ready condition, its
     deletion) reconciles the environments whose version's agents call it at once."""
     for env in environments_using(memo.ctx, kw["environment_index"], body, deleted=type == "DELETED"):
+        await _reconcile(memo, env, kw)
+
+
+@kopf.on.event(GROUP, VERSION, "apps")
+@kopf.on.event(GROUP, VERSION, "appversions")
+async def environment_tool_tested(type: str | None, body: kopf.Body, memo: kopf.Memo, **kw: Any) -> None:
+    """A tool test call recorded on an App (its draft) or an AppVersion (status.toolTests) reconciles the
+    environments of its app at once: their checklist item "Tools deployed and tested" reads it."""
+    for env in environments_tested(memo.ctx, kw["environment_index"], snapshot(body), deleted=type == "DELETED"):
         await _reconcile(memo, env, kw)
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from dockyard_core import apikeys, audit
+from dockyard_core import apikeys, audit, tooltests
 from dockyard_core.clock import now
 from dockyard_core.conditions import transition
 from dockyard_core.kubeclient import KubeError
@@ -58,6 +58,8 @@ class EnvironmentState:
     """Per Environment uid, the ModelDeployments its version's agents call (as of its last reconcile)."""
     model_signals: dict[str, tuple[str, str]] = field(default_factory=dict)
     """Per ModelDeployment uid, what of it the environments' health depended on when last seen."""
+    tool_tests: dict[str, str] = field(default_factory=dict)
+    """Per App or AppVersion uid, its status.toolTests when last seen (as JSON)."""
 
     def forget(self, uid: str) -> None:
         self.audit_digests.pop(uid, None)  # ``deleted`` keeps the uid
@@ -84,6 +86,28 @@ def environments_using(
         env
         for _, env in in_namespace(environments, meta["namespace"])
         if meta["name"] in state.models.get(env["metadata"]["uid"], frozenset())
+    ]
+
+
+def environments_tested(
+    ctx: Context, environments: Index, holder: Mapping[str, Any], deleted: bool = False
+) -> list[dict[str, Any]]:
+    """The environments to reconcile after a watch event of App or AppVersion ``holder``: those of its app
+    (its checklist item "Tools deployed and tested" reads them), when its recorded tool test calls
+    (status.toolTests) changed since last seen; none otherwise."""
+    state = ctx.state(EnvironmentState)
+    meta = holder["metadata"]
+    if deleted:
+        state.tool_tests.pop(meta["uid"], None)
+        return []
+    seen = json.dumps((holder.get("status") or {}).get("toolTests") or [], sort_keys=True)
+    if state.tool_tests.get(meta["uid"], "[]") == seen:
+        state.tool_tests[meta["uid"]] = seen
+        return []
+    state.tool_tests[meta["uid"]] = seen
+    app = meta["name"] if holder.get("kind") == "App" else (holder.get("spec") or {}).get("appRef")
+    return [
+        env for _, env in in_namespace(environments, meta["namespace"]) if (env.get("spec") or {}).get("appRef") == app
     ]
 
 
@@ -121,17 +145,18 @@ async def reconcile_environment(
         version = envs.desired_version(spec)
         app_obj = await kube.get("apps", namespace, app)
         content: dict[str, Any] | None = None
+        holder: dict[str, Any] | None = None  # the App or AppVersion: its status.toolTests
         problem: tuple[str, str] | None = None
         if app_obj is None:
             problem = ("AppNotFound", f"app {app!r} does not exist")
         elif version == envs.DRAFT:
-            content = app_obj.get("spec") or {}
+            content, holder = app_obj.get("spec") or {}, app_obj
         else:
             found = await kube.get("appversions", namespace, envs.version_object(app, version))
             if found is None:
                 problem = ("VersionNotFound", f"app {app!r} has no version {version}")
             else:
-                content = found["spec"]
+                content, holder = found["spec"], found
 
         status = env.get("status") or {}
         history = [HistoryEntry.model_validate(h) for h in status.get("history") or []]
@@ -144,6 +169,7 @@ async def reconcile_environment(
             new_history = envs.next_history(history, version, deployed_at, deployed_by, action)
 
         tool_jobs: dict[str, str | None] = {}
+        revisions: dict[str, str] = {}
         if content is not None:
             wanted = envs.tool_deployments(env, content)
             for tdep in wanted:
@@ -158,6 +184,7 @@ async def reconcile_environment(
                     await kube.delete("tooldeployments", namespace, tname)
                 else:
                     tool_jobs[tname] = ((tdep.get("status") or {}).get("job") or {}).get("status")
+                    revisions[tname] = tooltests.revision(tdep)
         users = health.agent_models(content)
         ctx.state(EnvironmentState).models[meta["uid"]] = frozenset(users)
         models = {m: health.model_state(await kube.get("modeldeployments", namespace, m)) for m in users}
@@ -168,6 +195,9 @@ async def reconcile_environment(
             key_count=len(keys),
             version_found=content is not None,
             rate_limits=spec.get("rateLimits"),
+            tested=envs.ToolTesting(
+                name, version, ((holder or {}).get("status") or {}).get("toolTests") or [], revisions
+            ),
         )
         urls = envs.urls(ctx.settings.public_url, namespace, name)
         judged = health.environment_health(

@@ -87,22 +87,59 @@ def item(items: list[ChecklistItem], name: str) -> tuple[str, str]:
     return found.state, found.detail
 
 
-def test_tools_are_not_tested_until_a_test_call_per_tool_is_recorded() -> None:
-    """Deployed is not tested: Dockyard records no tool test calls, so the item is never Done for a version
-    with tools, and its detail names the untested tools and what would compute the item."""
-    content = {"toolVersions": [{"name": "weather", "version": "1.0.0"}, {"name": "search", "version": "2.1.0"}]}
+def _test(tool: str, target: str, revision: str = "", **over: object) -> dict[str, object]:
+    record = {"environment": "bot-prod", "tool": tool, "appVersion": "1.0.0", "target": target}
+    return {**record, "revision": revision, "passed": True, "at": "2026-01-01T00:00:00Z", **over}
+
+
+def test_tools_are_tested_only_by_a_passing_test_call_against_the_current_deployment() -> None:
+    """Deployed is not tested: the item is Done only when every tool of the version (HTTP tools, the MCP
+    tools agents name, each MCP server none of whose tools are named) has a passing recorded test call in
+    this environment against its current deployment; otherwise the detail names what is untested."""
+    content = {
+        "toolVersions": [{"name": "weather", "version": "1.0.0"}, {"name": "search", "version": "2.1.0"}],
+        "agents": [{"name": "a", "mcpTools": ["docs/lookup"]}],
+        "mcpServers": [{"name": "docs", "url": "http://docs/mcp"}, {"name": "wiki", "url": "http://wiki/mcp"}],
+    }
     deployed = {"bot-prod-weather-1-0-0": "SUCCESS", "bot-prod-search-2-1-0": "SUCCESS"}
-    state, detail = item(envs.checklist(content=content, tool_jobs=deployed, key_count=1, version_found=True),
-                         "Tools deployed and tested")  # fmt: skip
+    revisions = {"bot-prod-weather-1-0-0": "u1/1", "bot-prod-search-2-1-0": "u2/1"}
+
+    def judged(tests: list[dict[str, object]], jobs: dict[str, str | None] = deployed) -> tuple[str, str]:
+        tested = envs.ToolTesting("bot-prod", "1.0.0", tests, revisions)
+        items = envs.checklist(content=content, tool_jobs=jobs, key_count=1, version_found=True, tested=tested)
+        return item(items, "Tools deployed and tested")
+
+    state, detail = judged([])
     assert state == "NotDone"
-    assert detail.startswith(
-        "2 tool deployment(s) SUCCESS; no test call recorded for tools weather 1.0.0, search 2.1.0"
+    assert detail == (
+        "no passing test call against the current deployment: weather 1.0.0, search 2.1.0, docs/lookup, "
+        f"MCP server wiki (any of its tools) ({envs.TEST_HOW})"
     )
-    assert "passing test call per tool" in detail
+    passing = [
+        _test("weather", "bot-prod-weather-1-0-0", "u1/1"),
+        _test("search", "bot-prod-search-2-1-0", "u2/1"),
+        _test("docs/lookup", "http://docs/mcp"),
+        _test("wiki/anything", "http://wiki/mcp"),
+    ]
+    assert judged(passing)[0] == "Done"
+    # each of these makes one tool untested again
+    stale = [
+        ("weather 1.0.0", 0, {**passing[0], "revision": "u1/2"}),  # another generation of the deployment
+        ("weather 1.0.0", 0, {**passing[0], "revision": "old/1"}),  # a deployment since deleted
+        ("search 2.1.0", 1, {**passing[1], "passed": False, "error": "HTTP 500"}),
+        ("search 2.1.0", 1, {**passing[1], "appVersion": "0.9.0"}),  # another version
+        ("search 2.1.0", 1, {**passing[1], "environment": "bot-staging"}),  # another environment
+        ("docs/lookup", 2, {**passing[2], "tool": "docs/other"}),  # a named tool: that one, not any
+        ("MCP server wiki (any of its tools)", 3, {**passing[3], "target": "http://old-wiki/mcp"}),
+    ]
+    for label, index, replaced in stale:
+        tests = [replaced if n == index else t for n, t in enumerate(passing)]
+        state, detail = judged(tests)
+        assert (state, detail) == ("NotDone", f"no passing test call against the current deployment: {label} "
+                                   f"({envs.TEST_HOW})"), replaced  # fmt: skip
     rolling = {**deployed, "bot-prod-search-2-1-0": "IN_PROGRESS"}
-    state, detail = item(envs.checklist(content=content, tool_jobs=rolling, key_count=1, version_found=True),
-                         "Tools deployed and tested")  # fmt: skip
-    assert (state, detail.split(";")[0]) == ("NotDone", "not deployed (not SUCCESS): bot-prod-search-2-1-0")
+    state, detail = judged(passing, rolling)
+    assert (state, detail) == ("NotDone", "not deployed (not SUCCESS): bot-prod-search-2-1-0")
     many = {"toolVersions": [{"name": f"tool-{n}-" + "x" * 50, "version": "10.10.10"} for n in range(64)]}
     state, detail = item(envs.checklist(content=many, tool_jobs={}, key_count=1, version_found=True),
                          "Tools deployed and tested")  # fmt: skip

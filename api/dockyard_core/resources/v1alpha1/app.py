@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
@@ -10,6 +11,7 @@ from dockyard_core.resources.base import DockyardModel, ListMap, ListSet, name_c
 from dockyard_core.resources.cel import Rule
 from dockyard_core.resources.crdinfo import AGE, CrdInfo, PrinterColumn
 from dockyard_core.resources.v1alpha1.common import (
+    DNS_LABEL_PATTERN,
     Description,
     DisplayName,
     DnsLabel,
@@ -20,6 +22,13 @@ from dockyard_core.resources.v1alpha1.common import (
     StatusBase,
 )
 from dockyard_core.resources.v1alpha1.tool import McpTransport
+
+MCP_TOOL_NAME = r"[A-Za-z0-9_.-]{1,128}"
+"""A tool name as the MCP specification recommends it (1 to 128 of A-Z, a-z, 0-9, _, - and .)."""
+MCP_TOOL_REF_PATTERN = "^" + DNS_LABEL_PATTERN.strip("^$") + "/" + MCP_TOOL_NAME + "$"
+"""``<server>/<tool>``: a tool of an MCP server of the app (an entry of mcpServers, or an MCP Tool)."""
+TOOL_TEST_PATTERN = "^" + DNS_LABEL_PATTERN.strip("^$") + "(/" + MCP_TOOL_NAME + ")?$"
+"""What a tool test call names: an HTTP tool (a DNS label) or ``<server>/<tool>``."""
 
 
 class Agent(DockyardModel):
@@ -115,11 +124,58 @@ class AppVersionSpec(AppContent):
     """Name entered at creation (its "name")."""
 
 
+TOOL_TESTS_LIMIT = 128
+"""At most this many recorded tool test calls per App or AppVersion (the newest per environment and tool)."""
+
+
+class ToolTest(DockyardModel):
+    """One recorded test call of a tool, made by an app owner through Dockyard against the deployment of the
+    tool in one environment (docs/apps-environments.md, "Tool test calls"). Written by the facade only."""
+
+    environment: ObjectName
+    """The Environment (object name) whose deployment of the tool was called."""
+    tool: Annotated[str, Field(min_length=1, max_length=192)]
+    """What was called: an HTTP tool's name, or <server>/<tool> for a tool of an MCP server (an entry of
+    mcpServers, or a Tool with spec.mcp pinned in toolVersions)."""
+    tool_version: Annotated[str, Field(max_length=32)] = ""
+    """The pinned tool version called (empty for the tools of mcpServers)."""
+    app_version: Annotated[str, Field(min_length=1, max_length=32)]
+    """The version the environment served when it was called (draft for the App's draft)."""
+    target: Annotated[str, Field(max_length=2048)] = ""
+    """What answered: the ToolDeployment's name, or the MCP server's URL."""
+    revision: Annotated[str, Field(max_length=128)] = ""
+    """The ToolDeployment's <uid>/<generation> when called (empty for mcpServers): a test of another
+    deployment of the tool does not count."""
+    passed: bool
+    """Whether the call succeeded (an HTTP 2xx answer; an MCP result that is not an error)."""
+    at: datetime
+    """When it was called."""
+    by: Annotated[str, Field(max_length=253)] = ""
+    """Who called it (the Kubernetes user)."""
+    duration_ms: Annotated[int, Field(ge=0)] = 0
+    """How long the call took."""
+    error: Annotated[str, Field(max_length=512)] = ""
+    """Why it failed (empty when it passed), shortened."""
+
+
+ToolTests = Annotated[list[ToolTest], Field(max_length=TOOL_TESTS_LIMIT)]
+
+
+class AppStatus(StatusBase):
+    """Observed state of an App."""
+
+    tool_tests: ToolTests = Field(default_factory=list)
+    """Recorded tool test calls against the draft's deployments (the newest per environment and tool)."""
+
+
 class AppVersionStatus(StatusBase):
     """Observed state of an AppVersion."""
 
     deployed_in: Annotated[list[str], ListSet()] = Field(default_factory=list)
     """Environments where this version is Active (a deployed version cannot be deleted)."""
+    tool_tests: ToolTests = Field(default_factory=list)
+    """Recorded tool test calls against this version's deployments (the newest per environment and tool):
+    the checklist item "Tools deployed and tested" reads them."""
 
 
 class App(Resource):
@@ -136,7 +192,7 @@ class App(Resource):
 
     kind: Literal["App"] = "App"
     spec: AppSpec = Field(default_factory=AppSpec)
-    status: StatusBase = Field(default_factory=StatusBase)
+    status: AppStatus = Field(default_factory=AppStatus)
 
 
 class AppVersion(Resource):

@@ -1,0 +1,1 @@
+"""Management: tool test calls."""

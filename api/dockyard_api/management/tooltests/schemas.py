@@ -1,0 +1,41 @@
+"""Bodies and answers of the tool test calls (docs/apps-environments.md, "Tool test calls")."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from pydantic import Field
+
+from dockyard_api.management.schemas import Body
+from dockyard_core.resources.v1alpha1.app import TOOL_TEST_PATTERN
+
+
+class ToolTestCall(Body):
+    """Call one tool of the version active in the environment, as its agents would."""
+
+    tool: Annotated[str, Field(min_length=1, max_length=192, pattern=TOOL_TEST_PATTERN)]
+    """An HTTP tool's name (toolVersions), or <server>/<tool> for a tool of an MCP server (an entry of
+    mcpServers, or a Tool with spec.mcp pinned in toolVersions)."""
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    """The call's JSON arguments, validated against the tool's JSON Schema before the call."""
+
+
+class ToolTestAnswer(Body):
+    """The call's outcome, as recorded (status.toolTests of the App or AppVersion) plus the tool's answer."""
+
+    environment: str
+    app_version: str
+    tool: str
+    tool_version: str
+    target: str
+    """The ToolDeployment called, or the MCP server's URL."""
+    passed: bool
+    result: str
+    """The tool's answer (as the model would read it), at most 4096 characters here."""
+    error: str
+    at: datetime
+    by: str
+    duration_ms: int
+    recorded_on: str
+    """Where the record is kept: ``AppVersion <name>`` or ``App <name>`` (the draft)."""
