@@ -118,6 +118,15 @@ def test_oidc_sign_in_over_http_with_its_refusals(
         assert error_of(wrong, 401)["details"]["reason"] == "code_refused"  # type: ignore[index]
         client_secret(api, namespace, secret)
 
+        # a public client: no secret, PKCE alone binds the code to this sign-in
+        with run_provider(tmp_path, [("dockyard-spa", "", [f"{base}/web/oidc/callback"])]) as spa:
+            public = {"issuer": spa.issuer, "clientId": "dockyard-spa", "clientSecretRef": None}
+            patch(api, namespace, "environments", "bot-draft", {"spec": {"access": {"oidc": public}}})
+            spa_token = handed_token(sign_in_over_http(httpx.Client(timeout=30), f"{base}/web/oidc/login"))
+            spa_bearer = {**origin, "Authorization": f"Bearer {spa_token}"}
+            assert http.post(f"{base}/web/token", json={}, headers=spa_bearer).json()["signedInAs"] == USER_EMAIL
+        patch(api, namespace, "environments", "bot-draft", {"spec": {"access": {"oidc": oidc}}})
+
         # another issuer: a provider whose discovery names another issuer than the one configured
         clients = [(CLIENT_ID, secret, [f"{base}/web/oidc/callback"])]
         with run_provider(tmp_path, clients, issuer_host="localhost") as other:
