@@ -16,7 +16,7 @@ from playwright.sync_api import Browser, BrowserContext, Page, expect
 from dockyard_core import apikeys
 from dockyard_localcluster.consoleuser import ConsoleUser
 from tests.browser.conftest import Facade, deploy_bot
-from tests.support.dockyard import create
+from tests.support.dockyard import create, get
 from tests.support.dockyard import get_or_empty as get_or_none
 from tests.support.scripted_model import Reply, ScriptedModel
 from tests.support.users import Users
@@ -254,13 +254,18 @@ def test_console_lifecycle_and_viewer(
 
     # models and tools: the Model (phase, format; an adapter's base), the ModelDeployment and the ToolDeployments
     # with dock status
-    lora = {"source": {"hub": {"id": "dockyard-dev/tiny-lora"}}, "isAdapter": True, "baseModel": "tiny"}
+    lora = {"source": {"hub": {"id": "dockyard-dev/tiny-lora"}}, "isAdapter": True}
     create(api, namespace, "models", "Model", "tiny-lora", lora)
     page.get_by_role("link", name="Models and tools").click()
     models = page.get_by_role("table", name="Models")
     expect(models).to_contain_text("tiny")
     expect(models).to_contain_text("ReadyToDeploy")
+    expect(models.locator("tr", has_text="tiny-lora")).to_contain_text("base not chosen yet")
+    page.get_by_label("Base model for adapter tiny-lora").select_option("tiny")  # the adapter's base, chosen here
+    page.get_by_role("button", name="Serve on this base").click()
+    expect(page.locator(".flash")).to_contain_text("Adapter tiny-lora is served on tiny")
     expect(models.locator("tr", has_text="tiny-lora")).to_contain_text("adapter on tiny")
+    assert get(api, namespace, "models", "tiny-lora")["spec"]["baseModel"] == "tiny"
     deployments = page.get_by_role("table", name="Model deployments")
     expect(deployments.locator("tr", has_text="tiny")).to_contain_text("SUCCESS")
     tools = page.get_by_role("table", name="Tool deployments")

@@ -2,14 +2,15 @@
 of a namespace, and the Models, ModelDeployments and ToolDeployments with their dock status, read as
 the calling Kubernetes user. The console's pickers and its Models and tools page read these.
 
-:class:`CatalogService` reads only, so it needs no authenticator: ``CatalogService(repos)`` with core's
-repositories acting as the caller (:mod:`dockyard_api.management.base` for the other services).
+:class:`CatalogService` reads, and sets an adapter's base model (once, :meth:`CatalogService.choose_base_model`),
+with core's repositories acting as the caller, so RBAC decides and it needs no authenticator:
+``CatalogService(repos)`` (:mod:`dockyard_api.management.base` for the other services).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from dockyard_api.management.schemas import (
     AgentVersionList,
@@ -24,7 +25,9 @@ from dockyard_api.management.schemas import (
     ToolList,
     ToolView,
 )
+from dockyard_core.errors import ConflictError, InvalidRequestError
 from dockyard_core.jobs import JobRecord, JobTarget
+from dockyard_core.modelformats import adapter_refusal
 from dockyard_core.repository import Repositories
 from dockyard_core.resources.v1alpha1 import (
     ENVIRONMENT_LABEL,
@@ -49,6 +52,12 @@ def _ready(status: StatusBase) -> ReadyView | None:
         if cond.type == READY:
             return ReadyView(status=cond.status, reason=cond.reason, message=cond.message)
     return None
+
+
+def _refuse(message: str) -> NoReturn:
+    raise InvalidRequestError(
+        f"the request is not valid: baseModel: {message}", [{"field": "baseModel", "message": message}]
+    )
 
 
 def _name(obj: Resource) -> str:
@@ -157,6 +166,29 @@ class CatalogService:
     async def list_models(self, namespace: str) -> ModelList:
         found = (model_view(m) for m in await self.repos.models.select(namespace))
         return ModelList(items=sorted(found, key=lambda m: m.model_id))
+
+    async def choose_base_model(self, namespace: str, model_id: str, base_model: str) -> ModelView:
+        """Set an adapter's spec.baseModel (once) as the caller: the Model to serve it on, chosen in the console
+        (the public deploy's body and ``dockyard deploy model --base-model`` do the same). 404 for an unknown
+        adapter; 422 naming baseModel for a model that is not an adapter, an unknown base, a base that is an
+        adapter, or a pair no engine serves; 409 when another base is set already."""
+        adapter = await self.repos.models.get(namespace, model_id, missing=f"model {model_id!r} not found")
+        if not adapter.spec.is_adapter:
+            _refuse(f"model {model_id!r} is not an adapter: only an adapter is served on a base model")
+        if adapter.spec.base_model:
+            if adapter.spec.base_model != base_model:
+                raise ConflictError(
+                    f"adapter {model_id!r} is served on {adapter.spec.base_model!r} already (baseModel is set once)",
+                    {"field": "baseModel", "baseModel": adapter.spec.base_model},
+                )
+            return model_view(adapter)
+        base = await self.repos.models.find(namespace, base_model)
+        if base is None or base.spec.is_adapter:
+            _refuse(f"{base_model!r} is {'an adapter' if base else 'no model of this namespace'}: choose a model")
+        formats = [m.status.storage.format if m.status.storage else None for m in (base, adapter)]
+        if why := adapter_refusal(formats[0], formats[1]):
+            _refuse(why)
+        return model_view(await self.repos.models.merge(namespace, model_id, {"spec": {"baseModel": base_model}}))
 
     async def list_model_deployments(self, namespace: str) -> ModelDeploymentList:
         found = (model_deployment_view(d) for d in await self.repos.model_deployments.select(namespace))
