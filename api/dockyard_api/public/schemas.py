@@ -99,6 +99,11 @@ MODEL_DEPLOY_EXAMPLES: dict[str, dict[str, Any]] = {
             "optimizationInfo": {"optimizationType": "vllm", "quantizationType": "no_quantization"},
         },
     },
+    "adapter-on-a-chosen-base": {
+        "summary": "An adapter (modelType fineTune) on a base chosen here; without baseModel: the one its "
+        "adapter_config.json names",
+        "value": {"name": "support", "deviceType": "g5.xlarge", "baseModel": "dockyard-tiny-llama-0b1c2d3e"},
+    },
 }
 
 TOOL_DEPLOY_EXAMPLES: dict[str, dict[str, Any]] = {
