@@ -138,6 +138,11 @@ def test_oidc_sign_in_over_http_with_its_refusals(
         gone = f"http://127.0.0.1:{free_port()}"
         patch(api, namespace, "environments", "bot-draft", {"spec": {"access": {"oidc": {"issuer": gone}}}})
         assert error_of(httpx.get(f"{base}/web/oidc/login"), 502)["code"] == "provider_unreachable"
+        # sign-ins started count against the per-address token limit (each may make the facade ask the provider)
+        patch(api, namespace, "environments", "bot-draft", {"spec": {"widget": {"tokensPerMinutePerAddress": 1}}})
+        limited = [httpx.get(f"{base}/web/oidc/login") for _ in range(2)][-1]
+        assert error_of(limited, 429)["code"] == "rate_limited"
+        assert int(limited.headers["retry-after"]) > 0
 
         # access switched away from oidc: the signed-in token is refused at once
         patch(api, namespace, "environments", "bot-draft", {"spec": {"access": {"webClient": "kubernetes"}}})

@@ -168,7 +168,7 @@ def _failure(request: Request, exc: DockyardError) -> Response:
 @router.get("/web/oidc/login", summary="Sign in to an oidc web client: sends the browser to the provider")
 async def oidc_login(request: Request, namespace: NamespaceParam, environment: EnvName, service: Web) -> Response:
     try:
-        to = await service.sign_in.login(namespace, environment, _page_url(request))
+        to = await service.sign_in.login(namespace, environment, _page_url(request), _address(request))
     except DockyardError as exc:
         return _failure(request, exc)
     return _redirect(to, request.url.scheme == "https")

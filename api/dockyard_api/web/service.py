@@ -291,7 +291,7 @@ class WebService:
                     "allowedOrigins": len(config.widget.allowed_origins),
                 },
             )
-        self._count_token(config, address)
+        self.count_token(config, address)
         issued = await self.issue(
             config, kind="widget", sub=None, ttl=config.widget.token_ttl_seconds, previous=request.previous_token
         )
@@ -339,7 +339,7 @@ class WebService:
                 "web-client tokens are only issued to the web client page itself (same origin); sites embed the widget",
                 {"reason": "origin"},
             )
-        self._count_token(config, address)
+        self.count_token(config, address)
         if config.access.mode == "public":
             issued = await self.issue(
                 config, kind="web", sub=None, ttl=config.widget.token_ttl_seconds, previous=request.previous_token
@@ -371,8 +371,9 @@ class WebService:
             {"reason": "sign_in_required", "signIn": "oidc", "signInUrl": "oidc/login"},
         )
 
-    def _count_token(self, config: BrowserConfig, address: str) -> None:
-        """Tokens issued to one address, per minute (spec.widget.tokensPerMinutePerAddress; 429 over it)."""
+    def count_token(self, config: BrowserConfig, address: str) -> None:
+        """Tokens issued to one address, per minute (spec.widget.tokensPerMinutePerAddress; 429 over it); an
+        OIDC sign-in started counts as one."""
         self.limits.hit(
             f"t/{config.namespace}/{config.environment}/{address}",
             config.widget.tokens_per_minute_per_address,

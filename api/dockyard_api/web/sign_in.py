@@ -67,9 +67,11 @@ class OidcSignIn:
     def cookie_path(namespace: str, environment: str) -> str:
         return f"/e/{namespace}/{environment}/web/oidc/"
 
-    async def login(self, namespace: str, environment: str, page_url: str) -> Redirect:
-        """The provider's authorization URL for a new sign-in, and the cookie that remembers it."""
+    async def login(self, namespace: str, environment: str, page_url: str, address: str) -> Redirect:
+        """The provider's authorization URL for a new sign-in, and the cookie that remembers it (counted
+        against spec.widget.tokensPerMinutePerAddress: each may make the facade ask the provider)."""
         config, settings = await self._config(namespace, environment)
+        self.web.count_token(config, address)
         discovery = await self.provider.discovery(settings.issuer)
         pending = oidc.PendingSignIn.new()
         location = oidc.authorization_url(
