@@ -107,6 +107,7 @@ class DeployService:
         check_runtime(base or model, body.optimization_info)
         if base is not None:
             check_adapter(model, base)
+            check_base_ready(base)
             await self._bind_base(namespace, model, base)
         spec = body.to_spec(model_id, model_type)
         job_id = str(uuid.uuid4())
@@ -334,6 +335,18 @@ def _refuse(field: str, message: str, **details: Any) -> NoReturn:
         f"the request is not valid: body.{field}: {message}",
         [{"field": f"body.{field}", "message": message, **details}],
     )
+
+
+def check_base_ready(base: Model) -> None:
+    """409 naming baseModel unless the base can be served now (ReadyToDeploy, or a hub model), like the
+    model itself: nothing is bound or created for a base still importing."""
+    phase = base.status.phase
+    if phase != READY_TO_DEPLOY and not (base.spec.source.hub is not None and phase != "Failed"):
+        name = base.metadata.name
+        raise ConflictError(
+            f"base model {name!r} is {phase or 'not assessed yet'}, not ReadyToDeploy: deploy the adapter once it is",
+            {"field": "body.baseModel", "baseModel": name, "phase": phase},
+        )
 
 
 def check_adapter(adapter: Model, base: Model) -> None:
