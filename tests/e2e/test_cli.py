@@ -472,14 +472,22 @@ def test_environment_lifecycle(api: client.ApiClient, namespace: str, facade: Pr
     created = as_json("env", "create", "demo", "staging", "--version", "1.0.0", "--description", "QA")
     assert (created["objectName"], created["appVersion"]) == ("demo-staging", "1.0.0")
     assert sorted(e["objectName"] for e in as_json("env", "list", "demo")) == ["demo-draft", "demo-staging"]
-    # settings: the web client opened to the public and a site allowed to embed the widget; a site that is
-    # not an origin refused (exit 2) naming the field
-    settings = as_json("env", "settings", "demo-staging", "--web-client", "public",
-                       "--allow-origin", "https://shop.example.com")  # fmt: skip
-    assert (settings["access"], settings["widget"]["allowedOrigins"]) == (
-        {"webClient": "public"}, ["https://shop.example.com"])  # fmt: skip
+    # settings: the web client signed in through an OpenID provider and a site allowed to embed the widget;
+    # oidc without its provider, and a site that is not an origin, refused (exit 2) naming the field
+    bad = run("env", "settings", "demo-staging", "--web-client", "oidc", code=2)
+    assert "access.oidc" in " ".join(bad.stderr.split()), bad.stderr
+    settings = as_json("env", "settings", "demo-staging", "--web-client", "oidc", "--oidc-issuer",
+                       "https://id.example.com", "--oidc-client-id", "dockyard-web", "--oidc-client-secret-ref",
+                       "web-oidc", "--allow-origin", "https://shop.example.com")  # fmt: skip
+    oidc = {"issuer": "https://id.example.com", "clientId": "dockyard-web", "clientSecretRef": "web-oidc"}
+    assert settings["access"]["webClient"] == "oidc"
+    assert oidc.items() <= settings["access"]["oidc"].items()
+    assert settings["widget"]["allowedOrigins"] == ["https://shop.example.com"]
     spec = get(api, namespace, "environments", "demo-staging")["spec"]
-    assert (spec["access"], spec["widget"]["allowedOrigins"]) == ({"webClient": "public"}, ["https://shop.example.com"])
+    assert (spec["access"], spec["widget"]["allowedOrigins"]) == (
+        {"webClient": "oidc", "oidc": oidc}, ["https://shop.example.com"])  # fmt: skip
+    shown = run("env", "settings", "demo-staging").stdout
+    assert "oidc (https://id.example.com, client dockyard-web)" in shown, shown
     bad = run("env", "settings", "demo-staging", "--allow-origin", "shop.example.com", code=2)
     assert "widget.allowedOrigins.1" in " ".join(bad.stderr.split()), bad.stderr
 
