@@ -156,6 +156,7 @@ class Model(Resource):
         printer_columns=(
             PrinterColumn("Type", ".spec.modelType", description="openSource or fineTune"),
             PrinterColumn("Adapter", ".spec.isAdapter", "boolean", "Whether the model is an adapter"),
+            PrinterColumn("Base", ".spec.baseModel", priority=1, description="An adapter's base Model"),
             PrinterColumn("Phase", ".status.phase", description="Importing, ReadyToDeploy or Failed"),
             PrinterColumn("Job", ".status.job.dockStatusId", priority=1, description="dockStatusId"),
             AGE,
