@@ -3,7 +3,11 @@ with ``usage``, and its forced or automatic tool calls are valid JSON (grammar-c
 
 from __future__ import annotations
 
+import io
 import json
+import subprocess
+import sys
+import tarfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from dockyard_localcluster.tinymodel import SENTENCES, sha256_of, write_tiny_gguf
+from dockyard_localcluster.tinymodel import LORA_BASE, SENTENCES, sha256_of, tiny_lora_tar, write_tiny_gguf
 from tests.support.engines import CLOCK_TOOL, llama_server, tiny_gguf
 
 
@@ -98,3 +102,23 @@ def test_a_tool_result_turn_is_accepted_with_empty_assistant_content(server: str
     )
     assert resp.status_code == 200, resp.text
     assert resp.json()["usage"]["completion_tokens"] > 0
+
+
+def test_the_tiny_lora_is_a_tar_of_adapter_config_and_a_gguf_lora(tmp_path: Path) -> None:
+    """``python -m dockyard_localcluster tinylora``: what the README's adapter example imports."""
+    out = tmp_path / "tiny-lora.tar"
+    done = subprocess.run(
+        [sys.executable, "-m", "dockyard_localcluster", "tinylora", "--output", str(out)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    with tarfile.open(out) as tar:
+        assert tar.getnames() == ["adapter_config.json", "tiny-lora.gguf"]
+        config = json.loads(tar.extractfile("adapter_config.json").read())  # type: ignore[union-attr]
+        lora = tar.extractfile("tiny-lora.gguf").read()  # type: ignore[union-attr]
+    assert config["base_model_name_or_path"] == LORA_BASE
+    assert lora[:4] == b"GGUF"
+    with tarfile.open(fileobj=io.BytesIO(tiny_lora_tar(tmp_path / "again"))) as again:
+        assert again.extractfile("tiny-lora.gguf").read() == lora  # type: ignore[union-attr]  # seeded
