@@ -528,3 +528,55 @@ def test_console_settings_and_allow_a_site(
     expect(page.get_by_role("alert").first).to_contain_text(team.name("vic"))
     assert get_or_none(api, namespace, "environments", "bot-draft")["spec"]["access"]["webClient"] == "oidc"
     viewer.close()
+
+
+def test_console_tests_a_tool_and_the_checklist_counts_it(
+    browser: Browser, facade: Facade, api: client.ApiClient, namespace: str, team: Users, model: ScriptedModel
+) -> None:
+    """The environment's Tools page: a Test per tool with its arguments as JSON; bad arguments refused next
+    to the field (not JSON; not matching the tool's JSON Schema); a passing call shows the tool's answer,
+    is recorded in the App's status and makes "Tools deployed and tested" Done; a viewer is refused."""
+    deploy_bot(api, namespace, model)
+    context = _context(browser, facade)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    _sign_in(page, facade, team.tokens["alice"], namespace)
+    page.goto(f"{facade.url}/console/ns/{namespace}/environments/bot-draft")
+    page.get_by_role("link", name="Test the tools").click()
+    form = page.get_by_role("form", name="Test weather")
+    expect(page.get_by_role("heading", name="weather 1.0.0")).to_be_visible()
+    form.get_by_label("Arguments (JSON)").fill("{city: Oslo}")
+    form.get_by_role("button", name="Test").click()
+    expect(page.locator("#arguments-error")).to_contain_text("not JSON")
+    form.get_by_label("Arguments (JSON)").fill("{}")
+    form.get_by_role("button", name="Test").click()
+    expect(page.locator("#arguments-error")).to_contain_text("'city' is a required property")
+    expect(form.get_by_label("Arguments (JSON)")).to_have_attribute("aria-invalid", "true")
+    expect(form.get_by_label("Arguments (JSON)")).to_have_value("{}")
+    assert not (get_or_none(api, namespace, "apps", "bot").get("status") or {}).get("toolTests")  # not called
+    _shot(page, "tool-test-error")
+    form.get_by_label("Arguments (JSON)").fill('{"city": "Oslo"}')
+    form.get_by_role("button", name="Test").click()
+    expect(page.locator("#test-result")).to_contain_text("passed")
+    expect(page.locator("#test-answer")).to_contain_text('"celsius"')
+    # the recorded call, listed with the tool
+    expect(page.get_by_role("region", name="weather 1.0.0")).to_contain_text(f"by {team.name('alice')}")
+    [record] = get_or_none(api, namespace, "apps", "bot")["status"]["toolTests"]
+    assert (record["tool"], record["passed"], record["by"]) == ("weather", True, team.name("alice"))
+    _shot(page, "tool-test")
+
+    def tools_item() -> str:
+        checklist = get_or_none(api, namespace, "environments", "bot-draft")["status"]["checklist"]
+        return str(next(c["state"] for c in checklist if c["item"] == "Tools deployed and tested"))
+
+    wait_for(lambda: tools_item() == "Done", timeout=30, what="the checklist item Done")
+    page.set_viewport_size(PHONE)
+    assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
+    viewer = _context(browser, facade).new_page()
+    _sign_in(viewer, facade, team.tokens["vic"], namespace)
+    viewer.goto(f"{facade.url}/console/ns/{namespace}/environments/bot-draft/tools")
+    viewer.get_by_role("form", name="Test weather").get_by_role("button", name="Test").click()
+    expect(viewer.get_by_role("alert").first).to_contain_text("cannot create environments/tooltests")
+    assert errors == []
+    context.close()

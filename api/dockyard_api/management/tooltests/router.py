@@ -6,7 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from dockyard_api.deps import EnvName, NamespaceParam, ToolTestsDep
-from dockyard_api.management.tooltests.schemas import ToolTestAnswer, ToolTestCall
+from dockyard_api.management.tooltests.schemas import TestedTools, ToolTestAnswer, ToolTestCall
 
 router = APIRouter(prefix="/api/v1/namespaces/{namespace}", tags=["environments and API keys"])
 
@@ -25,3 +25,12 @@ async def test_tool(
     namespace: NamespaceParam, environment: EnvName, body: ToolTestCall, tooltests: ToolTestsDep
 ) -> ToolTestAnswer:
     return await tooltests.test_tool(namespace, environment, body)
+
+
+@router.get(
+    "/environments/{environment}/tooltests",
+    summary="The tools of the version active in the environment and their recorded test calls there",
+    response_model_exclude_unset=True,
+)
+async def list_tools(namespace: NamespaceParam, environment: EnvName, tooltests: ToolTestsDep) -> TestedTools:
+    return await tooltests.list_tools(namespace, environment)

@@ -7,8 +7,8 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from dockyard_api.management.schemas import Body
-from dockyard_core.resources.v1alpha1.app import TOOL_TEST_PATTERN
+from dockyard_api.management.schemas import Body, View
+from dockyard_core.resources.v1alpha1.app import TOOL_TEST_PATTERN, ToolTest
 
 
 class ToolTestCall(Body):
@@ -21,7 +21,7 @@ class ToolTestCall(Body):
     """The call's JSON arguments, validated against the tool's JSON Schema before the call."""
 
 
-class ToolTestAnswer(Body):
+class ToolTestAnswer(View):
     """The call's outcome, as recorded (status.toolTests of the App or AppVersion) plus the tool's answer."""
 
     environment: str
@@ -39,3 +39,24 @@ class ToolTestAnswer(Body):
     duration_ms: int
     recorded_on: str
     """Where the record is kept: ``AppVersion <name>`` or ``App <name>`` (the draft)."""
+
+
+class TestedTool(View):
+    """A tool of the version active in the environment and its recorded test calls there."""
+
+    name: str
+    """An HTTP tool's name, an MCP Tool's name, or an MCP server's name (test its tools as <name>/<tool>)."""
+    kind: str
+    """``tool`` (an entry of toolVersions) or ``mcpServer`` (an entry of mcpServers)."""
+    version: str = ""
+    """The pinned tool version (toolVersions)."""
+    named_tools: list[str] = Field(default_factory=list)
+    """For an MCP server: the tools its agents name (mcpTools); empty: its agents get every tool it lists."""
+    tests: list[ToolTest] = Field(default_factory=list)
+    """The newest recorded test call per tool under this name, in this environment."""
+
+
+class TestedTools(View):
+    environment: str
+    app_version: str
+    items: list[TestedTool]
