@@ -81,6 +81,12 @@ class Informer(ListWatch):
             return hit
         return await self.objects.find(namespace, name)
 
+    async def in_namespace(self, namespace: str) -> list[dict[str, Any]]:
+        """The objects of ``namespace`` (from the API server while the cache is not synced)."""
+        if self.synced:
+            return [obj for (ns, _), obj in self._items.items() if ns == namespace]
+        return await self.objects.select(namespace)
+
     async def indexed(self, namespace: str, value: str) -> list[dict[str, Any]]:
         """The objects whose ``index_label`` is ``value`` (from the API server while the cache is not synced)."""
         assert self.index_label is not None

@@ -116,8 +116,11 @@ async def appversion_create_refusal(
     namespace, spec = body["metadata"]["namespace"], dict(body.get("spec") or {})
     tools = {rules.tool_object(t): await kube.get("tools", namespace, rules.tool_object(t))
              for t in spec.get("toolVersions") or []}  # fmt: skip
-    models = {a["model"] for a in spec.get("agents") or [] if a.get("model")}
-    model_exists = {m: await kube.get("modeldeployments", namespace, m) is not None for m in models}
+    models = {
+        m["metadata"]["name"]: str((m.get("spec") or {}).get("name") or "")
+        for m in await kube.list_objects("modeldeployments", namespace)
+        if not m["metadata"].get("deletionTimestamp")
+    } if any(a.get("model") for a in spec.get("agents") or []) else {}  # fmt: skip
     secret_names = {s["headersSecretRef"] for s in spec.get("mcpServers") or [] if s.get("headersSecretRef")}
     secrets = {name: await _secret_headers(kube, namespace, name) for name in secret_names}
     unreadable = {
@@ -131,7 +134,7 @@ async def appversion_create_refusal(
         spec,
         app_exists=app_exists,
         tools=tools,
-        models=model_exists,
+        models=models,
         secret_headers=secrets,
         mcp=answers,
         unreadable=unreadable,

@@ -13,6 +13,8 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from dockyard_core.modelrefs import resolve_model
+
 HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 INVALID_PREFIX = "the version is not valid: "
 """The refusal's message starts with this; the problems follow, ``; ``-separated, each ``<field>: <text>``."""
@@ -130,17 +132,18 @@ def version_problems(
     *,
     app_exists: bool,
     tools: Mapping[str, Mapping[str, Any] | None],
-    models: Mapping[str, bool],
+    models: Mapping[str, str],
     secret_headers: Mapping[str, Mapping[str, str] | None] | None = None,
     mcp: Mapping[str, McpAnswer] | None = None,
     unreadable: Collection[str] = (),
 ) -> list[Problem]:
     """What is wrong with a new AppVersion, each with its field (empty: it may be created).
 
-    ``tools``: the pinned Tools by object name (None: it does not exist); ``models``: whether each
-    ModelDeployment named by an agent exists; ``secret_headers``: each ``headersSecretRef`` Secret's
-    headers (None: it does not exist); ``mcp``: what each of :func:`mcp_targets` answered, by field;
-    ``unreadable``: the ``headersSecretRef`` Secrets the version's author may not read (RBAC ``get``).
+    ``tools``: the pinned Tools by object name (None: it does not exist); ``models``: the namespace's
+    ModelDeployments, object name -> display name (an agent's model names either,
+    :mod:`dockyard_core.modelrefs`); ``secret_headers``: each ``headersSecretRef`` Secret's headers (None:
+    it does not exist); ``mcp``: what each of :func:`mcp_targets` answered, by field; ``unreadable``: the
+    ``headersSecretRef`` Secrets the version's author may not read (RBAC ``get``).
     """
     secrets, answers = secret_headers or {}, mcp or {}
     problems: list[Problem] = []
@@ -158,8 +161,10 @@ def version_problems(
         name, model = agent.get("name"), agent.get("model")
         if not model:
             add(f"spec.agents[{i}].model", f"agent {name} has no model (name its ModelDeployment)")
-        elif not models.get(model, False):
-            add(f"spec.agents[{i}].model", f"agent {name}: unknown model {model!r} (no ModelDeployment of that name)")
+        else:
+            resolved = resolve_model(str(model), models)
+            if resolved.problem:
+                add(f"spec.agents[{i}].model", f"agent {name}: {resolved.problem}")
         for j, tool in enumerate(agent.get("tools") or []):
             if tool not in pinned:
                 add(f"spec.agents[{i}].tools[{j}]", f"agent {name}: tool {tool} has no version in spec.toolVersions")
@@ -179,8 +184,55 @@ def version_problems(
                 f"MCP server {server.get('name')}: you may not read Secret {secret}, whose values would be sent "
                 "to this server (RBAC: get on secrets)",
             )
-    for field, target in mcp_targets(spec, tools, secrets, unreadable).items():
+    targets = mcp_targets(spec, tools, secrets, unreadable)
+    for field, target in targets.items():
         text = _mcp_problem(target, answers.get(field))
         if text is not None:
             add(field, text)
+    problems += _named_mcp_tool_problems(spec, tools, targets, answers)
+    return problems
+
+
+def _named_mcp_tool_problems(
+    spec: Mapping[str, Any],
+    tools: Mapping[str, Mapping[str, Any] | None],
+    targets: Mapping[str, McpTarget],
+    answers: Mapping[str, McpAnswer],
+) -> list[Problem]:
+    """Each ``spec.agents[i].mcpTools[j]`` (``<server>/<tool>``) names an MCP server of the version (an entry
+    of mcpServers, or an MCP Tool the agent lists in ``tools``) that lists the tool. A server that did not
+    answer is reported at its own field; an MCP Tool run from an image cannot be asked before an environment
+    deploys it, so its tool names are not checked."""
+    problems: list[Problem] = []
+    server_fields = {str(s.get("name")): f"spec.mcpServers[{i}]" for i, s in enumerate(spec.get("mcpServers") or [])}
+    pinned = {str(t.get("name")): tool_object(t) for t in spec.get("toolVersions") or []}
+    for i, agent in enumerate(spec.get("agents") or []):
+        name = agent.get("name")
+        own = {str(t): f"spec.agents[{i}].tools[{j}]" for j, t in enumerate(agent.get("tools") or [])}
+        for j, ref in enumerate(agent.get("mcpTools") or []):
+            server, _, tool = str(ref).partition("/")
+            field = f"spec.agents[{i}].mcpTools[{j}]"
+            if server in server_fields:
+                where = server_fields[server]
+            elif server in own and ((tools.get(pinned.get(server, "")) or {}).get("spec") or {}).get("mcp") is not None:
+                where = own[server]
+            else:
+                problems.append(
+                    Problem(
+                        field,
+                        f"agent {name}: {ref} names no MCP server of this version (an entry of spec.mcpServers, "
+                        f"or an MCP Tool the agent lists in tools)",
+                    )
+                )
+                continue
+            answer = answers.get(where)
+            if where not in targets or answer is None or answer.error is not None or not answer.tools:
+                continue  # not asked (an image MCP Tool), or its own problem is reported at its field
+            if tool not in answer.tools:
+                listed = ", ".join(sorted(answer.tools)[:20])
+                problems.append(
+                    Problem(
+                        field, f"agent {name}: MCP server {server} does not list a tool {tool} (it lists: {listed})"
+                    )
+                )
     return problems

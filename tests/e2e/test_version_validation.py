@@ -10,6 +10,7 @@ from typing import Any
 
 from kubernetes import client
 
+from dockyard_core.resources.v1alpha1.modeldeployment import model_deployment_name
 from tests.e2e.test_apps_environments import (  # noqa: F401 - fixtures
     AGENT,
     app_body,
@@ -57,7 +58,7 @@ def test_creating_a_version_validates_what_it_claims(
     no_model = [{"name": "triage", "version": "1.0.0"}, {"name": "writer", "version": "1.0.0", "model": "gone"}]
     assert causes({"version": "0.1.1", "agents": no_model, "toolVersions": []}, "spec.agents[0].model") == {
         "spec.agents[0].model": "agent triage has no model (name its ModelDeployment)",
-        "spec.agents[1].model": "agent writer: unknown model 'gone' (no ModelDeployment of that name)",
+        "spec.agents[1].model": "agent writer: unknown model 'gone' (no ModelDeployment of that name or display name)",
     }
     # the draft's agent uses weather: a version that does not pin it is refused by the schema's own rule
     unpinned = causes({"version": "0.1.2", "toolVersions": []}, "toolVersions")
@@ -84,6 +85,30 @@ def test_creating_a_version_validates_what_it_claims(
     assert found["spec.agents[0].tools[0]"].startswith(f"MCP server search at {closed}/mcp does not answer")
     working = {"agents": [{**AGENT, "tools": ["lookup"]}], "toolVersions": [{"name": "lookup", "version": "1.0.0"}]}
     ok(http.post(versions, json={"name": "MCP tool", "version": "0.2.0", **working}, headers=alice), 201)
+
+    # an agent's mcpTools: each <server>/<tool> must name a server of the version that lists the tool
+    named = {"agents": [{**AGENT, "tools": ["weather"], "mcpTools": ["docs/search", "docs/nope", "wiki/x"]}]}
+    assert causes({"version": "0.2.1", **named}, "spec.agents[0].mcpTools[1]") == {
+        "spec.agents[0].mcpTools[1]": "agent triage: MCP server docs does not list a tool nope (it lists: search)",
+        "spec.agents[0].mcpTools[2]": "agent triage: wiki/x names no MCP server of this version (an entry of "
+        "spec.mcpServers, or an MCP Tool the agent lists in tools)",
+    }
+    bad_name = refused(http.post(versions, json={"name": "x", "version": "0.2.2", "agents": [
+        {**AGENT, "tools": ["weather"], "mcpTools": ["docs"]}]}, headers=alice), 422)  # fmt: skip
+    assert "agents.0.mcpTools.0" in json.dumps(bad_name), bad_name  # the schema's pattern: <server>/<tool>
+    listed = {"agents": [{**AGENT, "tools": ["weather"], "mcpTools": ["docs/search"]}]}
+    ok(http.post(versions, json={"name": "named MCP tools", "version": "0.2.3", **listed}, headers=alice), 201)
+    # an agent's model may be the ModelDeployment's display name (the deploy call's name), when unique
+    display = "Llama 3 8B"
+    spec = {"modelRef": "llama", "modelType": "openSource", "name": display, "deviceType": "g5.xlarge"}
+    create(api, namespace, "modeldeployments", "ModelDeployment", model_deployment_name(display), spec)
+    by_display = {"agents": [{**AGENT, "model": display, "tools": ["weather"]}]}
+    ok(http.post(versions, json={"name": "by display name", "version": "0.2.4", **by_display}, headers=alice), 201)
+    create(api, namespace, "modeldeployments", "ModelDeployment", "llama-again", spec)
+    assert causes({"version": "0.2.5", **by_display}, "ambiguous") == {
+        "spec.agents[0].model": f"agent triage: model {display!r} is ambiguous: the display name of ModelDeployments "
+        f"{model_deployment_name(display)}, llama-again (name the object instead)"
+    }
 
     # kubectl gets the same refusal from the API server
     manifest = {

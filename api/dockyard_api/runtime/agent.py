@@ -32,8 +32,11 @@ class AgentSpec:
     name: str
     instructions: str = ""
     model: str | None = None
-    """The ModelDeployment the agent calls."""
+    """The ModelDeployment the agent calls: its object name or its display name."""
     tools: tuple[str, ...] = ()
+    mcp_tools: frozenset[str] = frozenset()
+    """The MCP tools (<server>/<tool>) the agent names: when any, it is offered only these MCP tools; when
+    none, every tool of the app's MCP servers and of its MCP Tools."""
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import re
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -30,12 +31,15 @@ from dockyard_api.runtime.tools import Limits, McpClient, McpServerRef, Toolbox,
 from dockyard_api.runtime.variables import render, variables
 from dockyard_core.errors import DockyardError, NotFoundError
 from dockyard_core.kubeclient import AsyncKube
+from dockyard_core.modelrefs import resolve_model
 from dockyard_core.repository import Objects
+from dockyard_core.resources.v1alpha1.common import DNS_SUBDOMAIN_PATTERN
 from dockyard_core.resources.v1alpha1.tool import tool_deployment_name
 
 log = logging.getLogger(__name__)
 
 DRAFT = "draft"
+OBJECT_NAME = re.compile(DNS_SUBDOMAIN_PATTERN)
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,7 @@ def parse_content(spec: dict[str, Any], version: str) -> RunnableContent:
             instructions=str(a.get("instructions") or ""),
             model=a.get("model") or None,
             tools=tuple(str(t) for t in a.get("tools") or ()),
+            mcp_tools=frozenset(str(t) for t in a.get("mcpTools") or ()),
         )
         for a in spec.get("agents") or ()
     )
@@ -186,14 +191,23 @@ class AppLookup:
     async def model_target(self, namespace: str, agent: AgentSpec) -> ModelTarget:
         if not agent.model:
             raise AppNotRunnableError(f"agent {agent.name!r} has no model", {"agent": agent.name})
-        mdep = await self.informers["modeldeployments"].get(namespace, agent.model)
-        if mdep is None:
-            raise ModelUnavailableError(
-                f"ModelDeployment {agent.model!r} (the model of agent {agent.name!r}) does not exist",
-                {"agent": agent.name, "modelDeployment": agent.model},
-            )
-        base = await self.resolver.base_url(namespace, agent.model)
-        return ModelTarget(base, model_params(mdep), f"ModelDeployment {agent.model!r}")
+        deployments = self.informers["modeldeployments"]
+        # an object name is read (the cache may lag behind a new object); a display name is not a name to read
+        named = len(agent.model) <= 253 and OBJECT_NAME.match(agent.model) is not None
+        mdep = await deployments.get(namespace, agent.model) if named else None
+        if mdep is None:  # the agent may name the ModelDeployment's display name (dockyard_core.modelrefs)
+            listed = await deployments.in_namespace(namespace)
+            names = {m["metadata"]["name"]: str((m.get("spec") or {}).get("name") or "") for m in listed}
+            resolved = resolve_model(agent.model, names)
+            mdep = next((m for m in listed if m["metadata"]["name"] == resolved.name), None)
+            if mdep is None:
+                raise ModelUnavailableError(
+                    f"the model of agent {agent.name!r}: {resolved.problem}",
+                    {"agent": agent.name, "modelDeployment": agent.model},
+                )
+        name = str(mdep["metadata"]["name"])
+        base = await self.resolver.base_url(namespace, name)
+        return ModelTarget(base, model_params(mdep), f"ModelDeployment {name!r}")
 
     async def tool_url(self, namespace: str, environment: str, tool: dict[str, Any]) -> str | None:
         spec = tool.get("spec") or {}
@@ -283,6 +297,8 @@ class TurnWorld:
             except Exception as exc:  # an MCP server that is down: its tools are not offered this turn
                 log.warning("MCP server %s (%s) cannot list its tools: %r", ref.name, ref.url, exc)
                 continue
+            if agent.mcp_tools:  # an agent that names MCP tools gets only those
+                listed = [t for t in listed if f"{ref.name}/{t.name}" in agent.mcp_tools]
             for function in self.mcp.functions(ref, listed, self.limits):
                 box.add(function)
         return box

@@ -24,6 +24,7 @@ from dockyard_core import apikeys, audit, tooltests
 from dockyard_core.clock import now
 from dockyard_core.conditions import transition
 from dockyard_core.kubeclient import KubeError
+from dockyard_core.modelrefs import resolve_model
 from dockyard_core.resources.v1alpha1 import (
     API_KEY_LABEL,
     DEPLOY_ACTION_ANNOTATION,
@@ -185,9 +186,9 @@ async def reconcile_environment(
                 else:
                     tool_jobs[tname] = ((tdep.get("status") or {}).get("job") or {}).get("status")
                     revisions[tname] = tooltests.revision(tdep)
-        users = health.agent_models(content)
+        users, found = await _agent_models(kube, namespace, content)
         ctx.state(EnvironmentState).models[meta["uid"]] = frozenset(users)
-        models = {m: health.model_state(await kube.get("modeldeployments", namespace, m)) for m in users}
+        models = {m: health.model_state(found.get(m)) for m in users}
         keys = await key_secrets(kube, namespace, name)
         items = envs.checklist(
             content=content,
@@ -237,6 +238,26 @@ async def reconcile_environment(
         await _sync_deployed_in(kube, namespace, app, versions, environments, env, new_status)
         await _keep_audit_record(ctx, env, new_status, keys)
     return Outcome(events=tuple(events))
+
+
+async def _agent_models(
+    kube: KubeApi, namespace: str, content: Mapping[str, Any] | None
+) -> tuple[dict[str, list[str]], dict[str, dict[str, Any] | None]]:
+    """The ModelDeployments the agents call (object name -> agents) and each as read: an agent's model names
+    the object or its display name (dockyard_core.modelrefs; the namespace's list is read only when a name
+    is not an object's); one that resolves to none stays as written (Missing)."""
+    users = health.agent_models(content)
+    found = {m: await kube.get("modeldeployments", namespace, m) for m in users}
+    if all(found.values()):
+        return users, found
+    listed = {m["metadata"]["name"]: m for m in await kube.list_objects("modeldeployments", namespace)}
+    names = {n: str((m.get("spec") or {}).get("name") or "") for n, m in listed.items()}
+    resolved: dict[str, list[str]] = {}
+    for model, agents in users.items():
+        target = model if found[model] is not None else (resolve_model(model, names).name or model)
+        resolved[target] = sorted({*resolved.get(target, []), *agents})
+        found[target] = found.get(target) or listed.get(target)
+    return resolved, {m: found.get(m) for m in resolved}
 
 
 def _conditions(

@@ -10,11 +10,16 @@ import pytest
 from pydantic import ValidationError
 
 from dockyard_api.cache import Informer
-from dockyard_api.runtime.config import model_params, parse_content
+from dockyard_api.runtime.agent import AgentSpec
+from dockyard_api.runtime.config import AppLookup, EnvironmentView, TurnWorld, model_params, parse_content
 from dockyard_api.runtime.endpoints import LOCAL_ENDPOINT_ANNOTATION, EndpointResolver, local_endpoints
 from dockyard_api.runtime.errors import ModelUnavailableError
+from dockyard_api.runtime.model import ModelClient
 from dockyard_api.runtime.schemas import ExecuteBody
+from dockyard_api.runtime.service import KINDS
+from dockyard_api.runtime.tools import Limits, McpClient
 from dockyard_core.kubeclient import AsyncKube
+from tests.support.scripted_model import mcp_server
 
 
 def pod(name: str, *, ready: bool = True, url: str | None = None, deleting: bool = False) -> dict[str, Any]:
@@ -150,3 +155,59 @@ def test_the_execute_endpoint_is_documented_with_its_errors_and_stream() -> None
     schema = document["components"]["schemas"]["ExecuteBody"]
     assert schema["required"] == ["message"]
     assert schema["additionalProperties"] is False
+
+
+def _lookup(kubeconfig: str, mdeps: list[dict[str, Any]]) -> AppLookup:
+    kube = AsyncKube(kubeconfig)
+    informers = {plural: Informer(kube, plural) for plural in KINDS}
+    for plural, informer in informers.items():
+        informer.replace(mdeps if plural == "modeldeployments" else [])
+    return AppLookup(kube, informers, EndpointResolver("cluster", informers["modeldeployments"], None))
+
+
+def test_an_agents_model_is_the_object_or_its_unique_display_name(unreachable_kubeconfig: str) -> None:
+    def mdep(name: str, display: str) -> dict[str, Any]:
+        meta = {"name": name, "namespace": "ns"}
+        return {"metadata": meta, "spec": {"name": display}, "status": {"endpoint": f"http://{name}/"}}
+
+    lookup = _lookup(unreachable_kubeconfig, [mdep("llama-3-8b-0a1b2c3d", "Llama 3 8B"), mdep("tiny", "tiny")])
+    target = asyncio.run(lookup.model_target("ns", AgentSpec("helper", model="Llama 3 8B")))
+    assert (target.base_url, target.what) == ("http://llama-3-8b-0a1b2c3d", "ModelDeployment 'llama-3-8b-0a1b2c3d'")
+    assert asyncio.run(lookup.model_target("ns", AgentSpec("helper", model="tiny"))).base_url == "http://tiny"
+    twice = _lookup(unreachable_kubeconfig, [mdep("a-1", "Llama 3 8B"), mdep("b-2", "Llama 3 8B")])
+    with pytest.raises(ModelUnavailableError, match="ambiguous"):
+        asyncio.run(twice.model_target("ns", AgentSpec("helper", model="Llama 3 8B")))
+    with pytest.raises(ModelUnavailableError, match="unknown model 'Gone model'"):
+        asyncio.run(lookup.model_target("ns", AgentSpec("helper", model="Gone model")))
+
+
+def test_an_agent_that_names_mcp_tools_is_offered_only_those(unreachable_kubeconfig: str) -> None:
+    """An agent with mcpTools gets only the MCP tools it names; one that names none gets every tool of the
+    app's MCP servers (the behaviour before mcpTools, kept for stored versions)."""
+
+    def search(query: str) -> str:
+        """Search."""
+        return query
+
+    def fetch(url: str) -> str:
+        """Fetch."""
+        return url
+
+    with mcp_server({"search": search, "fetch": fetch}) as server:
+        spec = {
+            "agents": [{"name": "narrow", "mcpTools": ["docs/search"]}, {"name": "wide"}],
+            "mcpServers": [{"name": "docs", "url": server.url}],
+        }
+        content = parse_content(spec, "draft")
+        env = EnvironmentView("ns", "bot-draft", "bot", "draft", {})
+        models = ModelClient()
+        world = TurnWorld(_lookup(unreachable_kubeconfig, []), models, McpClient(), env, content, Limits(5, 4096))
+
+        async def offered(agent: AgentSpec) -> list[str]:
+            return sorted((await world.toolbox(agent)).functions)
+
+        narrow, wide = content.agents
+        assert narrow.mcp_tools == frozenset({"docs/search"})
+        assert asyncio.run(offered(narrow)) == ["docs__search"]
+        assert asyncio.run(offered(wide)) == ["docs__fetch", "docs__search"]
+        asyncio.run(models.aclose())

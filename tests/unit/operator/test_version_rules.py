@@ -29,7 +29,7 @@ def problems(spec: dict[str, Any], **facts: Any) -> dict[str, str]:
     given: dict[str, Any] = {
         "app_exists": True,
         "tools": {"weather-1.2.0": WEATHER, "search-1.0.0": SEARCH},
-        "models": {"llama": True},
+        "models": {"llama": "llama", "llama-3-8b-0a1b2c3d": "Llama 3 8B"},
     }
     found = version_problems(spec, **(given | facts))
     return {p.field: p.message for p in found}
@@ -50,7 +50,47 @@ def test_every_agent_needs_a_model_that_exists() -> None:
     found = problems(spec)
     assert found == {
         "spec.agents[1].model": "agent writer has no model (name its ModelDeployment)",
-        "spec.agents[2].model": "agent critic: unknown model 'gone' (no ModelDeployment of that name)",
+        "spec.agents[2].model": "agent critic: unknown model 'gone' (no ModelDeployment of that name or display name)",
+    }
+
+
+def test_an_agents_model_may_be_the_display_name_when_it_is_unique() -> None:
+    spec = valid()
+    spec["agents"][0]["model"] = "Llama 3 8B"  # the deploy call's name; the object is llama-3-8b-0a1b2c3d
+    assert problems(spec) == {}
+    twice = {"llama": "llama", "a-1": "Llama 3 8B", "b-2": "Llama 3 8B"}
+    assert problems(spec, models=twice) == {
+        "spec.agents[0].model": "agent triage: model 'Llama 3 8B' is ambiguous: the display name of "
+        "ModelDeployments a-1, b-2 (name the object instead)"
+    }
+    spec["agents"][0]["model"] = "a-1"  # the object name wins over display names
+    assert problems(spec, models=twice) == {}
+    spec["agents"][0]["model"] = "llama 3 8b"  # display names match exactly
+    assert "unknown model" in problems(spec)["spec.agents[0].model"]
+
+
+def test_an_agents_mcp_tools_must_be_listed_by_their_server() -> None:
+    spec = valid()
+    spec["mcpServers"] = [{"name": "docs", "url": "https://docs/mcp"}, {"name": "down", "url": "https://down/mcp"}]
+    spec["agents"][0]["tools"] = ["weather", "search"]
+    spec["toolVersions"].append({"name": "search", "version": "1.0.0"})
+    spec["agents"][0]["mcpTools"] = ["docs/search", "docs/nope", "wiki/x", "weather/x", "search/now", "search/then",
+                                     "down/any"]  # fmt: skip
+    answers = {
+        "spec.mcpServers[0]": McpAnswer(tools=("search", "fetch")),
+        "spec.mcpServers[1]": McpAnswer(error="ConnectError: refused"),
+        "spec.agents[0].tools[1]": McpAnswer(tools=("now",)),
+    }
+    found = problems(spec, mcp=answers)
+    assert found == {
+        "spec.agents[0].mcpTools[1]": "agent triage: MCP server docs does not list a tool nope (it lists: fetch, "
+        "search)",
+        "spec.agents[0].mcpTools[2]": "agent triage: wiki/x names no MCP server of this version (an entry of "
+        "spec.mcpServers, or an MCP Tool the agent lists in tools)",
+        "spec.agents[0].mcpTools[3]": "agent triage: weather/x names no MCP server of this version (an entry of "
+        "spec.mcpServers, or an MCP Tool the agent lists in tools)",  # weather is an HTTP tool
+        "spec.agents[0].mcpTools[5]": "agent triage: MCP server search does not list a tool then (it lists: now)",
+        "spec.mcpServers[1]": "MCP server down at https://down/mcp does not answer: ConnectError: refused",
     }
 
 
@@ -188,6 +228,9 @@ class FakeKube:
     async def get(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
         return self.objects.get((plural, name))
 
+    async def list_objects(self, plural: str, namespace: str) -> list[dict[str, Any]]:
+        return [{"metadata": {"name": n}, **o} for (p, n), o in self.objects.items() if p == plural]
+
     async def request(self, method: str, path: str, *, json: Any = None, **_: Any) -> dict[str, Any]:
         assert (method, path) == ("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews")
         self.reviews.append(json)
@@ -206,7 +249,7 @@ def test_the_webhook_check_reads_the_facts_and_asks_the_servers() -> None:
     kube = FakeKube(
         {
             ("apps", "bot"): {},
-            ("modeldeployments", "llama"): {},
+            ("modeldeployments", "llama"): {"spec": {"name": "llama"}},
             ("tools", "weather-1.2.0"): WEATHER,
             ("secrets", "token"): token,
         },

@@ -19,14 +19,14 @@ from datetime import UTC, datetime
 from dockyard_api.auth import Authenticator
 from dockyard_api.events import record_event
 from dockyard_api.management.base import CallerService
-from dockyard_api.management.tooltests.schemas import ToolTestAnswer, ToolTestCall
+from dockyard_api.management.tooltests.schemas import TestedTool, TestedTools, ToolTestAnswer, ToolTestCall
 from dockyard_api.runtime.service import AppRuntime
 from dockyard_api.runtime.tooltest import argument_errors, tool_under_test
 from dockyard_core import tooltests
 from dockyard_core.errors import ConflictError, InvalidError
 from dockyard_core.repository import Repositories
 from dockyard_core.resources.v1alpha1 import AppVersion
-from dockyard_core.resources.v1alpha1.app import ToolTest
+from dockyard_core.resources.v1alpha1.app import AppContent, ToolTest
 
 RESULT_LIMIT = 4096
 ATTEMPTS = 5
@@ -90,6 +90,39 @@ class ToolTestService(CallerService):
             duration_ms=record.duration_ms,
             recorded_on=recorded_on,
         )
+
+    async def list_tools(self, namespace: str, environment: str) -> TestedTools:
+        """The tools of the version active in the environment with their recorded test calls there (read as
+        the caller)."""
+        env = await self.environment(namespace, environment)
+        version = env.status.active_version or env.spec.app_version or "draft"
+        name = env.metadata.name or environment
+        content: AppContent
+        if version == "draft":
+            app = await self.repos.apps.get(namespace, env.spec.app_ref)
+            content, tests = app.spec, app.status.tool_tests
+        else:
+            found = await self.repos.app_versions.get(namespace, AppVersion.object_name(env.spec.app_ref, version))
+            content, tests = found.spec, found.status.tool_tests
+        here = [t for t in tests if t.environment == name and t.app_version == version]
+
+        def of(prefix: str) -> list[ToolTest]:
+            return [t for t in here if t.tool == prefix or t.tool.startswith(prefix + "/")]
+
+        named: dict[str, list[str]] = {}
+        for agent in content.agents:
+            for ref in agent.mcp_tools or []:
+                server, _, tool = ref.partition("/")
+                if tool not in named.setdefault(server, []):
+                    named[server].append(tool)
+        items = [
+            TestedTool(name=t.name, kind="tool", version=t.version, tests=of(t.name)) for t in content.tool_versions
+        ]
+        items += [
+            TestedTool(name=s.name, kind="mcpServer", named_tools=named.get(s.name, []), tests=of(s.name))
+            for s in content.mcp_servers
+        ]
+        return TestedTools(environment=name, app_version=version, items=items)
 
     async def _record(self, namespace: str, app: str, record: ToolTest) -> str:
         """Add ``record`` to the status.toolTests of the App (draft) or AppVersion, as Dockyard, guarded by

@@ -30,6 +30,8 @@ MCP_TOOL_REF_PATTERN = "^" + DNS_LABEL_PATTERN.strip("^$") + "/" + MCP_TOOL_NAME
 TOOL_TEST_PATTERN = "^" + DNS_LABEL_PATTERN.strip("^$") + "(/" + MCP_TOOL_NAME + ")?$"
 """What a tool test call names: an HTTP tool (a DNS label) or ``<server>/<tool>``."""
 
+McpToolRef = Annotated[str, Field(min_length=3, max_length=192, pattern=MCP_TOOL_REF_PATTERN)]
+
 
 class Agent(DockyardModel):
     """One AI agent of the app."""
@@ -40,10 +42,17 @@ class Agent(DockyardModel):
     """The agent version included (precise agent versions are selected per app version)."""
     instructions: Annotated[str, Field(max_length=32768)] = ""
     """System instructions of the agent."""
-    model: ObjectName | None = None
-    """Name of the ModelDeployment (in this namespace) the agent calls."""
+    model: Annotated[str, Field(min_length=1, max_length=253)] | None = None
+    """The ModelDeployment (in this namespace) the agent calls: its object name, or its display name (the
+    deploy call's name, spec.name), which must then be unique among the namespace's ModelDeployments."""
     tools: Annotated[list[DnsLabel], Field(max_length=32), ListSet()] = Field(default_factory=list)
     """Names of the tools the agent may call; toolVersions pins the version of each."""
+    mcp_tools: Annotated[list[McpToolRef], Field(max_length=64), ListSet()] | None = None
+    """MCP tools the agent may call, each <server>/<tool>: <server> an entry of mcpServers, or an MCP Tool
+    (spec.mcp) the agent lists in tools. An agent that names any gets only these MCP tools; one that names
+    none (absent or empty) gets every tool of the app's MCP servers and of its MCP Tools (as before mcpTools
+    existed).
+    Creating a version checks that each server lists the tool it names."""
 
 
 class ToolVersionRef(DockyardModel):
