@@ -76,6 +76,14 @@ def _unpin_weather(doc: dict[str, Any]) -> None:
     doc["spec"]["toolVersions"] = [t for t in doc["spec"]["toolVersions"] if t["name"] != "weather"]
 
 
+def _mcp_tools(*refs: str) -> Edit:
+    def edit(doc: dict[str, Any]) -> None:
+        doc["spec"]["agents"][0]["mcpTools"] = list(refs)
+        doc["spec"]["mcpServers"] = [{"name": "docs", "url": "https://docs.example.com/mcp"}]
+
+    return edit
+
+
 def _duplicate_agent(doc: dict[str, Any]) -> None:
     doc["spec"]["agents"].append(copy.deepcopy(doc["spec"]["agents"][0]))
 
@@ -100,6 +108,11 @@ RULE_CASES: list[tuple[type[KubeObject], int, str, Edit, str | None]] = [
     (Tool, 0, "wrong object name", _set_name("weather"), "metadata.name must be"),
     (AppVersion, 0, "wrong object name", _set_name("support-bot-1.0.1"), "metadata.name must be"),
     (AppVersion, 0, "unpinned tool", _unpin_weather, "every tool an agent uses"),
+    (AppVersion, 0, "MCP tool of no server", _mcp_tools("wiki/x"), "every MCP tool an agent names"),
+    (AppVersion, 0, "MCP tool of an MCP server", _mcp_tools("docs/search"), None),
+    (AppVersion, 0, "MCP tool of an agent's tool", _mcp_tools("crm-lookup/now"), None),  # the webhook: is it MCP
+    (AppVersion, 0, "MCP tool without its server", _mcp_tools("search"), "match"),
+    (App, 0, "MCP tool of no server in the draft", _mcp_tools("wiki/x"), None),
     (App, 0, "duplicate agent", _duplicate_agent, "uplicate"),
     (App, 0, "duplicate agent tool", _duplicate_agent_tool, "uplicate"),
     (App, 0, "unpinned tool in the draft", _unpin_weather, None),

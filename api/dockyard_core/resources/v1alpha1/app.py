@@ -101,6 +101,15 @@ class AppSpec(AppContent):
     """Human-readable name of the app."""
 
 
+def _mcp_servers_named(spec: AppVersionSpec) -> bool:
+    servers = {s.name for s in spec.mcp_servers}
+    return all(
+        ref.split("/", 1)[0] in servers or ref.split("/", 1)[0] in agent.tools
+        for agent in spec.agents
+        for ref in agent.mcp_tools or []
+    )
+
+
 def _tools_pinned(spec: AppVersionSpec) -> bool:
     pinned = {t.name for t in spec.tool_versions}
     return all(tool in pinned for agent in spec.agents for tool in agent.tools)
@@ -121,6 +130,15 @@ class AppVersionSpec(AppContent):
             "every tool an agent uses must have a version in toolVersions",
             check=_tools_pinned,
             field_path=".toolVersions",
+        ),
+        Rule(
+            "!has(self.agents) || self.agents.all(a, !has(a.mcpTools) || a.mcpTools.all(m,"
+            " (has(self.mcpServers) && self.mcpServers.exists(s, m.startsWith(s.name + '/')))"
+            " || (has(a.tools) && a.tools.exists(t, m.startsWith(t + '/')))))",
+            "every MCP tool an agent names (mcpTools, <server>/<tool>) must be of one of spec.mcpServers or of an "
+            "MCP Tool the agent lists in tools",
+            check=_mcp_servers_named,
+            field_path=".agents",
         ),
         Rule("self == oldSelf", "an AppVersion is immutable: create a new version instead"),
     )
