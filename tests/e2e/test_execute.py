@@ -23,7 +23,7 @@ from dockyard_core import apikeys
 from tests.support.cluster import E2ECluster
 from tests.support.dockyard import create, get_or_empty, hub_model, model_deployment, patch
 from tests.support.runners import run_local_runtime
-from tests.support.scripted_model import Call, Reply, ScriptedModel, scripted_model
+from tests.support.scripted_model import Call, Reply, ScriptedModel, mcp_server, scripted_model
 from tests.support.waiting import wait_for
 
 TURN_DEADLINE = 3.0
@@ -364,3 +364,48 @@ def test_each_environment_fills_the_instructions_placeholders_with_its_configura
     assert system("bot-us") == "Support: us@shop.example. Region us-east, retries 3. Unknown {{tone}}."
     patch(api, namespace, "environments", "bot-eu", {"spec": {"configuration": {"tone": "warm"}}})
     wait_for(lambda: system("bot-eu").endswith("Unknown warm."), timeout=15, what="the new configuration")
+
+
+def test_an_agent_calls_its_model_by_display_name_and_only_the_mcp_tools_it_names(
+    api: client.ApiClient, namespace: str, facade: Facade, model: ScriptedModel
+) -> None:
+    """The agent's model is the ModelDeployment's display name (spec.name, the deploy call's name): the turn
+    reaches that ModelDeployment; the agent names one tool of an MCP server that lists two, and the model is
+    offered that one (and the HTTP tool) only, and the call goes through to the server."""
+
+    def forecast(city: str) -> str:
+        """The forecast of a city."""
+        return f"sunny in {city}"
+
+    def secrets(path: str) -> str:
+        """Not for this agent."""
+        return path
+
+    bot = deploy_bot(api, namespace, model)
+    patch(api, namespace, "modeldeployments", "tiny", {"spec": {"name": "Tiny Chat"}})
+    with mcp_server({"forecast": forecast, "secrets": secrets}, name="docs") as docs:
+        agent = {"name": "helper", "version": "1.0.0", "instructions": "You are helpful.", "model": "Tiny Chat",
+                 "tools": ["weather"], "mcpTools": ["docs/forecast"]}  # fmt: skip
+        draft = {"agents": [agent], "mcpServers": [{"name": "docs", "url": docs.url}]}
+        patch(api, namespace, "apps", "bot", {"spec": draft})
+
+        def sees_the_draft() -> bool:
+            model.reset()
+            model.script(Reply(text="ok", usage=(1, 1)))
+            http.post(bot.execute, headers=bot.headers, json={"message": "ping"})
+            bodies = model.bodies()
+            return bool(bodies) and any(t["function"]["name"] == "docs__forecast" for t in bodies[0].get("tools", []))
+
+        http = facade.http
+        wait_for(sees_the_draft, timeout=30, what="the turn to use the edited draft")
+        model.reset()
+        model.script(
+            Reply(calls=[Call("docs__forecast", {"city": "Oslo"})], usage=(30, 5)),
+            Reply(text="Sunny in Oslo.", usage=(45, 9)),
+        )
+        answer = ok(http.post(bot.execute, headers=bot.headers, json={"message": "Forecast for Oslo?"}))
+    assert (answer["response"], answer["tools_used"]) == ("Sunny in Oslo.", ["docs__forecast"])
+    first = model.bodies()[0]
+    assert first["model"] == "Tiny Chat"  # the ModelDeployment's served name: the turn reached it
+    assert sorted(t["function"]["name"] for t in first["tools"]) == ["docs__forecast", "weather"]
+    assert docs.calls == [("forecast", {"city": "Oslo"})]
