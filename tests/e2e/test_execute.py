@@ -5,6 +5,7 @@ HTTP tool, a real API key, and the conversation database (SQLite file)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -409,3 +410,14 @@ def test_an_agent_calls_its_model_by_display_name_and_only_the_mcp_tools_it_name
     assert first["model"] == "Tiny Chat"  # the ModelDeployment's served name: the turn reached it
     assert sorted(t["function"]["name"] for t in first["tools"]) == ["docs__forecast", "weather"]
     assert docs.calls == [("forecast", {"city": "Oslo"})]
+
+    # the environment's health follows the ModelDeployment the display name resolves to (once it reconciled
+    # the edited draft: its checklist names the MCP tool the agent names)
+    def reconciled() -> dict[str, Any] | None:
+        env = get_or_empty(api, namespace, "environments", "bot-draft")
+        checklist = json.dumps((env.get("status") or {}).get("checklist"))
+        return env if "docs/forecast" in checklist else None
+
+    env = wait_for(reconciled, timeout=30, what="the environment to reconcile the edited draft")
+    assert env["status"]["phase"] == "Active", env["status"]
+    assert "Tiny Chat" not in json.dumps(env["status"].get("conditions"))

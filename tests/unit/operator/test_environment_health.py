@@ -10,7 +10,7 @@ from dockyard_core.devices import BUILT_IN
 from dockyard_operator import environment_health as health
 from dockyard_operator import environments as envs
 from dockyard_operator.context import Context
-from dockyard_operator.reconcile.environment import EnvironmentState, environments_using
+from dockyard_operator.reconcile.environment import EnvironmentState, environments_tested, environments_using
 from dockyard_operator.runtimes import DEFAULT_CATALOG
 from dockyard_operator.settings import OperatorSettings
 
@@ -127,3 +127,21 @@ def test_a_model_deployments_health_change_reconciles_the_environments_using_it(
     assert environments_using(ctx, index, mdep("FAILED", "CrashLoop"), deleted=True) == [env]
     ctx.forget("u-env")
     assert environments_using(ctx, index, mdep("SUCCESS")) == []  # a deleted environment uses nothing
+
+
+def test_a_recorded_tool_test_call_reconciles_the_environments_of_its_app() -> None:
+    """A new status.toolTests of an App (its draft) or an AppVersion reconciles the environments of that app
+    at once (their checklist reads it); any other event of it does not."""
+    ctx = context()
+    env = {"metadata": {"name": "bot-prod", "namespace": "ns", "uid": "u-env"}, "spec": {"appRef": "bot"}}
+    other = {"metadata": {"name": "x-prod", "namespace": "ns", "uid": "u-x"}, "spec": {"appRef": "x"}}
+    index = {("ns", "bot-prod"): [env], ("ns", "x-prod"): [other]}
+    meta = {"name": "bot-1.0.0", "namespace": "ns", "uid": "u-v"}
+    version = {"kind": "AppVersion", "metadata": meta, "spec": {"appRef": "bot"}, "status": {}}
+    assert environments_tested(ctx, index, version) == []  # no record
+    tested = {**version, "status": {"toolTests": [{"tool": "weather", "passed": True}]}}
+    assert environments_tested(ctx, index, tested) == [env]
+    assert environments_tested(ctx, index, tested) == []  # seen: e.g. deployedIn written
+    draft = {"kind": "App", "metadata": {"name": "x", "namespace": "ns", "uid": "u-app"}, "spec": {}}
+    assert environments_tested(ctx, index, {**draft, "status": {"toolTests": [{"tool": "t"}]}}) == [other]
+    assert environments_tested(ctx, index, tested, deleted=True) == []
