@@ -670,6 +670,30 @@ def test_tool_test_calls_are_recorded_and_make_the_checklist_item_done(
     ok(http.post(tests, json={"tool": "weather", "arguments": {"city": "Oslo"}}, headers=alice))
     wait_for(lambda: _check(api, namespace, "bot-draft", item) == "Done", timeout=30, what="the item Done again")
 
+    # a version deployed to another environment: untested there (the draft's calls were elsewhere), and its
+    # calls are recorded on the AppVersion
+    llama(api, namespace)
+    ok(http.post(f"{mgmt(namespace)}/apps/bot/versions", json={"version": "1.0.0", "name": "v1"}, headers=alice), 201)
+    env_body = {"name": "prod", "appVersion": "1.0.0"}
+    ok(http.post(f"{mgmt(namespace)}/apps/bot/environments", json=env_body, headers=alice), 201)
+    wait_for(
+        lambda: _detail(api, namespace, "bot-prod", item).startswith(
+            "no passing test call against the current deployment: weather 1.0.0, MCP server docs (any of its tools)"
+        ),
+        timeout=60,
+        what="the version's tools untested in bot-prod",
+    )
+    prod = f"{mgmt(namespace)}/environments/bot-prod/tooltests"
+    answer = ok(http.post(prod, json={"tool": "weather", "arguments": {"city": "Bergen"}}, headers=alice))
+    assert (answer["passed"], answer["recordedOn"], answer["appVersion"]) == (True, "AppVersion bot-1.0.0", "1.0.0")
+    ok(http.post(prod, json={"tool": "docs/search", "arguments": {"query": "x"}}, headers=alice))
+    recorded = get(api, namespace, "appversions", "bot-1.0.0")["status"]["toolTests"]
+    assert sorted((t["environment"], t["tool"]) for t in recorded) == [
+        ("bot-prod", "docs/search"),
+        ("bot-prod", "weather"),
+    ]
+    wait_for(lambda: _check(api, namespace, "bot-prod", item) == "Done", timeout=30, what="the item Done in bot-prod")
+
 
 def test_restore_overwrites_the_draft_and_is_recorded(
     api: client.ApiClient, namespace: str, team: Users, facade: RunningFacade, docs: RunningMcp
