@@ -695,6 +695,47 @@ def test_tool_test_calls_are_recorded_and_make_the_checklist_item_done(
     wait_for(lambda: _check(api, namespace, "bot-prod", item) == "Done", timeout=30, what="the item Done in bot-prod")
 
 
+def test_an_mcp_tool_is_test_called_through_its_deployment(
+    api: client.ApiClient, namespace: str, team: Users, facade: RunningFacade, docs: RunningMcp
+) -> None:
+    """A Tool with spec.mcp pinned in toolVersions: its tools are test-called as <tool>/<name> at the
+    environment's ToolDeployment of it (here an external endpoint) through the MCP SDK; the Tool alone is no
+    tool to call; the agent's named MCP tool is listed, and a passing call makes the item Done."""
+    http, alice = facade.client, team.headers("alice")
+    spec = {"name": "lookup", "version": "1.0.0", "endpoint": docs.url.removesuffix("/mcp"), "mcp": {}}
+    create(api, namespace, "tools", "Tool", "lookup-1.0.0", spec)
+    agent = {**AGENT, "tools": ["lookup"], "mcpTools": ["lookup/search"]}
+    create(
+        api,
+        namespace,
+        "apps",
+        "App",
+        "bot",
+        {"agents": [agent], "toolVersions": [{"name": "lookup", "version": "1.0.0"}]},
+    )
+    item = "Tools deployed and tested"
+    wait_for(
+        lambda: _detail(api, namespace, "bot-draft", item).startswith(
+            "no passing test call against the current deployment: lookup 1.0.0"
+        ),
+        timeout=60,
+        what="the MCP tool deployed and untested",
+    )
+    tests = f"{mgmt(namespace)}/environments/bot-draft/tooltests"
+    [listed] = ok(http.get(tests, headers=alice))["items"]
+    assert (listed["name"], listed["kind"], listed["namedTools"]) == ("lookup", "mcpTool", ["search"])
+    body = refused(http.post(tests, json={"tool": "lookup", "arguments": {}}, headers=alice), 422, "lookup/<name")
+    assert body["error"]["details"][0]["field"] == "body.tool"
+    answer = ok(http.post(tests, json={"tool": "lookup/search", "arguments": {"query": "tls"}}, headers=alice))
+    assert (answer["passed"], answer["result"], answer["target"]) == (
+        True,
+        "nothing about tls",
+        "bot-draft-lookup-1-0-0",
+    )
+    assert docs.calls[-1] == ("search", {"query": "tls"})
+    wait_for(lambda: _check(api, namespace, "bot-draft", item) == "Done", timeout=30, what="the item Done")
+
+
 def test_restore_overwrites_the_draft_and_is_recorded(
     api: client.ApiClient, namespace: str, team: Users, facade: RunningFacade, docs: RunningMcp
 ) -> None:

@@ -75,7 +75,8 @@ async def tool_test(request: Request, namespace: NamespaceParam, environment: En
     ctx = await context(request, namespace)
     given = await form(ctx)
     sent = {k: str(given.get(k) or "") for k in ("target", "mcpTool", "arguments")}
-    name = sent["target"] + (f"/{sent['mcpTool'].strip()}" if given.get("kind") == "mcpServer" else "")
+    mcp = given.get("kind") in ("mcpServer", "mcpTool")
+    name = sent["target"] + (f"/{sent['mcpTool'].strip()}" if mcp else "")
     arguments, problem = parse_arguments(sent["arguments"])
     if problem is not None:
         errors = views.FormErrors()

@@ -47,11 +47,12 @@ class TestedTool(View):
     name: str
     """An HTTP tool's name, an MCP Tool's name, or an MCP server's name (test its tools as <name>/<tool>)."""
     kind: str
-    """``tool`` (an entry of toolVersions) or ``mcpServer`` (an entry of mcpServers)."""
+    """``tool`` (an HTTP tool of toolVersions), ``mcpTool`` (an MCP Tool of toolVersions: test its tools as
+    <name>/<tool>) or ``mcpServer`` (an entry of mcpServers)."""
     version: str = ""
     """The pinned tool version (toolVersions)."""
     named_tools: list[str] = Field(default_factory=list)
-    """For an MCP server: the tools its agents name (mcpTools); empty: its agents get every tool it lists."""
+    """For an MCP server or MCP Tool: the tools its agents name (mcpTools); empty: every tool it lists."""
     tests: list[ToolTest] = Field(default_factory=list)
     """The newest recorded test call per tool under this name, in this environment."""
 

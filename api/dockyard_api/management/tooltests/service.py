@@ -115,9 +115,15 @@ class ToolTestService(CallerService):
                 server, _, tool = ref.partition("/")
                 if tool not in named.setdefault(server, []):
                     named[server].append(tool)
-        items = [
-            TestedTool(name=t.name, kind="tool", version=t.version, tests=of(t.name)) for t in content.tool_versions
-        ]
+        items: list[TestedTool] = []
+        for t in content.tool_versions:
+            pinned = await self.repos.tools.find(namespace, f"{t.name}-{t.version}")
+            kind = "mcpTool" if pinned is not None and pinned.spec.mcp is not None else "tool"
+            items.append(
+                TestedTool(
+                    name=t.name, kind=kind, version=t.version, named_tools=named.get(t.name, []), tests=of(t.name)
+                )
+            )
         items += [
             TestedTool(name=s.name, kind="mcpServer", named_tools=named.get(s.name, []), tests=of(s.name))
             for s in content.mcp_servers
