@@ -6,7 +6,8 @@ depend on that), applies the pure rules of :mod:`dockyard_operator.environments`
 - a Tool used by a deployed version cannot be deleted;
 - an AppVersion is validated on create (:mod:`dockyard_operator.version_rules`, MCP servers asked through
   :mod:`dockyard_operator.mcp_probe`) and cannot be deleted while deployed;
-- an Environment can only link an existing version;
+- an Environment can only link an existing version, and names an OIDC client Secret
+  (``spec.access.oidc.clientSecretRef``) only when the user writing it may read that Secret;
 - who deployed (and when) comes from the admission request's userInfo, never from the client
   (:func:`deployment_stamp`).
 """
@@ -155,6 +156,33 @@ async def environment_link_refusal(
         return None
     return Refusal(
         f"spec.appVersion: app {spec['appRef']!r} has no version {version} (create the AppVersion first)", 422
+    )
+
+
+def _oidc_secret(spec: Mapping[str, Any] | None) -> tuple[str | None, str | None]:
+    oidc = ((spec or {}).get("access") or {}).get("oidc") or {}
+    return oidc.get("clientSecretRef"), oidc.get("issuer")
+
+
+async def environment_oidc_secret_refusal(
+    kube: KubeApi, body: Mapping[str, Any], old: Mapping[str, Any] | None, userinfo: Mapping[str, Any] | None
+) -> Refusal | None:
+    """The facade sends the ``clientSecret`` of ``spec.access.oidc.clientSecretRef`` to the issuer the
+    Environment names: whoever newly names a Secret, or points a named Secret at another issuer, must be
+    allowed to ``get`` that Secret themselves (a SubjectAccessReview), else editing an Environment would
+    hand any Secret of the namespace to a server of the editor's choosing."""
+    secret, issuer = _oidc_secret(body.get("spec"))
+    if not secret or (old is not None and _oidc_secret(old.get("spec")) == (secret, issuer)):
+        return None
+    namespace = body["metadata"]["namespace"]
+    if await may_read_secret(kube, userinfo or {}, namespace, secret):
+        return None
+    user = (userinfo or {}).get("username") or "this user"
+    return Refusal(
+        f"spec.access.oidc.clientSecretRef: {user} may not get Secret {namespace}/{secret}, whose clientSecret "
+        f"the facade would send to the issuer {issuer}; only someone allowed to read that Secret may name it "
+        "here (or grant get on it, e.g. a Role with resourceNames)",
+        403,
     )
 
 

@@ -19,7 +19,7 @@ from tests.browser.conftest import Facade, deploy_bot
 from tests.support.dockyard import create, get
 from tests.support.dockyard import get_or_empty as get_or_none
 from tests.support.scripted_model import Reply, ScriptedModel
-from tests.support.users import Users
+from tests.support.users import USERS_NS, Users
 from tests.support.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -458,6 +458,19 @@ def test_console_settings_and_allow_a_site(
     page.get_by_label("Client secret: Secret name").fill("web-oidc")
     page.get_by_label("Model tokens per day (whole environment)").fill("50000")
     page.get_by_label("Variables (KEY=VALUE, one per line)").fill("company=Acme Inc.\ncity=Paris")
+    # the facade would send that Secret's clientSecret to the issuer: alice may not name a Secret she may not read
+    page.get_by_role("button", name="Save settings").click()
+    expect(page.get_by_text("may not get Secret", exact=False).first).to_be_visible()
+    assert "access" not in get_or_none(api, namespace, "environments", "bot-draft")["spec"]
+    rbac = client.RbacAuthorizationV1Api(api)
+    rule = {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"], "resourceNames": ["web-oidc"]}
+    rbac.create_namespaced_role(namespace, {"metadata": {"name": "read-web-oidc"}, "rules": [rule]})
+    rbac.create_namespaced_role_binding(namespace, {
+        "metadata": {"name": "alice-reads-web-oidc"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "read-web-oidc"},
+        "subjects": [{"kind": "ServiceAccount", "name": "alice", "namespace": USERS_NS}],
+    })  # fmt: skip
+    expect(page.get_by_label("Client secret: Secret name")).to_have_value("web-oidc")  # what was typed is kept
     page.get_by_role("button", name="Save settings").click()
     expect(page.get_by_role("status").first).to_contain_text("Settings saved: access.webClient")
     expect(page.get_by_label("Web client access")).to_have_value("oidc")

@@ -476,6 +476,24 @@ def test_environment_lifecycle(api: client.ApiClient, namespace: str, facade: Pr
     # oidc without its provider, and a site that is not an origin, refused (exit 2) naming the field
     bad = run("env", "settings", "demo-staging", "--web-client", "oidc", code=2)
     assert "access.oidc" in " ".join(bad.stderr.split()), bad.stderr
+    # the facade would send the Secret's clientSecret to the issuer named: an editor who may not read the
+    # Secret may not name it (the Environment webhook's SubjectAccessReview, exit 3: 403) ...
+    access_before = get(api, namespace, "environments", "demo-staging")["spec"].get("access")
+    oidc_args = ("--web-client", "oidc", "--oidc-issuer", "https://id.example.com", "--oidc-client-id",
+                 "dockyard-web", "--oidc-client-secret-ref", "web-oidc")  # fmt: skip
+    denied = " ".join(run("env", "settings", "demo-staging", *oidc_args, code=3).stderr.split())
+    assert "spec.access.oidc.clientSecretRef" in denied, denied
+    assert "may not get Secret" in denied, denied
+    assert get(api, namespace, "environments", "demo-staging")["spec"].get("access") == access_before  # unchanged
+    # ... until someone grants get on that one Secret
+    rbac = client.RbacAuthorizationV1Api(api)
+    rule = {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"], "resourceNames": ["web-oidc"]}
+    rbac.create_namespaced_role(namespace, {"metadata": {"name": "read-web-oidc"}, "rules": [rule]})
+    rbac.create_namespaced_role_binding(namespace, {
+        "metadata": {"name": "ci-reads-web-oidc"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "read-web-oidc"},
+        "subjects": [{"kind": "ServiceAccount", "name": "ci", "namespace": "dockyard-e2e-cli"}],
+    })  # fmt: skip
     settings = as_json("env", "settings", "demo-staging", "--web-client", "oidc", "--oidc-issuer",
                        "https://id.example.com", "--oidc-client-id", "dockyard-web", "--oidc-client-secret-ref",
                        "web-oidc", "--allow-origin", "https://shop.example.com")  # fmt: skip

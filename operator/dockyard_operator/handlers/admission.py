@@ -53,8 +53,9 @@ async def validate_appversion(body: kopf.Body, memo: Any, userinfo: kopf.UserInf
     GROUP, VERSION, "environments", id="validate-environment", operations=["CREATE", "UPDATE"],
     ignore_failures=IGNORE_FAILURES,
 )  # fmt: skip
-async def validate_environment(body: kopf.Body, memo: Any, **kw: Any) -> None:
+async def validate_environment(body: kopf.Body, memo: Any, userinfo: kopf.UserInfo, **kw: Any) -> None:
     _refuse(await admission.environment_link_refusal(_kube(memo), body, kw.get("old")))
+    _refuse(await admission.environment_oidc_secret_refusal(_kube(memo), body, kw.get("old"), userinfo))
 
 
 @kopf.on.mutate(

@@ -282,3 +282,31 @@ def test_the_webhook_check_reads_the_facts_and_asks_the_servers() -> None:
     assert down.message.startswith(
         f"the version is not valid: spec.mcpServers[0]: MCP server docs at {server.url} does not answer: "
     )
+
+
+def test_an_environment_names_an_oidc_client_secret_only_for_a_user_who_may_read_it() -> None:
+    kube = FakeKube({}, readers={"alice": {"oidc-client"}})
+    oidc = {"issuer": "https://id.example.com", "clientId": "web", "clientSecretRef": "oidc-client"}
+    body = {"metadata": {"namespace": "team"}, "spec": {"access": {"webClient": "oidc", "oidc": oidc}}}
+
+    def refusal(user: str, old: dict[str, Any] | None = None) -> admission.Refusal | None:
+        check = admission.environment_oidc_secret_refusal(kube, body, old, {"username": user})  # type: ignore[arg-type]
+        return asyncio.run(check)
+
+    assert refusal("alice") is None
+    bob = refusal("bob")
+    assert bob is not None
+    assert bob.code == 403
+    assert bob.message.startswith(
+        "spec.access.oidc.clientSecretRef: bob may not get Secret team/oidc-client, whose clientSecret the facade "
+        "would send to the issuer https://id.example.com"
+    )
+    # an unchanged Secret and issuer are not asked again (bob may change the scopes or the origins)
+    assert refusal("bob", old={"spec": {"access": {"oidc": {**oidc, "scopes": ["email"]}}}}) is None
+    # the same Secret pointed at another issuer is a new decision
+    assert refusal("bob", old={"spec": {"access": {"oidc": {**oidc, "issuer": "https://other.example"}}}}) is not None
+    # no Secret (a public client) asks nothing
+    del oidc["clientSecretRef"]
+    reviews = len(kube.reviews)
+    assert refusal("bob") is None
+    assert len(kube.reviews) == reviews
