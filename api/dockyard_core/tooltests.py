@@ -6,7 +6,8 @@ A tool of a version, as the checklist asks for it (a :class:`Wanted`):
 
 - each entry of ``toolVersions`` (an HTTP tool, or a Tool with ``spec.mcp``): tested by a passing call of
   the tool itself or of one of its MCP tools (``<tool>/<name>``) against the environment's ToolDeployment
-  of that version as it is now (its uid and generation: ``revision``);
+  of that version as it is now (its uid: ``revision``; a recreated ToolDeployment needs a new call, a scaled
+  one does not, since its tool is immutable and only replicas and isAsync can change);
 - each MCP tool an agent names (``mcpTools``, ``<server>/<tool>``): a passing call of it against the
   server's URL;
 - an MCP server of ``mcpServers`` none of whose tools an agent names (its agents get every tool it lists):
@@ -36,12 +37,12 @@ class Wanted:
     target: str
     """The ToolDeployment name or the MCP server URL the test must have called."""
     revision: str
-    """The ToolDeployment's ``<uid>/<generation>`` (empty for MCP servers)."""
+    """The ToolDeployment's uid (empty for MCP servers)."""
 
     def met_by(self, test: Mapping[str, Any], environment: str, version: str) -> bool:
         if not test.get("passed") or test.get("environment") != environment or test.get("appVersion") != version:
             return False
-        if test.get("target") != self.target or str(test.get("revision") or "") != self.revision:
+        if test.get("target") != self.target or _uid(str(test.get("revision") or "")) != _uid(self.revision):
             return False
         name = str(test.get("tool") or "")
         if self.tool.endswith("/"):
@@ -50,9 +51,16 @@ class Wanted:
 
 
 def revision(tool_deployment: Mapping[str, Any] | None) -> str:
-    """The ``<uid>/<generation>`` of a ToolDeployment (empty when there is none)."""
+    """The uid of a ToolDeployment (empty when there is none). Not its generation: its toolRef is immutable
+    (another tool is another ToolDeployment), so a new generation only scales it or changes isAsync, and
+    the tool answers the same."""
     meta = (tool_deployment or {}).get("metadata") or {}
-    return f"{meta['uid']}/{meta.get('generation', 0)}" if meta.get("uid") else ""
+    return str(meta.get("uid") or "")
+
+
+def _uid(revision: str) -> str:
+    """The uid part of a revision (records made before 2026-11-26 carry ``<uid>/<generation>``)."""
+    return revision.partition("/")[0]
 
 
 def wanted(content: Mapping[str, Any], environment: str, revisions: Mapping[str, str]) -> list[Wanted]:

@@ -229,7 +229,7 @@ class ToolTesting:
     tests: Sequence[Mapping[str, Any]]
     """The version's (or the draft App's) status.toolTests."""
     revisions: Mapping[str, str]
-    """ToolDeployment name -> its <uid>/<generation> (dockyard_core.tooltests.revision)."""
+    """ToolDeployment name -> its uid (dockyard_core.tooltests.revision)."""
 
 
 def _tools_item(

@@ -628,7 +628,7 @@ def test_tool_test_calls_are_recorded_and_make_the_checklist_item_done(
     tdep = get(api, namespace, "tooldeployments", "bot-draft-weather-1-0-0")
     [record] = _tested(api, namespace)  # the newest per environment and tool
     assert (record["tool"], record["passed"], record["by"]) == ("weather", True, team.name("alice"))
-    assert record["revision"] == f"{tdep['metadata']['uid']}/{tdep['metadata']['generation']}"
+    assert record["revision"] == tdep["metadata"]["uid"]
     assert (record["environment"], record["appVersion"], record["toolVersion"]) == ("bot-draft", "draft", "1.0.0")
     assert _check(api, namespace, "bot-draft", item) == "NotDone"  # the MCP server is untested
     mcp = ok(http.post(tests, json={"tool": "docs/search", "arguments": {"query": "tls"}}, headers=alice))
@@ -669,6 +669,18 @@ def test_tool_test_calls_are_recorded_and_make_the_checklist_item_done(
     )
     ok(http.post(tests, json={"tool": "weather", "arguments": {"city": "Oslo"}}, headers=alice))
     wait_for(lambda: _check(api, namespace, "bot-draft", item) == "Done", timeout=30, what="the item Done again")
+    # scaling it (a new generation of the same deployment, the same immutable tool) keeps it tested
+    patch(api, namespace, "tooldeployments", "bot-draft-weather-1-0-0", {"spec": {"replicas": 2}})
+    generation = get(api, namespace, "tooldeployments", "bot-draft-weather-1-0-0")["metadata"]["generation"]
+    wait_for(
+        lambda: (
+            get(api, namespace, "tooldeployments", "bot-draft-weather-1-0-0")["status"].get("observedGeneration")
+            == generation
+        ),
+        timeout=60,
+        what="the operator to see the scaled deployment",
+    )
+    assert _check(api, namespace, "bot-draft", item) == "Done"
 
     # a version deployed to another environment: untested there (the draft's calls were elsewhere), and its
     # calls are recorded on the AppVersion

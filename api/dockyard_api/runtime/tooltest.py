@@ -44,7 +44,7 @@ class ToolUnderTest:
     target: str
     """The ToolDeployment's name, or the MCP server's URL."""
     revision: str
-    """The ToolDeployment's <uid>/<generation> ('' for mcpServers)."""
+    """The ToolDeployment's uid ('' for mcpServers)."""
     schema: dict[str, Any]
     """The JSON Schema the arguments must match."""
     call: Call

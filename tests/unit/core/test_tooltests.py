@@ -19,7 +19,18 @@ def test_a_record_replaces_the_earlier_one_of_its_environment_and_tool_and_the_l
 
 
 def test_revision_and_short_error() -> None:
-    assert tooltests.revision({"metadata": {"uid": "abc", "generation": 3}}) == "abc/3"
+    assert tooltests.revision({"metadata": {"uid": "abc", "generation": 3}}) == "abc"
     assert tooltests.revision(None) == ""
     assert tooltests.short_error("a\n  b") == "a b"
     assert len(tooltests.short_error("x" * 2000)) == tooltests.ERROR_LIMIT
+
+
+def test_a_test_counts_for_its_tool_deployment_whatever_its_generation() -> None:
+    """Scaling a ToolDeployment (a new generation, the same immutable tool) keeps its tools tested; a
+    recreated one (a new uid) does not; records written as <uid>/<generation> still count."""
+    want = tooltests.Wanted("weather 1.0.0", "weather", "bot-draft-weather-1-0-0", "u1")
+    record = {"passed": True, "environment": "bot-draft", "appVersion": "", "target": "bot-draft-weather-1-0-0"}
+    assert want.met_by({**record, "tool": "weather", "revision": "u1"}, "bot-draft", "")
+    assert want.met_by({**record, "tool": "weather", "revision": "u1/1"}, "bot-draft", "")
+    assert not want.met_by({**record, "tool": "weather", "revision": "u2"}, "bot-draft", "")
+    assert not want.met_by({**record, "tool": "weather", "revision": "u1", "passed": False}, "bot-draft", "")

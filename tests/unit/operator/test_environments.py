@@ -102,7 +102,7 @@ def test_tools_are_tested_only_by_a_passing_test_call_against_the_current_deploy
         "mcpServers": [{"name": "docs", "url": "http://docs/mcp"}, {"name": "wiki", "url": "http://wiki/mcp"}],
     }
     deployed = {"bot-prod-weather-1-0-0": "SUCCESS", "bot-prod-search-2-1-0": "SUCCESS"}
-    revisions = {"bot-prod-weather-1-0-0": "u1/1", "bot-prod-search-2-1-0": "u2/1"}
+    revisions = {"bot-prod-weather-1-0-0": "u1", "bot-prod-search-2-1-0": "u2"}
 
     def judged(tests: list[dict[str, object]], jobs: dict[str, str | None] = deployed) -> tuple[str, str]:
         tested = envs.ToolTesting("bot-prod", "1.0.0", tests, revisions)
@@ -116,15 +116,15 @@ def test_tools_are_tested_only_by_a_passing_test_call_against_the_current_deploy
         f"MCP server wiki (any of its tools) ({envs.TEST_HOW})"
     )
     passing = [
-        _test("weather", "bot-prod-weather-1-0-0", "u1/1"),
-        _test("search", "bot-prod-search-2-1-0", "u2/1"),
+        _test("weather", "bot-prod-weather-1-0-0", "u1"),
+        _test("search", "bot-prod-search-2-1-0", "u2"),
         _test("docs/lookup", "http://docs/mcp"),
         _test("wiki/anything", "http://wiki/mcp"),
     ]
     assert judged(passing)[0] == "Done"
+    assert judged([{**passing[0], "revision": "u1/2"}, *passing[1:]])[0] == "Done"  # scaled: the same tool
     # each of these makes one tool untested again
     stale = [
-        ("weather 1.0.0", 0, {**passing[0], "revision": "u1/2"}),  # another generation of the deployment
         ("weather 1.0.0", 0, {**passing[0], "revision": "old/1"}),  # a deployment since deleted
         ("search 2.1.0", 1, {**passing[1], "passed": False, "error": "HTTP 500"}),
         ("search 2.1.0", 1, {**passing[1], "appVersion": "0.9.0"}),  # another version
