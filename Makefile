@@ -11,8 +11,11 @@ TEST_WORKERS ?= 3
 
 .PHONY: run run-incluster test test-incluster venv engines binaries minio cluster cluster-down testbed testbed-down lint static-checks unit e2e chaos test-unit test-tools test-e2e test-browser test-chaos crds bench clean cli-docs
 
-## run: start the local control plane and Dockyard (operator + facade on 127.0.0.1:8080)
+## run: start the local control plane and Dockyard (operator + facade on 127.0.0.1:8080). LLAMA_SERVER=1: the
+## local engine runner serves GGUF pods with llama.cpp's own llama-server (compiled once by build-llama-server.sh,
+## cached), which exports the load gauges the autoscaler reads (docs/runtimes.md), instead of llama-cpp-python's
 run: venv
+	$(if $(LLAMA_SERVER),DOCKYARD_LOCAL_ENGINES_LLAMA_SERVER="$$(bash operator/dockyard_localcluster/build-llama-server.sh | tail -1)/llama-server") \
 	$(PY) -m dockyard_localcluster run
 
 ## run-incluster: the same, with Dockyard installed from its chart into the real-node test bed (its own
