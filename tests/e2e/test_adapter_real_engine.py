@@ -22,7 +22,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,12 +30,12 @@ import pytest
 from kubernetes import client
 
 from dockyard_api.settings import ApiSettings
-from dockyard_localcluster.engines import LOCAL_ENDPOINT_ANNOTATION, EngineRunner, EngineSettings
+from dockyard_localcluster.engines import LOCAL_ENDPOINT_ANNOTATION, EngineRunner
 from dockyard_localcluster.images.inputs import llama_server_context
 from dockyard_localcluster.tinymodel import LORA_BASE, LORA_TARGET, tiny_lora_tar, write_tiny_gguf
 from tests.support.cluster import E2ECluster
 from tests.support.dockyard import create, get, model_deployment, wait_job
-from tests.support.engines import llama_server
+from tests.support.engines import engine_runner, llama_server
 from tests.support.publicapi import ImportClient, api_key
 from tests.support.runners import RunningFacade, run_facade, run_operator
 
@@ -73,19 +72,8 @@ def runner(
     with llama.cpp's own llama-server, the cluster's engine (the pod's ``--lora``; build-llama-server.sh's
     binary, built on first use)."""
     binary = llama_server_context() / "llama-server" if request.param == "llama-server" else None
-    settings = EngineSettings(
-        model_store=store,
-        log_dir=tmp_path_factory.mktemp("engines"),
-        max_engines=2,
-        health_timeout_seconds=90,
-        llama_server=binary,
-    )
-    engines = EngineRunner(api, settings)
-    thread = threading.Thread(target=engines.run, name="engine-runner", daemon=True)
-    thread.start()
-    yield engines
-    engines.stop_event.set()
-    engines.stop_all()
+    with engine_runner(api, store, tmp_path_factory.mktemp("engines"), llama_server=binary) as engines:
+        yield engines
 
 
 pytestmark = pytest.mark.usefixtures("operator", "runner")

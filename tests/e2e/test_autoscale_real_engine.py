@@ -25,11 +25,12 @@ import pytest
 from kubernetes import client
 
 from dockyard_api.settings import ApiSettings
-from dockyard_localcluster.engines import LOCAL_ENDPOINT_ANNOTATION, EngineRunner, EngineSettings
+from dockyard_localcluster.engines import LOCAL_ENDPOINT_ANNOTATION, EngineRunner
 from dockyard_localcluster.images.inputs import llama_server_context
 from dockyard_operator.builders.common import MODEL_DEPLOYMENT_LABEL
 from tests.support.cluster import E2ECluster
 from tests.support.dockyard import create, get, model_deployment, wait_job
+from tests.support.engines import engine_runner
 from tests.support.publicapi import ImportClient, api_key
 from tests.support.runners import RunningFacade, run_facade, run_operator
 from tests.support.waiting import wait_for
@@ -71,19 +72,9 @@ def facade(cluster: E2ECluster, crds: None, store: Path) -> Iterator[RunningFaca
 @pytest.fixture(scope="module")
 def runner(api: client.ApiClient, store: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineRunner]:
     """The local engine runner with llama.cpp's own server for GGUF pods (compiled on first use)."""
-    settings = EngineSettings(
-        model_store=store,
-        log_dir=tmp_path_factory.mktemp("engines"),
-        max_engines=2,
-        health_timeout_seconds=90,
-        llama_server=llama_server_context() / "llama-server",
-    )
-    engines = EngineRunner(api, settings)
-    thread = threading.Thread(target=engines.run, name="engine-runner", daemon=True)
-    thread.start()
-    yield engines
-    engines.stop_event.set()
-    engines.stop_all()
+    binary = llama_server_context() / "llama-server"
+    with engine_runner(api, store, tmp_path_factory.mktemp("engines"), llama_server=binary) as engines:
+        yield engines
 
 
 pytestmark = pytest.mark.usefixtures("operator", "runner")

@@ -28,9 +28,10 @@ from kubernetes import client
 from dockyard_api.settings import ApiSettings
 from dockyard_core import apikeys
 from dockyard_localcluster import toolserver
-from dockyard_localcluster.engines import LOCAL_ENDPOINT_ANNOTATION, EngineRunner, EngineSettings
+from dockyard_localcluster.engines import LOCAL_ENDPOINT_ANNOTATION, EngineRunner
 from tests.support.cluster import E2ECluster
 from tests.support.dockyard import create, get, patch, wait_job
+from tests.support.engines import engine_runner
 from tests.support.publicapi import ImportClient
 from tests.support.runners import RunningFacade, run_facade, run_operator
 from tests.support.waiting import wait_for
@@ -102,15 +103,8 @@ def operator(cluster: E2ECluster, crds: None, store: Path, facade: RunningFacade
 
 @pytest.fixture(scope="module")
 def runner(api: client.ApiClient, store: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineRunner]:
-    settings = EngineSettings(
-        model_store=store, log_dir=tmp_path_factory.mktemp("engines"), max_engines=1, health_timeout_seconds=90
-    )
-    engines = EngineRunner(api, settings)
-    thread = threading.Thread(target=engines.run, name="engine-runner", daemon=True)
-    thread.start()
-    yield engines
-    engines.stop_event.set()
-    engines.stop_all()
+    with engine_runner(api, store, tmp_path_factory.mktemp("engines"), max_engines=1) as engines:
+        yield engines
 
 
 def _environment_key(api: client.ApiClient, namespace: str) -> str:

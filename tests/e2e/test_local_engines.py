@@ -18,7 +18,6 @@ import hashlib
 import io
 import json
 import tarfile
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,11 +31,11 @@ from dockyard_api.runtime.endpoints import MODEL_DEPLOYMENT_LABEL, EndpointResol
 from dockyard_api.runtime.model import Completion, ModelClient
 from dockyard_api.settings import ApiSettings
 from dockyard_core.kubeclient import AsyncKube
-from dockyard_localcluster.engines import LOCAL_ENDPOINT_ANNOTATION, EngineRunner, EngineSettings
+from dockyard_localcluster.engines import LOCAL_ENDPOINT_ANNOTATION, EngineRunner
 from tests.support.cluster import E2ECluster
 from tests.support.ct2_model import build as build_ct2
 from tests.support.dockyard import condition, create, get, model_deployment, wait_job
-from tests.support.engines import CLOCK_TOOL, tiny_gguf
+from tests.support.engines import CLOCK_TOOL, engine_runner, tiny_gguf
 from tests.support.publicapi import ImportClient, api_key
 from tests.support.runners import RunningFacade, run_facade, run_operator
 from tests.support.waiting import wait_for
@@ -73,18 +72,8 @@ def facade(cluster: E2ECluster, crds: None, store: Path) -> Iterator[RunningFaca
 @pytest.fixture(scope="module")
 def runner(api: client.ApiClient, store: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineRunner]:
     """The local engine runner, in a thread of the test process (``make run`` runs it as a process)."""
-    settings = EngineSettings(
-        model_store=store,
-        log_dir=tmp_path_factory.mktemp("engines"),
-        max_engines=MAX_ENGINES,
-        health_timeout_seconds=90,
-    )
-    engines = EngineRunner(api, settings)
-    thread = threading.Thread(target=engines.run, name="engine-runner", daemon=True)
-    thread.start()
-    yield engines
-    engines.stop_event.set()
-    engines.stop_all()
+    with engine_runner(api, store, tmp_path_factory.mktemp("engines"), max_engines=MAX_ENGINES) as engines:
+        yield engines
 
 
 pytestmark = pytest.mark.usefixtures("operator", "runner")

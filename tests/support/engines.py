@@ -9,14 +9,16 @@ engine runner uses, on a free loopback port.
 from __future__ import annotations
 
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+from kubernetes import client
 
-from dockyard_localcluster.engines import llama_cpp_command
+from dockyard_localcluster.engines import EngineRunner, EngineSettings, llama_cpp_command
 from dockyard_localcluster.tinymodel import write_tiny_gguf
 from tests.support.runners import free_port
 
@@ -68,3 +70,27 @@ def llama_server(model: Path, alias: str = "tiny", log: Path | None = None) -> I
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@contextmanager
+def engine_runner(
+    api: client.ApiClient, store: Path, log_dir: Path, *, max_engines: int = 2, llama_server: Path | None = None
+) -> Iterator[EngineRunner]:
+    """The local engine runner in a thread of the test process (``make run`` runs it as a process): real
+    engines for the Dockyard model pods of the cluster, llama-cpp-python's server for GGUF pods or, with
+    ``llama_server``, llama.cpp's own binary."""
+    settings = EngineSettings(
+        model_store=store,
+        log_dir=log_dir,
+        max_engines=max_engines,
+        health_timeout_seconds=90,
+        llama_server=llama_server,
+    )
+    engines = EngineRunner(api, settings)
+    thread = threading.Thread(target=engines.run, name="engine-runner", daemon=True)
+    thread.start()
+    try:
+        yield engines
+    finally:
+        engines.stop_event.set()
+        engines.stop_all()
