@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
+import urllib3
 from kubernetes import client, watch
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -410,30 +411,40 @@ class EngineRunner:
         selector = f"{LOCAL_ENGINE_LABEL}=true"
         threading.Thread(target=self.watch_processes, name="engine-monitor", daemon=True).start()
         while not self.stop_event.is_set():
-            listed = self.core.list_pod_for_all_namespaces(label_selector=selector)
-            seen = set()
-            for pod in listed.items:
-                body = self.api.sanitize_for_serialization(pod)
-                seen.add(body["metadata"]["uid"])
-                self.handle(body)
-            with self.lock:
-                vanished = [uid for uid in self.engines if uid not in seen]
-            for uid in vanished:
-                self.stop(uid)
-            stream = watch.Watch()
             try:
-                for event in stream.stream(
-                    self.core.list_pod_for_all_namespaces,
-                    label_selector=selector,
-                    resource_version=listed.metadata.resource_version if listed.metadata else None,
-                    timeout_seconds=60,
-                ):
-                    if self.stop_event.is_set():
-                        break
-                    body = self.api.sanitize_for_serialization(event["object"])
-                    self.handle(body, deleted=event["type"] == "DELETED")
-            except client.ApiException as exc:
-                if exc.status != 410:  # 410 Gone: the list is too old; list again
-                    raise
-            finally:
-                stream.stop()
+                self._list_and_watch(selector)
+            except (urllib3.exceptions.HTTPError, OSError) as exc:
+                if self.stop_event.is_set():  # else the API server restarted: list again once it answers
+                    break
+                log.warning("the pod watch broke (%s); listing again in 1 s", exc)
+                self.stop_event.wait(1.0)
+
+    def _list_and_watch(self, selector: str) -> None:
+        """One list of the local-engine pods, then a watch from its resourceVersion until it ends."""
+        listed = self.core.list_pod_for_all_namespaces(label_selector=selector)
+        seen = set()
+        for pod in listed.items:
+            body = self.api.sanitize_for_serialization(pod)
+            seen.add(body["metadata"]["uid"])
+            self.handle(body)
+        with self.lock:
+            vanished = [uid for uid in self.engines if uid not in seen]
+        for uid in vanished:
+            self.stop(uid)
+        stream = watch.Watch()
+        try:
+            for event in stream.stream(
+                self.core.list_pod_for_all_namespaces,
+                label_selector=selector,
+                resource_version=listed.metadata.resource_version if listed.metadata else None,
+                timeout_seconds=60,
+            ):
+                if self.stop_event.is_set():
+                    break
+                body = self.api.sanitize_for_serialization(event["object"])
+                self.handle(body, deleted=event["type"] == "DELETED")
+        except client.ApiException as exc:
+            if exc.status != 410:  # 410 Gone: the list is too old; list again
+                raise
+        finally:
+            stream.stop()

@@ -4,13 +4,23 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 from pathlib import Path
 
 import pytest
+import urllib3
+from kubernetes import client
 
 import dockyard_ct2.config as ct2_config
 from dockyard_core.devices import BUILT_IN as DEVICES
-from dockyard_localcluster.engines import NoLocalEngine, commands, ctranslate2_command, llama_cpp_command
+from dockyard_localcluster.engines import (
+    EngineRunner,
+    EngineSettings,
+    NoLocalEngine,
+    commands,
+    ctranslate2_command,
+    llama_cpp_command,
+)
 from dockyard_operator.runtimes import DEFAULT_CATALOG, engine_args
 from tests.unit.k8s_shapes import mdep_spec
 
@@ -99,3 +109,24 @@ def test_an_adapter_pod_runs_the_base_file_with_the_lora_file_of_the_local_store
     for bad in ("relative/x.gguf", "/models/../etc/passwd", "/x"):
         with pytest.raises(NoLocalEngine):
             commands.store_path(tmp_path, bad)
+
+
+def test_the_runner_lists_again_when_the_pod_watch_breaks(tmp_path: Path) -> None:
+    """An API server that restarts (or a connection cut) under a running runner ends its list or watch with
+    a urllib3 error: the runner lists again instead of dying, and ends when asked to stop."""
+    runner = EngineRunner(client.ApiClient(), EngineSettings(model_store=tmp_path, log_dir=tmp_path))
+    calls: list[dict[str, object]] = []
+
+    class BrokenCore:
+        def list_pod_for_all_namespaces(self, **kwargs: object) -> None:
+            calls.append(kwargs)
+            if len(calls) == 2:
+                runner.stop_event.set()
+            raise urllib3.exceptions.ProtocolError("Response ended prematurely")
+
+    runner.core = BrokenCore()  # type: ignore[assignment]
+    done = threading.Thread(target=runner.run, daemon=True)
+    done.start()
+    done.join(timeout=10)
+    assert not done.is_alive()
+    assert [c["label_selector"] for c in calls] == ["dockyard.dev/local-engine=true"] * 2
