@@ -180,14 +180,12 @@ def checklist(
             )
         )
 
-    manual = "Dockyard cannot tell from the cluster: check by hand"
-    add("Configuration", "Agents tested", "Manual", manual)
+    add("Configuration", "Agents tested", "Manual", MANUAL["Agents tested"])
     add("Configuration", "Tools deployed and tested", *_tools_item(content, tool_jobs, version_found, tested))
-    add("Configuration", "Knowledge bases connected and indexed", "Manual", manual)
-    add("Configuration", "Guardrails enabled", "Manual", manual)
-    add("Configuration", "PII protection configured", "Manual", manual)
+    for item in ("Knowledge bases connected and indexed", "Guardrails enabled", "PII protection configured"):
+        add("Configuration", item, "Manual", MANUAL[item])
     for item in ("Diagnostics pass", "Key flows tested", "Edge cases tested", "Error handling tested"):
-        add("Testing", item, "Manual", manual)
+        add("Testing", item, "Manual", MANUAL[item])
     add(
         "Security",
         "API keys generated",
@@ -213,8 +211,36 @@ def checklist(
         else "set spec.rateLimits (requestsPerMinute, tokensPerDay) to limit calls of the deployed app",
     )
     for item in ("Analytics", "Alerts", "Logging"):
-        add("Monitoring", item, "Manual", manual)
+        add("Monitoring", item, "Manual", MANUAL[item])
     return items
+
+
+_BY_HAND = "; until then check by hand"
+MANUAL: dict[str, str] = {
+    "Agents tested": "not computed yet: a passing evaluation run of each agent on this version would compute it"
+    + _BY_HAND,
+    "Knowledge bases connected and indexed": "not computed yet: Dockyard manages no knowledge bases yet; the "
+    "index state of each one the agents search would compute it" + _BY_HAND,
+    "Guardrails enabled": "not computed yet: versions declare no guardrails yet; guardrails the version "
+    "carries and the runtime enforces would compute it" + _BY_HAND,
+    "PII protection configured": "not computed yet: PII redaction the version configures, applied to prompts, "
+    "answers and stored conversations, would compute it" + _BY_HAND,
+    "Diagnostics pass": "not computed yet: a diagnostics run of this environment (its models, tools and MCP "
+    "servers answering) recorded on it would compute it" + _BY_HAND,
+    "Key flows tested": "not computed yet: evaluation runs of the key conversations on this version, recorded "
+    "with their results, would compute it" + _BY_HAND,
+    "Edge cases tested": "not computed yet: evaluation runs of edge-case conversations on this version, recorded "
+    "with their results, would compute it" + _BY_HAND,
+    "Error handling tested": "not computed yet: evaluation runs with failing models and tools on this version, "
+    "recorded with their results, would compute it" + _BY_HAND,
+    "Analytics": "not computed yet: usage is recorded (GET .../usage, the console's Usage tab); seeing it "
+    "flow for this version (turns and tokens since it went live) would compute it" + _BY_HAND,
+    "Alerts": "not computed yet: alert rules on this environment's errors and latency, with a receiver, "
+    "would compute it" + _BY_HAND,
+    "Logging": "not computed yet: the facade's and operator's logs reaching a store for this environment "
+    "would compute it" + _BY_HAND,
+}
+"""What would compute each item Dockyard cannot compute yet (docs/apps-environments.md)."""
 
 
 TEST_HOW = "test-call each: dockyard tool test, POST .../environments/{env}/tooltests or the console's Test"
