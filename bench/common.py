@@ -26,14 +26,16 @@ from dockyard_localcluster.settings import LocalClusterSettings, repo_root
 ROOT = repo_root()
 
 
-def bench_cluster(name: str, nodes_per_type: int, pools: str = "") -> LocalCluster:
-    """A local control plane of its own (its own state dir), so benchmarks never touch the dev cluster."""
+def bench_cluster(name: str, nodes_per_type: int, pools: str = "", pod_ready_delay_ms: int = 0) -> LocalCluster:
+    """A local control plane of its own (its own state dir), so benchmarks never touch the dev cluster;
+    ``pod_ready_delay_ms``: simulated pods turn Ready that long after they start."""
     settings = LocalClusterSettings(
         cluster_name=name,
         state_dir=ROOT / ".dockyard" / name,
         nodes_per_type=nodes_per_type,
         node_pools=pools,
         wait_seconds=600,
+        pod_ready_delay_ms=pod_ready_delay_ms,
     )
     cluster = LocalCluster(settings)
     cluster.up()

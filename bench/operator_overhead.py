@@ -203,14 +203,20 @@ def main() -> None:
         "--unlabelled", action="store_true", help="ModelDeployments as kubectl creates them (no dock-status-id label)"
     )
     parser.add_argument("--keep", action="store_true", help="leave the benchmark's control plane running")
+    parser.add_argument(
+        "--ready-delay-ms",
+        type=int,
+        default=0,
+        help="simulated pods turn Ready this long after they start (kwok's pod-ready stage): a slow rollout",
+    )
     args = parser.parse_args()
     per_type = -(-args.count // len(DEVICE_TYPES)) + 1  # every replica takes a whole GPU node
-    cluster = bench_cluster("bench-overhead", nodes_per_type=per_type)
+    cluster = bench_cluster("bench-overhead", nodes_per_type=per_type, pod_ready_delay_ms=args.ready_delay_ms)
     api = api_for(cluster)
     names = [(f"m{i}", DEVICE_TYPES[i % len(DEVICE_TYPES)]) for i in range(args.count)]
     nodes = per_type * len(DEVICE_TYPES)
     print(f"inputs: N={args.count} (1 replica each, device types round-robin), {nodes} fake GPU nodes, "
-          "local control plane (kwok)", flush=True)  # fmt: skip
+          f"pods Ready {args.ready_delay_ms} ms after they start, local control plane (kwok)", flush=True)  # fmt: skip
 
     plain = [plain_phase(api, cluster, names, by_hand=False)]
     by_hand = [plain_phase(api, cluster, names, by_hand=True)]
@@ -229,11 +235,11 @@ def main() -> None:
         counts = count_diff(request_counts(api), readings["counts"])
         print(f"ModelDeployments via the operator: {took:.1f}s  [control plane {dockyard_cpu:.1f} CPU-s, "
               f"operator {operator_cpu:.1f} CPU-s = {1000 * operator_cpu / args.count:.1f} ms per rollout "
-              f"(target <= 15); load {load()}]", flush=True)  # fmt: skip
-        reconciles = operator_reconciles(operator.pid) - readings["reconciles"]
+              f"(target <= 10); load {load()}]", flush=True)  # fmt: skip
+        reconciles_total = operator_reconciles(operator.pid) - readings["reconciles"]
         print(
             f"  CPU-s by process: {format_cpu(readings['cpu'], cpu_after)}, operator {operator_cpu:.1f}; "
-            f"the operator's reconciles: {reconciles:.0f} = {reconciles / args.count:.2f} per rollout",
+            f"the operator's reconciles: {reconciles_total:.0f} = {reconciles_total / args.count:.2f} per rollout",
             flush=True,
         )
         print_counts(counts, args.count)
@@ -245,7 +251,7 @@ def main() -> None:
     baseline, hand = mean(plain), mean(by_hand)
     ratio = dockyard.seconds / baseline.seconds
     print(f"ratio (ModelDeployments / mean of plain Deployment runs) = {dockyard.seconds:.1f} / "
-          f"{baseline.seconds:.1f} = {ratio:.2f} (target <= 1.30: {'met' if ratio <= 1.3 else 'NOT met'})")  # fmt: skip
+          f"{baseline.seconds:.1f} = {ratio:.2f} (informational)")  # fmt: skip
     print(f"CPU seconds (control plane, + operator) = {dockyard.cpu:.1f} / {baseline.cpu:.1f} = "
           f"{dockyard.cpu / baseline.cpu:.2f} (informational)")  # fmt: skip
     print(f"Dockyard's own share, against the same Services and Deployments created by hand: "
@@ -253,11 +259,21 @@ def main() -> None:
           f"{dockyard.cpu:.1f} / {hand.cpu:.1f} = {dockyard.cpu / hand.cpu:.2f} (informational)")  # fmt: skip
     per_rollout = operator_writes(dockyard.counts) / args.count
     requests = workload_requests(dockyard.counts) / workload_requests(hand.counts)
-    print(f"counts (exact): operator's writes per rollout {per_rollout:.2f} (target <= 4: "
-          f"{'met' if per_rollout <= 4 else 'NOT met'}); requests less clock-driven, ModelDeployments / by hand = "
-          f"{workload_requests(dockyard.counts)} / {workload_requests(hand.counts)} = {requests:.2f} "
-          f"(target <= 1.15: {'met' if requests <= 1.15 else 'NOT met'}); operator CPU per rollout "
-          f"{1000 * operator_cpu / args.count:.1f} ms (target <= 15)")  # fmt: skip
+    reconciles = reconciles_total / args.count
+    cpu_ms = 1000 * operator_cpu / args.count
+    cpu_ratio = dockyard.cpu / hand.cpu
+    print(f"counts (exact): requests less clock-driven, ModelDeployments / by hand = "
+          f"{workload_requests(dockyard.counts)} / {workload_requests(hand.counts)} = {requests:.2f}")  # fmt: skip
+
+    def met(ok: bool) -> str:
+        return "met" if ok else "NOT met"
+
+    print(f"summary (pods Ready {args.ready_delay_ms} ms after they start): operator writes per rollout "
+          f"{per_rollout:.2f} (<= 3: {met(per_rollout <= 3)}), reconciles per rollout {reconciles:.2f} (<= 3.5: "
+          f"{met(reconciles <= 3.5)}), operator CPU per rollout {cpu_ms:.1f} ms (<= 10: {met(cpu_ms <= 10)}), "
+          f"CPU-s (control plane + operator) / by hand {cpu_ratio:.2f} (<= 1.2, the figure of record: "
+          f"{met(cpu_ratio <= 1.2)}); wall time / plain {ratio:.2f}, / by hand {dockyard.seconds / hand.seconds:.2f} "
+          "(informational)")  # fmt: skip
     if not args.keep:
         cluster.down()
 

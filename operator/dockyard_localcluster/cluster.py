@@ -244,7 +244,7 @@ class LocalCluster:
         return Provisioner(self, self.settings.kubeconfig)
 
     def apply_stages(self) -> None:
-        self.provisioner().apply_stages(self.stage_dir)
+        self.provisioner().apply_stages(self.stage_dir, self.settings.pod_ready_delay_ms)
 
     def ensure_nodes(self) -> None:
         pools = parse_pools(self.settings.node_pools, self.settings.nodes_per_type)
@@ -275,9 +275,9 @@ class Provisioner:
                 input=doc,
             )
 
-    def apply_stages(self, stage_dir: Path) -> None:
+    def apply_stages(self, stage_dir: Path, pod_ready_delay_ms: int = 0) -> None:
         self.kubectl("wait", "--for=condition=Established", "crd/stages.kwok.x-k8s.io", "--timeout=60s")
-        self.apply(all_stages(stage_dir))
+        self.apply(all_stages(stage_dir, pod_ready_delay_ms))
 
     def ensure_nodes(self, pools: Mapping[str, int], cpu_nodes: int, wait_seconds: int) -> None:
         wanted = pool_nodes(pools, cpu_nodes)

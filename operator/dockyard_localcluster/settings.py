@@ -47,6 +47,9 @@ class LocalClusterSettings(BaseSettings):
     cpu_nodes: int = Field(default=2, ge=0, description="general-purpose (untainted, GPU-less) nodes")
     node_pools: str = Field(default="", description='per-type sizes, e.g. "g5.xlarge=4,g5.48xlarge=1"')
     wait_seconds: int = Field(default=180, ge=1, description="how long to wait for the cluster")
+    pod_ready_delay_ms: int = Field(
+        default=0, ge=0, description="simulated pods turn Ready this long after they start (kwok's pod-ready stage)"
+    )
 
     @property
     def kubeconfig(self) -> Path:

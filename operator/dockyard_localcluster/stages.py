@@ -10,6 +10,8 @@ it runs without making them Ready (the local engine runner does, when the engine
 
 from __future__ import annotations
 
+import copy
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -51,13 +53,45 @@ def _exclude_local_engines(stage: dict[str, Any]) -> dict[str, Any]:
     return stage
 
 
-def stock_stages(stage_dir: Path) -> list[dict[str, Any]]:
-    """kwok's stock stages, read from the kwok module's ``kustomize/stage`` directory."""
+_READY = re.compile(r'status: "True"(\n\s*)type: (Ready|ContainersReady)\b')
+
+
+def loading_stages(pod_ready: dict[str, Any], milliseconds: int) -> list[dict[str, Any]]:
+    """kwok's pod-ready split in two, for pods that take ``milliseconds`` to become Ready the way a model
+    server does: its containers start at once and it turns Ready when the model is loaded (its readiness
+    probe). ``dockyard-model-loading`` makes a Pending pod Running with its containers started and Ready
+    False; ``dockyard-model-loaded`` makes it Ready ``milliseconds`` later (kwok's ``spec.delay``)."""
+    template = pod_ready["spec"]["next"]["statusTemplate"]
+    containers, init = template.split("initContainerStatuses:", 1)
+    loading = copy.deepcopy(pod_ready)
+    loading["metadata"]["name"] = "dockyard-model-loading"
+    not_ready = _READY.sub(r'status: "False"\1type: \2', containers).replace(
+        "ready: true", "ready: false\n  started: true"
+    )
+    loading["spec"]["next"]["statusTemplate"] = not_ready + "initContainerStatuses:" + init
+    loaded = copy.deepcopy(pod_ready)
+    loaded["metadata"]["name"] = "dockyard-model-loaded"
+    for expression in loaded["spec"]["selector"]["matchExpressions"]:
+        if expression["key"] == ".status.phase":
+            expression["values"] = ["Running"]
+    loaded["spec"]["delay"] = {"durationMilliseconds": milliseconds}
+    # Ready without new addresses: the pod keeps those it got when it started (a second podIP of the same
+    # family is refused) and its start time
+    loaded["spec"]["next"]["statusTemplate"] = template.split("{{ $hostIPs", 1)[0] + "phase: Running\n"
+    return [loading, loaded]
+
+
+def stock_stages(stage_dir: Path, pod_ready_delay_ms: int = 0) -> list[dict[str, Any]]:
+    """kwok's stock stages, read from the kwok module's ``kustomize/stage`` directory; with
+    ``pod_ready_delay_ms``, pod-ready is :func:`loading_stages` (0: kwok's fast stages, Ready at once)."""
     stages = []
     for rel in STOCK_STAGE_FILES:
         stage = yaml.safe_load((stage_dir / rel).read_text())
         if stage["metadata"]["name"] == "pod-ready":
             stage = _exclude_local_engines(_exclude_simulations(stage))
+            if pod_ready_delay_ms:
+                stages += loading_stages(stage, pod_ready_delay_ms)
+                continue
         stages.append(stage)
     return stages
 
@@ -72,5 +106,5 @@ def dockyard_stages() -> list[dict[str, Any]]:
     ]
 
 
-def all_stages(stage_dir: Path) -> list[dict[str, Any]]:
-    return stock_stages(stage_dir) + dockyard_stages()
+def all_stages(stage_dir: Path, pod_ready_delay_ms: int = 0) -> list[dict[str, Any]]:
+    return stock_stages(stage_dir, pod_ready_delay_ms) + dockyard_stages()

@@ -36,14 +36,16 @@ class OperatorSettings(ModelStoreSettings):
     observe_interval_seconds: float = Field(
         default=5.0,
         gt=0,
-        description="re-assess a job in flight at least this often (watch events re-assess it at once; "
-        "the unschedulable deadline is checked when it falls due)",
+        description="re-assess a job in flight this often while a pod sits on a node without starting (only its "
+        "Events tell a volume that cannot be mounted) or the job waits for something; watch events re-assess at "
+        "once, the unschedulable deadline is checked when it falls due, a rollout going as it should waits for "
+        "its events",
     )
     settled_interval_seconds: float = Field(
         default=10.0, gt=0, description="how often a settled workload is re-checked (replica counts, drift)"
     )
     status_settle_seconds: float = Field(
-        default=15.0,
+        default=120.0,
         ge=0,
         description="a new object's first dock job (labelled by the facade) that goes as it should gets its status "
         "only when it ends, if it ends within this many seconds of the object's creation: a fast rollout costs "

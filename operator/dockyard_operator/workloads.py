@@ -17,13 +17,14 @@ not apply what already exists because it has not seen it yet.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from typing import Any
 
 from dockyard_core.informer import ListWatch
 from dockyard_core.kubeclient import AsyncKube
 from dockyard_core.kubepaths import collection
 from dockyard_operator.builders.common import COMPONENT_LABEL, MANAGED_BY
+from dockyard_operator.signals import deployment_signal, pod_signal
 
 Key = tuple[str, str, str]
 """(namespace, component, owner name): how workload Deployments and Pods are found."""
@@ -55,16 +56,29 @@ def slim(obj: Mapping[str, Any], status_keys: tuple[str, ...]) -> dict[str, Any]
     }
 
 
+def _as_created(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """``obj`` as it was created: its metadata and spec, not yet scheduled, no status."""
+    spec = {k: v for k, v in (obj.get("spec") or {}).items() if k != "nodeName"}
+    return {"metadata": obj.get("metadata") or {}, "spec": spec}
+
+
 class Workloads(ListWatch, Mapping[Key, tuple[dict[str, Any], ...]]):
-    """One kind of workload object (Deployments or Pods) by :data:`Key`, as slim copies; each change
-    calls ``changed`` with the key (and the old key, when an object's labels moved it)."""
+    """One kind of workload object (Deployments or Pods) by :data:`Key`, as slim copies; a change of its
+    ``signal`` (:mod:`dockyard_operator.signals`: what can change a verdict), a new list, an object removed
+    or moved calls ``changed`` with the key (and the old key, when an object's labels moved it)."""
 
     def __init__(
-        self, kube: AsyncKube, path: str, status_keys: tuple[str, ...], changed: Callable[[Key], None]
+        self,
+        kube: AsyncKube,
+        path: str,
+        status_keys: tuple[str, ...],
+        changed: Callable[[Key], None],
+        signal: Callable[[Mapping[str, Any]], Hashable],
     ) -> None:
         super().__init__(kube, path, label_selector=WORKLOAD_SELECTOR, required=True)
         self.status_keys = status_keys
         self.changed = changed
+        self.signal = signal
         self._by_key: dict[Key, dict[str, dict[str, Any]]] = {}
         self._key_of: dict[str, Key] = {}
         """uid -> key."""
@@ -91,10 +105,16 @@ class Workloads(ListWatch, Mapping[Key, tuple[dict[str, Any], ...]]):
             self.changed(key)
 
     def put(self, obj: dict[str, Any]) -> None:
+        uid = (obj.get("metadata") or {}).get("uid", "")
+        former = self._key_of.get(uid)
+        before = self._by_key.get(former, {}).get(uid) if former is not None else None
         moved = self._store(obj)
         if moved is not None:
             self.changed(moved)
-        self.changed(key_of(obj))
+        # a new object counts against itself as created, before any status: the Deployment the reconcile
+        # just applied, or a Pod just created with nothing to tell, is no news
+        if moved is not None or self.signal(before or _as_created(obj)) != self.signal(obj):
+            self.changed(key_of(obj))
 
     def drop(self, obj: dict[str, Any]) -> None:
         uid = (obj.get("metadata") or {}).get("uid", "")
@@ -126,8 +146,10 @@ class WorkloadViews:
     """The Deployments and Pods of the workloads; ``changed`` hears of every change by owner key."""
 
     def __init__(self, kube: AsyncKube, changed: Callable[[Key], None]) -> None:
-        self.deployments = Workloads(kube, collection("deployments", None), DEPLOYMENT_STATUS, changed)
-        self.pods = Workloads(kube, collection("pods", None), POD_STATUS, changed)
+        self.deployments = Workloads(
+            kube, collection("deployments", None), DEPLOYMENT_STATUS, changed, deployment_signal
+        )
+        self.pods = Workloads(kube, collection("pods", None), POD_STATUS, changed, pod_signal)
 
     def start(self) -> None:
         self.deployments.start()

@@ -75,6 +75,11 @@ class Outcome:
     """For the metrics: success, or why nothing was done (conflict: the object changed meanwhile; gone)."""
     events: tuple[Event, ...] = ()
     """Events about the object: the reconciles stay free of kopf, the handler posts them."""
+    batch_window: float | None = None
+    """How long the object's next run waits for more triggers (None: the queue's own window). A job rolling
+    out as it should waits longer: a new object's first second (its Deployment created and updated, its
+    Pod created, scheduled and started) or a Pod turning Ready and its Deployment reporting it, events
+    that arrive up to a second apart on a busy control plane, then cost one reconcile, not two or three."""
 
 
 Reconcile = Callable[[Body], Awaitable[Outcome]]
@@ -106,6 +111,8 @@ class WorkQueue:
         self._failures: dict[ObjectKey, int] = {}
         self._locks: dict[ObjectKey, asyncio.Lock] = {}
         self._active = 0
+        self._windows: dict[ObjectKey, float] = {}
+        """Per-object batch windows asked for by the last reconcile (Outcome.batch_window)."""
         self._since: dict[ObjectKey, float] = {}
         """When each pending object was first triggered (for the queue-wait metric)."""
         monitoring.register_queue(self)
@@ -138,6 +145,7 @@ class WorkQueue:
         self._pending.discard(key)
         self._since.pop(key, None)
         self._failures.pop(key, None)
+        self._windows.pop(key, None)
         self._locks.pop(key, None)
         if (timer := self._timers.pop(key, None)) is not None:
             timer.cancel()
@@ -190,8 +198,8 @@ class WorkQueue:
     async def _run(self, key: ObjectKey) -> None:
         try:
             while key in self._pending:
-                if self.batch_window > 0:
-                    await asyncio.sleep(self.batch_window)  # triggers meanwhile join this run
+                if (window := self._windows.get(key, self.batch_window)) > 0:
+                    await asyncio.sleep(window)  # triggers meanwhile join this run
                 if (timer := self._timers.pop(key, None)) is not None:
                     timer.cancel()
                 try:
@@ -228,6 +236,10 @@ class WorkQueue:
                     self._written[key] = (frozenset(outcome.passed), outcome.written)
                 if outcome.requeue_after is not None:
                     self._after(key, outcome.requeue_after)
+                if outcome.batch_window is None:
+                    self._windows.pop(key, None)
+                else:
+                    self._windows[key] = outcome.batch_window
         finally:
             self._running.pop(key, None)
 

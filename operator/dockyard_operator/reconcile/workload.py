@@ -156,6 +156,9 @@ def in_flight(before: DockJob | None, job: DockJob) -> bool:
 
 PROGRESSING = frozenset({"Deploying", "RollingOut"})
 """The reasons of a job that runs as it should (the IN_PROGRESS status it may hold back)."""
+ROLLOUT_BATCH_SECONDS = 1.0
+"""The batch window of a job rolling out as it should (workqueue.Outcome.batch_window): its status is held
+back or unchanged until it ends, so waiting a second for its related events costs nothing visible."""
 
 
 def held_back(
@@ -232,21 +235,47 @@ def outcome_of(
     hold: float = 0.0,
 ) -> Outcome:
     """When to look again with no event: at the unschedulable deadline of a job in flight or the end
-    of its status' hold (:func:`held_back`), else after the observe interval while the job is in
-    flight, and the settled interval afterwards."""
+    of its status' hold (:func:`held_back`); after the observe interval while a pod sits on a node without
+    starting (only a look at its Events tells a volume that cannot be mounted) or the job waits for
+    something else; and a job rolling out as it should (``Deploying``, ``RollingOut``) no sooner than the
+    end of its hold, else the settled interval: the watch events of its Deployment and Pods bring every
+    change of its verdict (Ready, a crash, a pull error, the progress deadline), so periodic looks would
+    only cost reconciles, more of them the longer a model takes to load. The settled interval is the
+    safety net afterwards."""
     settings = ctx.settings
     if job.status == "IN_PROGRESS":
         deadline = seconds_to_deadline(
             job, pods, now=now(), unschedulable_deadline_seconds=settings.unschedulable_deadline_seconds
         )
-        # a second past the deadline: the assessment's clock has whole seconds
-        after = settings.observe_interval_seconds if deadline is None else min(settings.observe_interval_seconds,
-                                                                               deadline + 1.0)  # fmt: skip
+        if deadline is not None:  # a second past the deadline: the assessment's clock has whole seconds
+            after = min(settings.observe_interval_seconds, deadline + 1.0)
+        elif job.reason in PROGRESSING and not _starting(pods):
+            after = hold + 0.1 if hold > 0 else settings.settled_interval_seconds
+        else:
+            after = settings.observe_interval_seconds
         if hold > 0:
             after = min(after, hold + 0.1)
     else:
         after = settings.settled_interval_seconds
-    return Outcome(requeue_after=after, written=written[0], passed=written[1], events=written[2])
+    rolling = job.status == "IN_PROGRESS" and job.reason in PROGRESSING
+    return Outcome(
+        requeue_after=after,
+        written=written[0],
+        passed=written[1],
+        events=written[2],
+        batch_window=ROLLOUT_BATCH_SECONDS if rolling else None,
+    )
+
+
+def _starting(pods: Sequence[Mapping[str, Any]]) -> bool:
+    """A pod scheduled on a node that has not started (Pending): whether its volumes mount only its
+    Events tell (assess.mount_pending), so the job is looked at while one exists."""
+    return any(
+        (p.get("spec") or {}).get("nodeName")
+        and (p.get("status") or {}).get("phase", "Pending") == "Pending"
+        and not (p.get("metadata") or {}).get("deletionTimestamp")
+        for p in pods
+    )
 
 
 def counts(deployment: dict[str, Any] | None) -> tuple[int, int]:

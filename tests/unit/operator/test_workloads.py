@@ -1,5 +1,6 @@
 """The operator's views of its workloads (dockyard_operator.workloads): one list, then each watch event
-kept as a slim copy under its owner's key and the owner queued; a lost watch lists again and keeps the
+kept as a slim copy under its owner's key and the owner queued when what it can decide changed
+(dockyard_operator.signals); a lost watch lists again and keeps the
 objects meanwhile (the reconciles cannot work without them); only the operator's own objects are asked
 for (the label selector)."""
 
@@ -9,6 +10,7 @@ import asyncio
 from typing import Any
 
 from dockyard_core.kubeclient import KubeError
+from dockyard_operator.signals import pod_signal
 from dockyard_operator.workloads import POD_STATUS, WORKLOAD_SELECTOR, Workloads
 from tests.support.listwatch import ScriptedKube
 
@@ -35,7 +37,7 @@ def listing(version: str, *items: dict[str, Any]) -> dict[str, Any]:
 
 async def follow(kube: ScriptedKube) -> tuple[Workloads, list[tuple[str, str, str]]]:
     changed: list[tuple[str, str, str]] = []
-    pods = Workloads(kube, PODS, POD_STATUS, changed.append)  # type: ignore[arg-type]
+    pods = Workloads(kube, PODS, POD_STATUS, changed.append, pod_signal)  # type: ignore[arg-type]
     pods.start()
     await asyncio.wait_for(kube.done.wait(), timeout=10)
     await pods.stop()
@@ -50,7 +52,7 @@ def test_a_list_then_watch_events_keep_slim_copies_by_owner_and_queue_the_owner(
             watches=[[
                 {"type": "ADDED", "object": pod("b-1", "b", "11")},
                 {"type": "MODIFIED", "object": pod("a-1", "a", "12", ready=True)},
-                {"type": "ADDED", "object": pod("a-2", "a", "13")},
+                {"type": "ADDED", "object": pod("a-2", "a", "13", ready=True)},
                 {"type": "DELETED", "object": pod("b-1", "b", "14")},
             ]],
         )  # fmt: skip
@@ -60,7 +62,9 @@ def test_a_list_then_watch_events_keep_slim_copies_by_owner_and_queue_the_owner(
         assert kube.watch_params[0]["resourceVersion"] == "10"
         assert kube.watch_params[0]["labelSelector"] == WORKLOAD_SELECTOR
         key_a, key_b = (NS, "model-server", "a"), (NS, "model-server", "b")
-        assert changed == [key_a, key_b, key_a, key_a, key_b]
+        # the list queues its owners; then b-1 created running, not Ready, with nothing wrong is no news (its
+        # owner learns nothing it must act on), a-1 turning Ready and a-2 created Ready are, and so is b-1 gone
+        assert changed == [key_a, key_a, key_a, key_b]
         assert key_b not in pods
         first, second = pods[key_a]
         assert first["status"]["conditions"] == [{"type": "Ready", "status": "True"}]  # the newest version
@@ -110,7 +114,7 @@ def test_a_failed_watch_keeps_the_objects_while_it_lists_again_and_a_refused_lis
             watches=[KubeError(503, "Unavailable", "the API server restarts")],
         )
         changed: list[tuple[str, str, str]] = []
-        pods = Workloads(kube, PODS, POD_STATUS, changed.append)  # type: ignore[arg-type]
+        pods = Workloads(kube, PODS, POD_STATUS, changed.append, pod_signal)  # type: ignore[arg-type]
         pods.start()
         while len(kube.list_params) < 2:
             await asyncio.sleep(0.01)

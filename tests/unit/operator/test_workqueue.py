@@ -168,6 +168,34 @@ def test_an_event_supersedes_the_requested_rerun() -> None:
     run(scenario)
 
 
+def test_a_reconcile_can_ask_for_a_longer_batch_window_for_its_next_run() -> None:
+    """A job rolling out as it should (Outcome.batch_window): the triggers of the next second join one run;
+    the window ends with the outcome that no longer asks for it."""
+
+    async def scenario() -> None:
+        rec = Recorder(
+            outcome=lambda body: Outcome(batch_window=0.3 if body["metadata"]["resourceVersion"] < "4" else None)
+        )
+        queue = WorkQueue("Thing", rec, batch_window=0)
+        queue.observe(obj("a", "1"))
+        await until(lambda: len(rec.seen) == 1)  # at once: the queue's own window
+        queue.observe(obj("a", "2"))
+        await asyncio.sleep(0.15)
+        queue.observe(obj("a", "3"))  # within the 0.3 s window: joins the same run
+        await until(lambda: len(rec.seen) == 2)
+        assert rec.seen == [("a", "1"), ("a", "3")]
+        assert gaps(rec.times)[0] >= 0.29
+        queue.observe(obj("a", "4"))  # the window asked by run 2: one more run, which asks for none
+        await until(lambda: len(rec.seen) == 3)
+        queue.observe(obj("a", "5"))
+        await until(lambda: len(rec.seen) == 4)
+        assert gaps(rec.times)[1] >= 0.29  # run 2 asked for the window
+        assert gaps(rec.times)[2] < 0.2  # back to the queue's own window
+        await queue.close()
+
+    run(scenario)
+
+
 def test_a_forgotten_object_is_not_reconciled_again() -> None:
     async def scenario() -> None:
         rec = Recorder(outcome=lambda _: Outcome(requeue_after=0.03))
