@@ -344,6 +344,9 @@ def main() -> None:
     p99_ratio = summary["facade"][2] / summary["direct"][2]
     print(f"facade p99 at concurrency {args.concurrency}: {summary['facade'][2]:.1f} ms, direct p99 "
           f"{summary['direct'][2]:.1f} ms: {p99_ratio:.2f}x (target <= 1.5x)")  # fmt: skip
+    print(f"summary (concurrency {args.concurrency}, {args.calls} calls x {args.rounds} rounds): facade / direct "
+          f"requests/s {ratio:.2f} (>= 0.85: {'met' if ratio >= 0.85 else 'NOT met'}), p99 {p99_ratio:.2f}x direct "
+          f"(<= 1.5: {'met' if p99_ratio <= 1.5 else 'NOT met'})")  # fmt: skip
     client.CoreV1Api(api).delete_namespace(ns)
     if not args.keep:
         cluster.down()

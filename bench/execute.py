@@ -368,9 +368,21 @@ def main() -> None:
     print("facade resident memory:")
     for label, mib in memory:
         print(f"  {label:40} {mib:7.1f} MiB")
+    for mode in modes:
+        ratio = summary[mode, "facade"][0] / summary[mode, "direct"][0]
+        added = summary[mode, "facade"][1] - summary[mode, "direct"][1]
+        cpu = statistics.median(cpu_ms[mode])
+        print(f"summary ({mode} arrivals, model delay {args.delay_ms} ms, concurrency {args.concurrency}, "
+              f"{args.database}): throughput facade / direct {ratio:.2f} (>= 0.9: {met(ratio >= 0.9)}), added p50 "
+              f"{added:.1f} ms (<= 5: {met(added <= 5)}), facade CPU per call {cpu:.2f} ms (<= 1.5: "
+              f"{met(cpu <= 1.5)}); one core saturates at {1000 / cpu:.0f} turns per facade CPU-second")  # fmt: skip
     client.CoreV1Api(api).delete_namespace(ns)
     if not args.keep:
         cluster.down()
+
+
+def met(ok: bool) -> str:
+    return "met" if ok else "NOT met"
 
 
 if __name__ == "__main__":
