@@ -21,18 +21,7 @@ from urllib.parse import parse_qs, urlparse
 
 import yaml
 
-
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch."""
-    if not isinstance(patch, dict):
-        return patch
-    out = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = merge_patch(out.get(key), value)
-    return out
+from dockyard_core.mergepatch import merge_patch
 
 
 @dataclass

@@ -11,8 +11,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from dockyard_api.app import create_app
-from dockyard_api.management.environments.service import changed_members, merge_patch
+from dockyard_api.management.environments.service import changed_members
 from dockyard_api.settings import ApiSettings
+from dockyard_core.mergepatch import merge_patch
 from tests.support.fakekube import FakeKube, fake_kube
 
 NS = "team-a"

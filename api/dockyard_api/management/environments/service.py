@@ -32,6 +32,7 @@ from dockyard_api.management.schemas import (
 )
 from dockyard_core import audit, requestid
 from dockyard_core.errors import ConflictError, DockyardError, InvalidError
+from dockyard_core.mergepatch import merge_patch
 from dockyard_core.resources.cel import RuleViolation
 from dockyard_core.resources.v1alpha1 import API_VERSION, DEPLOY_REQUEST_ANNOTATION, Environment
 from dockyard_core.resources.v1alpha1.environment import Access, EnvironmentSpec, WidgetSettings
@@ -241,19 +242,6 @@ class EnvironmentService(CallerService):
             "spec": {"appVersion": version},
         }
         return await self.repos.environments.merge(namespace, name, patch)
-
-
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386: what the API server makes of ``target`` patched with ``patch``."""
-    if not isinstance(patch, dict):
-        return patch
-    out = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = merge_patch(out.get(key), value)
-    return out
 
 
 def changed_members(patch: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
