@@ -16,7 +16,8 @@ from mcp import ClientSession
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
-from dockyard_operator.version_rules import McpAnswer, McpTarget
+from dockyard_core.mcp import McpServerRef
+from dockyard_operator.version_rules import McpAnswer
 
 PROBE_SECONDS = 5.0
 """How long one MCP server has to answer the handshake and list its tools."""
@@ -31,7 +32,7 @@ def _reason(exc: BaseException) -> str:
 
 
 @contextlib.asynccontextmanager
-async def _streams(target: McpTarget, timeout: float) -> AsyncIterator[Any]:
+async def _streams(target: McpServerRef, timeout: float) -> AsyncIterator[Any]:
     headers = dict(target.headers)
     if target.transport == "sse":
         async with sse_client(target.url, headers=headers, timeout=timeout, sse_read_timeout=timeout) as streams:
@@ -44,7 +45,7 @@ async def _streams(target: McpTarget, timeout: float) -> AsyncIterator[Any]:
         yield streams
 
 
-async def list_tools(target: McpTarget, timeout: float = PROBE_SECONDS) -> McpAnswer:
+async def list_tools(target: McpServerRef, timeout: float = PROBE_SECONDS) -> McpAnswer:
     """The names of the tools ``target`` lists, or why it did not answer within ``timeout`` seconds."""
     names: list[str] = []
     try:
@@ -65,7 +66,7 @@ async def list_tools(target: McpTarget, timeout: float = PROBE_SECONDS) -> McpAn
     return McpAnswer(tools=tuple(names))
 
 
-async def list_all(targets: Mapping[str, McpTarget], timeout: float = PROBE_SECONDS) -> dict[str, McpAnswer]:
+async def list_all(targets: Mapping[str, McpServerRef], timeout: float = PROBE_SECONDS) -> dict[str, McpAnswer]:
     """What each target answered, all asked at once (the whole takes at most about ``timeout``)."""
     keys = list(targets)
     answers = await asyncio.gather(*(list_tools(targets[k], timeout) for k in keys))

@@ -13,6 +13,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from dockyard_core.mcp import McpServerRef
 from dockyard_core.modelrefs import resolve_model
 
 HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
@@ -29,17 +30,6 @@ class Problem:
 
     def __str__(self) -> str:
         return f"{self.field}: {self.message}"
-
-
-@dataclass(frozen=True)
-class McpTarget:
-    """An MCP server a version's agents would use: one of ``spec.mcpServers``, or an agent's MCP Tool that
-    runs at an external endpoint."""
-
-    name: str
-    url: str
-    transport: str = "streamable-http"
-    headers: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -81,7 +71,7 @@ def mcp_targets(
     tools: Mapping[str, Mapping[str, Any] | None],
     secret_headers: Mapping[str, Mapping[str, str] | None],
     unreadable: Collection[str] = (),
-) -> dict[str, McpTarget]:
+) -> dict[str, McpServerRef]:
     """The MCP servers to ask for their tools, by the field that names each: every well-formed
     ``spec.mcpServers[i]`` (with the headers of its Secret, when it has one that exists) and every agent
     tool ``spec.agents[i].tools[j]`` that is an MCP Tool at an external endpoint (an MCP Tool that Dockyard
@@ -89,7 +79,7 @@ def mcp_targets(
     object name (None: missing); ``secret_headers``: the headers of each Secret named (None: missing);
     ``unreadable``: Secrets the version's author may not read: their servers are not asked (the values would
     go to a URL the author chose)."""
-    targets: dict[str, McpTarget] = {}
+    targets: dict[str, McpServerRef] = {}
     servers = list(spec.get("mcpServers") or [])
     malformed = {p.field.split("]")[0] + "]" for p in _server_config_problems(servers) if "[" in p.field}
     for i, server in enumerate(servers):
@@ -98,7 +88,7 @@ def mcp_targets(
         if field in malformed or (secret and (secret_headers.get(secret) is None or secret in unreadable)):
             continue
         headers = dict(server.get("headers") or {}) | dict((secret_headers.get(secret) or {}) if secret else {})
-        targets[field] = McpTarget(
+        targets[field] = McpServerRef(
             str(server.get("name")),
             str(server.get("url")),
             str(server.get("transport") or "streamable-http"),
@@ -114,11 +104,11 @@ def mcp_targets(
                 continue
             path = str(mcp.get("path") or "/mcp")
             transport = str(mcp.get("transport") or "streamable-http")
-            targets[f"spec.agents[{i}].tools[{j}]"] = McpTarget(name, str(endpoint).rstrip("/") + path, transport)
+            targets[f"spec.agents[{i}].tools[{j}]"] = McpServerRef(name, str(endpoint).rstrip("/") + path, transport)
     return targets
 
 
-def _mcp_problem(target: McpTarget, answer: McpAnswer | None) -> str | None:
+def _mcp_problem(target: McpServerRef, answer: McpAnswer | None) -> str | None:
     if answer is None or answer.error is not None:
         why = answer.error if answer is not None else "it was not asked"
         return f"MCP server {target.name} at {target.url} does not answer: {why}"
@@ -196,7 +186,7 @@ def version_problems(
 def _named_mcp_tool_problems(
     spec: Mapping[str, Any],
     tools: Mapping[str, Mapping[str, Any] | None],
-    targets: Mapping[str, McpTarget],
+    targets: Mapping[str, McpServerRef],
     answers: Mapping[str, McpAnswer],
 ) -> list[Problem]:
     """Each ``spec.agents[i].mcpTools[j]`` (``<server>/<tool>``) names an MCP server of the version (an entry

@@ -27,10 +27,11 @@ from dockyard_api.runtime.agent import AgentSpec, ModelTarget
 from dockyard_api.runtime.endpoints import EndpointResolver
 from dockyard_api.runtime.errors import AppNotRunnableError, ModelUnavailableError
 from dockyard_api.runtime.model import ModelClient
-from dockyard_api.runtime.tools import Limits, McpClient, McpServerRef, Toolbox, http_function
+from dockyard_api.runtime.tools import Limits, McpClient, Toolbox, http_function
 from dockyard_api.runtime.variables import render, variables
 from dockyard_core.errors import DockyardError, NotFoundError
 from dockyard_core.kubeclient import AsyncKube
+from dockyard_core.mcp import McpServerRef
 from dockyard_core.modelrefs import resolve_model
 from dockyard_core.repository import Objects
 from dockyard_core.resources.v1alpha1.common import DNS_SUBDOMAIN_PATTERN

@@ -31,6 +31,8 @@ from mcp import ClientSession
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
+from dockyard_core.mcp import McpServerRef
+
 log = logging.getLogger(__name__)
 
 FUNCTION_NAME = re.compile(r"[^A-Za-z0-9_-]+")
@@ -143,16 +145,6 @@ def http_function(
 
 
 # --- MCP tools -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class McpServerRef:
-    """An MCP server a turn may use: where it is and the headers it needs."""
-
-    name: str
-    url: str
-    transport: str = "streamable-http"
-    headers: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

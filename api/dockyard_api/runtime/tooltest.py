@@ -21,13 +21,13 @@ from dockyard_api.runtime.tools import (
     Call,
     Limits,
     McpClient,
-    McpServerRef,
     ToolResult,
     http_function,
     mcp_reason,
     object_schema,
 )
 from dockyard_core.errors import InvalidError, NotFoundError
+from dockyard_core.mcp import McpServerRef
 from dockyard_core.resources.v1alpha1.tool import tool_deployment_name
 from dockyard_core.tooltests import revision
 

@@ -14,7 +14,8 @@ import pytest
 from dockyard_api.runtime.agent import AgentRunner, AgentSpec, ModelTarget, TurnResult
 from dockyard_api.runtime.errors import ModelBadResponseError, ModelUnavailableError
 from dockyard_api.runtime.model import ModelClient, Usage
-from dockyard_api.runtime.tools import Limits, McpClient, McpServerRef, Toolbox, http_function
+from dockyard_api.runtime.tools import Limits, McpClient, Toolbox, http_function
+from dockyard_core.mcp import McpServerRef
 from tests.support.runners import free_port
 from tests.support.scripted_model import Call, Reply, ScriptedModel, mcp_server, scripted_model
 

@@ -8,8 +8,9 @@ import base64
 import socket
 from typing import Any
 
+from dockyard_core.mcp import McpServerRef
 from dockyard_operator import admission, mcp_probe
-from dockyard_operator.version_rules import McpAnswer, McpTarget, mcp_targets, refusal_message, version_problems
+from dockyard_operator.version_rules import McpAnswer, mcp_targets, refusal_message, version_problems
 from tests.support.scripted_model import mcp_server
 
 WEATHER = {"spec": {"name": "weather", "version": "1.2.0", "endpoint": "http://weather.example/"}}
@@ -134,9 +135,9 @@ def test_mcp_servers_must_answer_and_list_tools() -> None:
     secrets = {"token": {"Authorization": "Bearer t"}}
     targets = mcp_targets(spec, {}, secrets)
     assert targets == {
-        "spec.mcpServers[0]": McpTarget("docs", "https://docs/mcp"),
-        "spec.mcpServers[1]": McpTarget("wiki", "https://wiki/mcp", "sse", (("Authorization", "Bearer t"),)),
-        "spec.mcpServers[2]": McpTarget("empty", "https://empty/mcp"),
+        "spec.mcpServers[0]": McpServerRef("docs", "https://docs/mcp"),
+        "spec.mcpServers[1]": McpServerRef("wiki", "https://wiki/mcp", "sse", (("Authorization", "Bearer t"),)),
+        "spec.mcpServers[2]": McpServerRef("empty", "https://empty/mcp"),
     }
     answers = {
         "spec.mcpServers[0]": McpAnswer(tools=("search",)),
@@ -158,7 +159,7 @@ def test_an_agents_external_mcp_tool_must_answer() -> None:
     spec["toolVersions"].append({"name": "search", "version": "1.0.0"})
     tools = {"weather-1.2.0": WEATHER, "search-1.0.0": SEARCH}
     targets = mcp_targets(spec, tools, {})
-    assert targets == {"spec.agents[0].tools[1]": McpTarget("search", "http://search.example/mcp")}
+    assert targets == {"spec.agents[0].tools[1]": McpServerRef("search", "http://search.example/mcp")}
     found = problems(spec, mcp={"spec.agents[0].tools[1]": McpAnswer(error="no answer within 5s")})
     assert found == {
         "spec.agents[0].tools[1]": "MCP server search at http://search.example/mcp does not answer: no answer within 5s"
@@ -187,8 +188,8 @@ def test_the_probe_lists_a_real_servers_tools_and_names_why_another_does_not_ans
         answers = asyncio.run(
             mcp_probe.list_all(
                 {
-                    "up": McpTarget("docs", server.url),
-                    "down": McpTarget("gone", f"http://127.0.0.1:{closed}/mcp"),
+                    "up": McpServerRef("docs", server.url),
+                    "down": McpServerRef("gone", f"http://127.0.0.1:{closed}/mcp"),
                 },
                 timeout=5,
             )
@@ -204,7 +205,7 @@ def test_the_probe_gives_up_in_time() -> None:
         listener.bind(("127.0.0.1", 0))
         listener.listen()  # accepts connections, never answers
         port = listener.getsockname()[1]
-        answer = asyncio.run(mcp_probe.list_tools(McpTarget("slow", f"http://127.0.0.1:{port}/mcp"), timeout=0.5))
+        answer = asyncio.run(mcp_probe.list_tools(McpServerRef("slow", f"http://127.0.0.1:{port}/mcp"), timeout=0.5))
     assert answer.error == "no answer within 0.5s"
 
 
