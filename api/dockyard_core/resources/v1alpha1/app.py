@@ -21,6 +21,7 @@ from dockyard_core.resources.v1alpha1.common import (
     SemVer,
     StatusBase,
 )
+from dockyard_core.resources.v1alpha1.guardrails import Guardrails
 from dockyard_core.resources.v1alpha1.tool import McpTransport
 
 MCP_TOOL_NAME = r"[A-Za-z0-9_.-]{1,128}"
@@ -82,7 +83,7 @@ class McpServer(DockyardModel):
 
 
 class AppContent(DockyardModel):
-    """What an app is made of: agents, pinned tool versions and MCP servers."""
+    """What an app is made of: agents, pinned tool versions, MCP servers and guardrails."""
 
     description: Description = ""
     """What the app does."""
@@ -92,6 +93,9 @@ class AppContent(DockyardModel):
     """The version of each tool the agents use (one version per tool)."""
     mcp_servers: Annotated[list[McpServer], Field(max_length=32), ListMap("name")] = Field(default_factory=list)
     """MCP server configurations."""
+    guardrails: Guardrails | None = None
+    """Policies the runtime applies to the user's messages, the agents' answers and the tool calls
+    (docs/guardrails.md). Absent: no guardrails."""
 
 
 class AppSpec(AppContent):
