@@ -16,6 +16,7 @@ from sqlalchemy import func, select, text
 from dockyard_api.store import ConversationStore, Turn, migrate
 from dockyard_api.store.schema import messages, sessions
 from dockyard_core.errors import ConflictError, DatabaseUnavailableError, NotFoundError, RateLimitedError
+from dockyard_core.interventions import Intervention
 from tests.support.conversations import admitted, counted_request, stored_messages
 from tests.support.postgres import Postgres, postgres_server
 
@@ -64,7 +65,7 @@ def test_replicas_starting_together_migrate_once(pg: Postgres) -> None:
         assert await stores[0].run(migrate.current) == migrate.head()
         query = text("SELECT count(*) FROM pg_tables WHERE tablename LIKE 'dockyard_%'")
         tables = await stores[0].run(lambda c: c.execute(query).scalar_one())
-        assert tables == 6  # five tables and the version table, each once
+        assert tables == 7  # six tables and the version table, each once
         await close(*stores)
 
     run(main())
@@ -88,6 +89,33 @@ def test_sessions_continuity_ownership_and_history_on_postgres(pg: Postgres) -> 
         generated = await turn(store, session_id=None)
         assert generated.session_id.startswith("ses_")
         await close(store)
+
+    run(main())
+
+
+def test_interventions_are_kept_with_their_turns_and_listed_newest_first_across_replicas(pg: Postgres) -> None:
+    async def main() -> None:
+        a, b = await replicas(pg, 2, busy_wait_seconds=5)
+        blocked = Intervention("no-competitors", "input", "block", "denied term #1")
+        redacted = Intervention("pii", "output", "redact", "PHONE_NUMBER x2")
+        first = await a.finish_turn(await turn(a), user_message="q", reply="blocked", agent="helper", tools_used=[],
+                                    tokens_in=0, tokens_out=0, usage=True, interventions=[blocked])  # fmt: skip
+        await b.abort_turn(await turn(b), error="tool failed", usage=(1, 0), interventions=[redacted])
+        listed = await a.list_interventions(**WHERE)
+        assert [(i.policy, i.stage, i.action, i.reason, i.message_id) for i in listed] == [
+            ("pii", "output", "redact", "PHONE_NUMBER x2", None),
+            ("no-competitors", "input", "block", "denied term #1", first),
+        ]
+        assert [i.policy for i in await b.list_interventions(**WHERE, limit=1)] == ["pii"]
+        # a turn that lost its session keeps neither its messages nor its interventions
+        lost = await turn(b, session_id="session-2")
+        await b.run(lambda c: c.execute(sessions.update().where(sessions.c.pk == lost.session_pk)
+                                        .values(turn_token="someone-else")))  # fmt: skip
+        with pytest.raises(ConflictError):
+            await b.finish_turn(lost, user_message="q", reply="a", agent="helper", tools_used=[], tokens_in=0,
+                                tokens_out=0, interventions=[blocked])  # fmt: skip
+        assert len(await b.list_interventions(**WHERE)) == 2
+        await close(a, b)
 
     run(main())
 

@@ -7,7 +7,7 @@ PostgreSQL when ``DOCKYARD_API_DATABASE_URL`` is set (any number of replicas). A
 """
 
 from dockyard_api.store.database import default_url
-from dockyard_api.store.records import Counters, RateLimits, StoredMessage, Turn, UsageReport
+from dockyard_api.store.records import Counters, RateLimits, StoredIntervention, StoredMessage, Turn, UsageReport
 from dockyard_api.store.store import ConversationStore
 from dockyard_core.errors import DatabaseUnavailableError, RateLimitedError
 
@@ -17,6 +17,7 @@ __all__ = [
     "DatabaseUnavailableError",
     "RateLimitedError",
     "RateLimits",
+    "StoredIntervention",
     "StoredMessage",
     "Turn",
     "UsageReport",

@@ -110,3 +110,36 @@ class UsageReport:
             "days": [{"day": d.isoformat(), **c.view()} for d, c in sorted(self.days.items())],
             "keys": [{"keyId": k, **c.view()} for k, c in sorted(self.keys.items())],
         }
+
+
+@dataclass(frozen=True)
+class StoredIntervention:
+    """One guardrail or PII intervention as stored with its turn (never the value it matched)."""
+
+    at: datetime
+    app: str
+    version: str
+    session_id: str
+    message_id: str | None
+    """The stored reply's id; None when the turn failed and stored nothing."""
+    policy: str
+    stage: str
+    action: str
+    reason: str
+    tool: str = ""
+
+    def view(self) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "at": self.at.isoformat().replace("+00:00", "Z"),
+            "app": self.app,
+            "version": self.version,
+            "sessionId": self.session_id,
+            "messageId": self.message_id,
+            "policy": self.policy,
+            "stage": self.stage,
+            "action": self.action,
+            "reason": self.reason,
+        }
+        if self.tool:
+            body["tool"] = self.tool
+        return body

@@ -131,3 +131,25 @@ rate_windows = Table(
     PrimaryKeyConstraint("namespace", "environment", "key_id", "minute", name="pk_dockyard_rate_windows"),
 )
 """Requests per API key per minute (``minute`` = Unix time // 60), for spec.rateLimits.requestsPerMinute."""
+
+interventions = Table(
+    "dockyard_interventions",
+    metadata,
+    Column("pk", RowId, primary_key=True, autoincrement=True),
+    Column("namespace", String(63), nullable=False),
+    Column("environment", String(253), nullable=False),
+    Column("app", String(253), nullable=False),
+    Column("version", String(32), nullable=False),
+    Column("session_id", String(128), nullable=False),
+    Column("message_id", String(40), nullable=True),
+    Column("policy", String(63), nullable=False),
+    Column("stage", String(16), nullable=False),
+    Column("action", String(8), nullable=False),
+    Column("tool", String(253), nullable=False, default=""),
+    Column("reason", String(512), nullable=False),
+    Column("at", UtcDateTime, nullable=False),
+    Index("ix_dockyard_interventions_environment", "namespace", "environment", "at"),
+)
+"""What guardrails and the PII protection did to turns (:class:`dockyard_core.interventions.Intervention`):
+which policy acted where and why, written with the turn it acted on. Never the text it matched.
+``message_id`` is the stored reply's id (None for a turn that failed and stored nothing)."""

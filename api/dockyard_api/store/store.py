@@ -8,7 +8,9 @@ database (SQLAlchemy 2 async; SQLite by default, PostgreSQL for several facade r
   ``turn_lease_seconds`` pass, or when its replica stops or goes silent (each replica heartbeats in
   ``dockyard_instances``): a killed facade never leaves a session stuck.
 - A turn is stored whole or not at all: ``finish_turn`` writes the user message and the reply in one
-  transaction, ``abort_turn`` writes nothing.
+  transaction, ``abort_turn`` writes no message. What guardrails and the PII protection did to the turn
+  (``interventions``) is written in the same transaction by both (:mod:`dockyard_api.store.interventions`,
+  never the matched values) and listed per environment by ``list_interventions``.
 - A turn of the execute endpoint is TWO transactions: ``start_turn(limits=...)`` counts the rate limits
   and takes the session; ``finish_turn(usage=True)`` (or ``abort_turn(usage=...)``) stores the turn (or
   releases the session) and counts the usage. Locks: the session row first, then the counters.
@@ -38,12 +40,14 @@ from typing import Any
 
 from sqlalchemy import Connection, select
 
+from dockyard_api.store import interventions as stored_interventions
 from dockyard_api.store.database import Database
 from dockyard_api.store.limits import count_request, count_usage
 from dockyard_api.store.records import (
     SESSION_ID_PATTERN,
     Counters,
     RateLimits,
+    StoredIntervention,
     StoredMessage,
     Turn,
     UsageReport,
@@ -51,6 +55,7 @@ from dockyard_api.store.records import (
 from dockyard_api.store.schema import usage_daily
 from dockyard_core.clock import utcnow
 from dockyard_core.errors import ConflictError, DatabaseUnavailableError, DockyardError, InvalidError, NotFoundError
+from dockyard_core.interventions import Intervention
 
 log = logging.getLogger("dockyard.store")
 
@@ -262,10 +267,12 @@ class ConversationStore(Database):
         tokens_in: int,
         tokens_out: int,
         usage: bool = False,
+        interventions: Sequence[Intervention] = (),
     ) -> str:
         """Store the user message and the reply together and release the session; the reply's id. With
         ``usage`` the request and its tokens are counted (:func:`~dockyard_api.store.limits.count_usage`) in
-        the same transaction: a stored turn is always counted, a counted one always stored."""
+        the same transaction: a stored turn is always counted, a counted one always stored. The turn's
+        ``interventions`` (guardrails, PII) are kept in that transaction too, with the reply's id."""
         self._check_ready()
         now = utcnow()
         reply_id = f"msg_{uuid.uuid4().hex}"
@@ -312,14 +319,23 @@ class ConversationStore(Database):
                     conn, self._sql, turn.namespace, turn.environment, turn.key_id, now,
                     requests=1, tokens_in=max(0, tokens_in), tokens_out=max(0, tokens_out),
                 )  # fmt: skip
+            stored_interventions.add(conn, turn, interventions, message_id=reply_id, at=now)
 
         await self.run(tx)
         return reply_id
 
-    async def abort_turn(self, turn: Turn, *, error: str, usage: tuple[int, int] | None = None) -> None:
-        """Release the session; nothing of the turn is stored (a session created by it stays, empty). When
+    async def abort_turn(
+        self,
+        turn: Turn,
+        *,
+        error: str,
+        usage: tuple[int, int] | None = None,
+        interventions: Sequence[Intervention] = (),
+    ) -> None:
+        """Release the session; no message of the turn is stored (a session created by it stays, empty). When
         the database is away, the release is retried in the background once it is back. With ``usage``
-        (tokens in, tokens out) the failed request is counted (an error, its tokens) in the same transaction."""
+        (tokens in, tokens out) the failed request is counted (an error, its tokens) in the same transaction,
+        and so are the ``interventions`` that acted before it failed (without a message id)."""
         self._check_ready()
         now = utcnow()
 
@@ -330,6 +346,7 @@ class ConversationStore(Database):
                     conn, self._sql, turn.namespace, turn.environment, turn.key_id, now,
                     requests=1, errors=1, tokens_in=max(0, usage[0]), tokens_out=max(0, usage[1]),
                 )  # fmt: skip
+            stored_interventions.add(conn, turn, interventions, message_id=None, at=now)
 
         try:
             await self.run(tx)
@@ -359,6 +376,16 @@ class ConversationStore(Database):
             report.days.setdefault(r.day, Counters()).add(c)
             report.keys.setdefault(r.key_id, Counters()).add(c)
         return report
+
+    async def list_interventions(
+        self, namespace: str, environment: str, *, limit: int = 50
+    ) -> list[StoredIntervention]:
+        """The environment's newest interventions (alive or deleted), newest first: ``limit`` of them, 1 to
+        :data:`~dockyard_api.store.interventions.LIST_LIMIT`."""
+        self._check_ready()
+        return await self.run(
+            functools.partial(stored_interventions.newest, namespace=namespace, environment=environment, limit=limit)
+        )
 
     async def environments_used_since(self, when: datetime) -> list[tuple[str, str]]:
         """(namespace, environment) whose usage changed after ``when`` (for the status summary)."""
