@@ -13,6 +13,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from dockyard_core.guardrails import compile_problems
 from dockyard_core.mcp import McpServerRef
 from dockyard_core.modelrefs import resolve_model
 
@@ -180,6 +181,25 @@ def version_problems(
         if text is not None:
             add(field, text)
     problems += _named_mcp_tool_problems(spec, tools, targets, answers)
+    problems += guardrail_problems(spec.get("guardrails"), models)
+    return problems
+
+
+def guardrail_problems(guardrails: Mapping[str, Any] | None, models: Mapping[str, str]) -> list[Problem]:
+    """``spec.guardrails`` must compile (a regular expression, a JSON Schema: docs/guardrails.md), and each
+    guardModel policy's model must be a ModelDeployment of the namespace (as an agent's model)."""
+    problems = [Problem(p.field, p.message) for p in compile_problems(guardrails)]
+    for i, policy in enumerate((guardrails or {}).get("policies") or []):
+        if policy.get("type") != "guardModel" or not policy.get("model"):
+            continue
+        resolved = resolve_model(str(policy["model"]), models)
+        if resolved.problem:
+            problems.append(
+                Problem(
+                    f"spec.guardrails.policies[{i}].model",
+                    f"guard model of policy {policy.get('name')}: {resolved.problem}",
+                )
+            )
     return problems
 
 

@@ -37,6 +37,7 @@ from dockyard_core.resources.v1alpha1.environment import (
     RateLimits,
     WidgetSettings,
 )
+from dockyard_core.resources.v1alpha1.guardrails import Guardrails
 
 
 class Body(BaseModel):
@@ -57,6 +58,8 @@ class DraftUpdate(Body):
     agents: Annotated[list[Agent], Field(max_length=32)] = Field(default_factory=list)
     tool_versions: Annotated[list[ToolVersionRef], Field(max_length=64)] = Field(default_factory=list)
     mcp_servers: Annotated[list[McpServer], Field(max_length=32)] = Field(default_factory=list)
+    guardrails: Guardrails | None = None
+    """The app's guardrails (docs/guardrails.md); absent: none."""
 
 
 class AppCreate(DraftUpdate):
@@ -108,6 +111,8 @@ class VersionCreate(Body):
     agents: Annotated[list[Agent], Field(max_length=32)] | None = None
     tool_versions: Annotated[list[ToolVersionRef], Field(max_length=64)] | None = None
     mcp_servers: Annotated[list[McpServer], Field(max_length=32)] | None = None
+    guardrails: Guardrails | None = None
+    """The version's guardrails (docs/guardrails.md); absent: the draft's."""
 
 
 class Restore(Body):
@@ -212,6 +217,7 @@ class AppView(View):
     agents: list[Agent]
     tool_versions: list[ToolVersionRef]
     mcp_servers: list[McpServer]
+    guardrails: Guardrails | None = None
     restored_from: str | None
     """The version the draft was last restored from."""
     created_at: datetime | None
@@ -231,6 +237,7 @@ class VersionView(View):
     agents: list[Agent]
     tool_versions: list[ToolVersionRef]
     mcp_servers: list[McpServer]
+    guardrails: Guardrails | None = None
     deployed_in: list[str]
     """The environments where this version is Active."""
     object_name: str

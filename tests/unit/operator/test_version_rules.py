@@ -311,3 +311,22 @@ def test_an_environment_names_an_oidc_client_secret_only_for_a_user_who_may_read
     reviews = len(kube.reviews)
     assert refusal("bob") is None
     assert len(kube.reviews) == reviews
+
+
+def test_guardrails_must_compile_and_a_guard_model_must_exist() -> None:
+    """docs/guardrails.md: a pattern that is not a regular expression and a guard model that is no
+    ModelDeployment of the namespace are refused at their fields; a guard model named by display name is fine."""
+    guardrails = {
+        "policies": [
+            {"name": "ids", "type": "pattern", "patterns": ["[0-9]{4}", "([a-z"]},
+            {"name": "judge", "type": "guardModel", "model": "nobody"},
+            {"name": "judge2", "type": "guardModel", "model": "Llama 3 8B"},
+        ]
+    }
+    found = problems({**valid(), "guardrails": guardrails})
+    assert set(found) == {"spec.guardrails.policies[0].patterns[1]", "spec.guardrails.policies[1].model"}
+    assert found["spec.guardrails.policies[0].patterns[1]"].startswith("not a valid regular expression: ")
+    assert found["spec.guardrails.policies[1].model"] == (
+        "guard model of policy judge: unknown model 'nobody' (no ModelDeployment of that name or display name)"
+    )
+    assert problems({**valid(), "guardrails": {"policies": guardrails["policies"][2:]}}) == {}

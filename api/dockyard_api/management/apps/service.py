@@ -29,7 +29,7 @@ from dockyard_core.errors import InvalidError, NotFoundError
 from dockyard_core.resources.v1alpha1 import API_VERSION, RESTORED_FROM_ANNOTATION, App, AppVersion
 from dockyard_core.resources.v1alpha1.common import semver_key
 
-CONTENT_FIELDS = ("agents", "toolVersions", "mcpServers")
+CONTENT_FIELDS = ("agents", "toolVersions", "mcpServers", "guardrails")
 """What a restore copies into the draft: all of its configuration (the app's own name and description
 stay; a version's description describes the version)."""
 
@@ -55,6 +55,7 @@ def app_view(app: App) -> AppView:
         agents=spec.agents,
         tool_versions=spec.tool_versions,
         mcp_servers=spec.mcp_servers,
+        guardrails=spec.guardrails,
         restored_from=(meta.annotations or {}).get(RESTORED_FROM_ANNOTATION),
         created_at=meta.creation_timestamp,
     )
@@ -70,6 +71,7 @@ def version_view(version: AppVersion) -> VersionView:
         agents=spec.agents,
         tool_versions=spec.tool_versions,
         mcp_servers=spec.mcp_servers,
+        guardrails=spec.guardrails,
         deployed_in=version.status.deployed_in,
         object_name=version.metadata.name or "",
         created_at=version.metadata.creation_timestamp,
@@ -94,6 +96,7 @@ class AppService(CallerService):
         """Replace the draft: what the body does not name is emptied (``displayName`` removed)."""
         spec = body.model_dump(by_alias=True, exclude_none=True)
         spec.setdefault("displayName", None)
+        spec.setdefault("guardrails", None)
         return app_view(await self.repos.apps.merge(namespace, app, {"spec": spec}))
 
     async def restore(self, namespace: str, app: str, body: Restore) -> AppView:
@@ -108,6 +111,7 @@ class AppService(CallerService):
         # the whole draft: content fields missing from the version are emptied, MCP servers included
         content = version.spec.model_dump(mode="json", by_alias=True, exclude_unset=True)
         spec: dict[str, Any] = {f: content.get(f, []) for f in CONTENT_FIELDS}
+        spec["guardrails"] = content.get("guardrails")  # none in the version: the draft's are removed
         stamp = datetime.now(UTC).isoformat(timespec="seconds")
         patch = {
             "metadata": {
@@ -133,7 +137,9 @@ class AppService(CallerService):
         """A new version of the chosen agents, tool versions and MCP servers (the draft's where not chosen)."""
         draft = await self.repos.apps.get(namespace, app)
         content = draft.spec.model_dump(mode="json", by_alias=True, exclude_unset=True)
-        chosen = body.model_dump(by_alias=True, exclude_none=True, include={"agents", "tool_versions", "mcp_servers"})
+        chosen = body.model_dump(
+            by_alias=True, exclude_none=True, include={"agents", "tool_versions", "mcp_servers", "guardrails"}
+        )
         spec = {
             "appRef": app,
             "version": body.version,
@@ -143,6 +149,9 @@ class AppService(CallerService):
             "toolVersions": chosen.get("toolVersions", content.get("toolVersions", [])),
             "mcpServers": chosen.get("mcpServers", content.get("mcpServers", [])),
         }
+        guardrails = chosen.get("guardrails", content.get("guardrails"))
+        if guardrails is not None:
+            spec["guardrails"] = guardrails
         obj = {
             "apiVersion": API_VERSION,
             "kind": "AppVersion",
