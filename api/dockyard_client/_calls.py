@@ -247,3 +247,7 @@ class Calls:
     def usage(self, environment: str, since: str | None = None, until: str | None = None) -> Call:
         params = _drop_none(**{"from": since, "to": until})
         return Call("GET", f"{self.mgmt()}/environments/{_q(environment)}/usage", "kube", params=params or None)
+
+    def interventions(self, environment: str, limit: int | None = None) -> Call:
+        params = _drop_none(limit=limit)
+        return Call("GET", f"{self.mgmt()}/environments/{_q(environment)}/interventions", "kube", params=params or None)

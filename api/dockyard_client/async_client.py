@@ -200,6 +200,10 @@ class AsyncDockyardClient(ClientBase):
         found: dict[str, Any] = await self.send(self.calls.usage(environment, since, until))
         return found
 
+    async def interventions(self, environment: str, limit: int | None = None) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = (await self.send(self.calls.interventions(environment, limit)))["items"]
+        return found
+
     async def test_tool(self, environment: str, tool: str, arguments: dict[str, Any] | None = None) -> ToolTestResult:
         """Test-call a tool of the version active in ``environment`` (``<server>/<tool>`` for an MCP tool)."""
         return ToolTestResult.model_validate(await self.send(self.calls.test_tool(environment, tool, arguments or {})))

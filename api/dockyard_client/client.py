@@ -230,6 +230,11 @@ class DockyardClient(ClientBase):
         found: dict[str, Any] = self.send(self.calls.usage(environment, since, until))
         return found
 
+    def interventions(self, environment: str, limit: int | None = None) -> list[dict[str, Any]]:
+        """What guardrails and the PII protection did to the environment's turns, newest first (no values)."""
+        found: list[dict[str, Any]] = self.send(self.calls.interventions(environment, limit))["items"]
+        return found
+
     # --- management: API keys --------------------------------------------------------------------
 
     def test_tool(self, environment: str, tool: str, arguments: dict[str, Any] | None = None) -> ToolTestResult:

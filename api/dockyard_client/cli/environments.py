@@ -1,5 +1,5 @@
 """The ``env`` command group: an app's environments (list, create, show, settings, deploy a version,
-history, rollback, delete) and their usage statistics (management API)."""
+history, rollback, delete), their usage statistics and guardrail interventions (management API)."""
 
 from __future__ import annotations
 
@@ -331,3 +331,31 @@ def env_usage(
             fields(report["totals"].items())
 
     management(ctx, json_output, run)
+
+
+@env_app.command(
+    "interventions", epilog="\b\nExamples:\n  dockyard env interventions demo-production --limit 20 --json"
+)
+def env_interventions(
+    ctx: typer.Context,
+    environment: Annotated[str, typer.Argument(metavar="ENV")],
+    limit: Annotated[int | None, typer.Option("--limit", help="how many, newest first (1 to 500; default 50)")] = None,
+    json_output: JsonFlag = False,
+) -> None:
+    """What guardrails and PII protection did to the environment's turns, newest first (never the values)."""
+
+    def run(client: DockyardClient) -> None:
+        found = client.interventions(environment, limit)
+        if json_output:
+            print_json(found)
+            return
+        table(
+            ["AT", "POLICY", "STAGE", "ACTION", "REASON", "SESSION"],
+            ([i["at"], i["policy"], _stage(i), i["action"], i["reason"], i["sessionId"]] for i in found),
+        )
+
+    management(ctx, json_output, run)
+
+
+def _stage(found: dict[str, Any]) -> str:
+    return f"{found['stage']} ({found['tool']})" if found.get("tool") else str(found["stage"])

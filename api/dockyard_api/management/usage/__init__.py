@@ -1,1 +1,1 @@
-"""Usage statistics of an environment (from the conversation database)."""
+"""Usage statistics and guardrail interventions of an environment (from the conversation database)."""

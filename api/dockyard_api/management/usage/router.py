@@ -1,4 +1,5 @@
-"""Management: usage statistics of an environment per UTC day and per API key (HTTP only; the logic is
+"""Management: usage statistics of an environment per UTC day and per API key, and the interventions of
+its guardrails and PII protection (HTTP only; the logic is
 :class:`~dockyard_api.management.usage.service.UsageService`)."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from fastapi import APIRouter, Query
 
 from dockyard_api.deps import EnvName, NamespaceParam, UsageDep
 from dockyard_api.management.schemas import UsageReportView
+from dockyard_api.management.usage.schemas import InterventionList
 
 router = APIRouter(prefix="/api/v1/namespaces/{namespace}", tags=["environments and API keys"])
 
@@ -28,3 +30,16 @@ async def environment_usage(
     until: Annotated[date | None, Query(alias="to", description="last UTC day (YYYY-MM-DD); default: today")] = None,
 ) -> UsageReportView:
     return await usage.environment_usage(namespace, environment, since, until)
+
+
+@router.get(
+    "/environments/{environment}/interventions",
+    summary="What guardrails and the PII protection did to the environment's turns, newest first (never the values)",
+)
+async def environment_interventions(
+    namespace: NamespaceParam,
+    environment: EnvName,
+    usage: UsageDep,
+    limit: Annotated[int, Query(description="how many, newest first (1 to 500)")] = 50,
+) -> InterventionList:
+    return await usage.interventions(namespace, environment, limit)

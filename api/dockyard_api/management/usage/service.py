@@ -1,6 +1,7 @@
-"""Usage statistics of a deployed app's environment (calls, errors, rate-limited calls, model tokens) per
-UTC day and per API key, from the conversation database. The statistics outlive the environment
-(docs/conversation-store.md, 'Usage statistics'), so a deleted environment still answers.
+"""What the conversation database records of a deployed app's environment: its usage statistics (calls,
+errors, rate-limited calls, model tokens) per UTC day and per API key, and the interventions of its
+guardrails and PII protection (docs/guardrails.md), newest first. Both outlive the environment
+(docs/conversation-store.md), so a deleted environment still answers.
 
 Authorisation: the caller (a Kubernetes user) needs ``get`` on ``environments`` in the namespace,
 checked with a SubjectAccessReview (the environment itself may be gone). The service reads no
@@ -15,8 +16,10 @@ from datetime import UTC, date, datetime, timedelta
 
 from dockyard_api.auth import Authenticator
 from dockyard_api.management.schemas import UsageCountersView, UsageDayView, UsageKeyView, UsageReportView
+from dockyard_api.management.usage.schemas import InterventionList, InterventionView
 from dockyard_api.store import ConversationStore
-from dockyard_api.store.records import UsageReport
+from dockyard_api.store.interventions import LIST_LIMIT
+from dockyard_api.store.records import StoredIntervention, UsageReport
 from dockyard_core.errors import InvalidError
 from dockyard_core.kubeclient import User
 
@@ -37,8 +40,23 @@ def usage_view(report: UsageReport) -> UsageReportView:
     )
 
 
+def intervention_view(found: StoredIntervention) -> InterventionView:
+    return InterventionView(
+        at=found.at,
+        app=found.app,
+        version=found.version,
+        session_id=found.session_id,
+        message_id=found.message_id,
+        policy=found.policy,
+        stage=found.stage,
+        action=found.action,
+        reason=found.reason,
+        tool=found.tool,
+    )
+
+
 class UsageService:
-    """Usage statistics, for one caller."""
+    """Usage statistics and interventions, for one caller."""
 
     def __init__(self, store: ConversationStore, auth: Authenticator, user: User) -> None:
         self.store = store
@@ -63,3 +81,15 @@ class UsageService:
             )
         report = await self.store.usage(namespace=namespace, environment=environment, since=since, until=until)
         return usage_view(report)
+
+    async def interventions(self, namespace: str, environment: str, limit: int = 50) -> InterventionList:
+        """The environment's ``limit`` newest interventions (1 to LIST_LIMIT), newest first."""
+        await self.auth.require(self.user, verb="get", namespace=namespace, resource="environments")
+        if not 1 <= limit <= LIST_LIMIT:
+            raise InvalidError(
+                f"limit must be 1 to {LIST_LIMIT}", [{"field": "query.limit", "message": f"1 to {LIST_LIMIT}"}]
+            )
+        found = await self.store.list_interventions(namespace, environment, limit=limit)
+        return InterventionList(
+            namespace=namespace, environment=environment, items=[intervention_view(i) for i in found]
+        )
