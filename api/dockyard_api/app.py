@@ -96,7 +96,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
             heartbeat_seconds=settings.store_heartbeat_seconds,
         )
         await store.start()  # migrates; a database that is away is retried in the background
-        runtime = AppRuntime(kube, runtime_settings(settings))
+        runtime = AppRuntime(kube, runtime_settings(settings), signing_key=web_service.keys.key)
         runtime.start()
         summaries = None
         if settings.usage_summary_seconds > 0:

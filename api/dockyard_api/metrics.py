@@ -3,7 +3,8 @@
 Requests are counted by route TEMPLATE (``/e/{namespace}/{environment}/api/public/dock-status/{dock_status_id}``,
 never the concrete path: bounded cardinality), method and status, with a latency histogram. The
 functions below are what the request handlers call; the deployed-app runtime and its rate limiter call
-:func:`execute_outcome`, :func:`tokens` and :func:`rate_limited`.
+:func:`execute_outcome`, :func:`tokens` and :func:`rate_limited`, its guardrails :func:`guardrail_intervention`
+and :func:`pii_redactions`.
 
 An environment's namespace is the label ``environment_namespace``: Prometheus adds ``namespace`` (the
 facade pod's) to every series it scrapes.
@@ -74,6 +75,15 @@ RATE_LIMITED = Counter(
     "dockyard_api_rate_limited", "Calls refused by a rate limit (429), by environment and limit",
     ["environment_namespace", "environment", "limit"], registry=REGISTRY,
 )  # fmt: skip
+GUARDRAIL_INTERVENTIONS = Counter(
+    "dockyard_guardrail_interventions", "What the guardrails did to deployed-app turns, by environment, policy, "
+    "stage (input, output, toolArguments, toolResults) and action (block, redact, record)",
+    ["environment_namespace", "environment", "policy", "stage", "action"], registry=REGISTRY,
+)  # fmt: skip
+PII_REDACTIONS = Counter(
+    "dockyard_pii_redactions", "Values the PII protection replaced in deployed-app turns, by environment, entity "
+    "(EMAIL_ADDRESS, ...) and stage", ["environment_namespace", "environment", "entity", "stage"], registry=REGISTRY,
+)  # fmt: skip
 
 UNMATCHED = "<unmatched>"
 
@@ -109,6 +119,16 @@ def tokens(namespace: str, environment: str, tokens_in: int, tokens_out: int) ->
 def rate_limited(namespace: str, environment: str, limit: str) -> None:
     """A call was refused with 429; ``limit`` names the limit (e.g. requestsPerMinute, tokensPerDay)."""
     RATE_LIMITED.labels(namespace, environment, limit).inc()
+
+
+def guardrail_intervention(namespace: str, environment: str, policy: str, stage: str, action: str) -> None:
+    """A guardrail policy acted on a text of a turn (docs/guardrails.md)."""
+    GUARDRAIL_INTERVENTIONS.labels(namespace, environment, policy, stage, action).inc()
+
+
+def pii_redactions(namespace: str, environment: str, entity: str, stage: str, count: int) -> None:
+    """The PII protection replaced ``count`` values of ``entity`` in a text of a turn."""
+    PII_REDACTIONS.labels(namespace, environment, entity, stage).inc(count)
 
 
 def exposition() -> tuple[bytes, str]:

@@ -118,7 +118,7 @@ class Guardrails:
 
     block_message: str
     policies: tuple[Policy, ...]
-    by_stage: Mapping[str, tuple[Policy, ...]]
+    by_stage: Mapping[Stage, tuple[Policy, ...]]
 
     def applies(self, stage: Stage) -> bool:
         return bool(self.by_stage.get(stage))
@@ -352,7 +352,9 @@ def compile_guardrails(spec: Mapping[str, Any] | None) -> Guardrails | None:
                 instructions=str(raw.get("instructions") or ""),
             )
         )
-    by_stage = {stage: tuple(p for p in policies if stage in p.stages) for stage in STAGES}
+    by_stage: dict[Stage, tuple[Policy, ...]] = {
+        stage: tuple(p for p in policies if stage in p.stages) for stage in STAGES
+    }
     return Guardrails(str((spec or {}).get("blockMessage") or DEFAULT_BLOCK_MESSAGE), tuple(policies), by_stage)
 
 

@@ -7,6 +7,9 @@
   and its result fed back; unknown function names and arguments that are not a JSON object are fed back
   as tool errors. At most ``max_steps`` model calls; the last one offers no tools, so the model answers.
 - Usage: the tokens of every model call of the turn (routing included) are summed.
+- Guard (optional, :mod:`~dockyard_api.runtime.guard`): screens each tool call's arguments before the tool
+  is called and its answer before the model reads it; raising :class:`Blocked` ends the turn with its
+  message as the answer.
 """
 
 from __future__ import annotations
@@ -25,6 +28,24 @@ Emit = Callable[[str, dict[str, Any]], Awaitable[None]]
 """Receives the turn's events: agent, tool_call, tool_result, delta (streaming only)."""
 
 ROUTE_FUNCTION = "route"
+
+
+class Blocked(Exception):
+    """A guardrail blocked the turn: ``message`` is its answer (``stored``: the user's message to keep, when
+    the input itself was blocked)."""
+
+    def __init__(self, message: str, stored: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.stored = stored
+
+
+class ToolGuard(Protocol):
+    """Screens what goes to a tool and what comes back (raises :class:`Blocked`)."""
+
+    async def tool_arguments(self, tool: str, text: str) -> str: ...
+
+    async def tool_result(self, tool: str, text: str) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -62,6 +83,8 @@ class TurnResult:
     agent: str
     tools_used: list[str] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
+    blocked: bool = False
+    """A guardrail blocked the turn: ``response`` is the block message."""
 
 
 async def _no_events(event: str, data: dict[str, Any]) -> None:
@@ -83,6 +106,7 @@ class AgentRunner:
         emit: Emit | None = None,
         stream: bool = False,
         usage: Usage | None = None,
+        guard: ToolGuard | None = None,
     ) -> TurnResult:
         """The turn's answer. ``usage`` (optional) receives the tokens as they are spent, so that a caller
         still knows them when the turn fails half way."""
@@ -90,7 +114,11 @@ class AgentRunner:
         usage = usage if usage is not None else Usage()
         agent = await self.route(agents, world, history, message, usage)
         await emit("agent", {"agent": agent.name})
-        result = await self._loop(agent, world, history, message, emit, stream, usage)
+        used: list[str] = []
+        try:
+            result = await self._loop(agent, world, history, message, emit, stream, usage, guard, used)
+        except Blocked as blocked:
+            result = TurnResult(blocked.message, agent.name, used, blocked=True)
         result.usage = usage
         return result
 
@@ -146,6 +174,8 @@ class AgentRunner:
         emit: Emit,
         stream: bool,
         usage: Usage,
+        guard: ToolGuard | None,
+        used: list[str],
     ) -> TurnResult:
         target = await world.model(agent)
         toolbox = await world.toolbox(agent)
@@ -153,7 +183,6 @@ class AgentRunner:
         if agent.instructions:
             messages.append({"role": "system", "content": agent.instructions})
         messages += [*history, {"role": "user", "content": message}]
-        used: list[str] = []
         on_delta: OnDelta | None = None
         if stream:
 
@@ -183,7 +212,7 @@ class AgentRunner:
                 }
             )
             for call in completion.tool_calls:
-                result = await self._call(call, toolbox, emit, used)
+                result = await self._call(call, toolbox, emit, used, guard)
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": result.content})
         assert completion is not None
         if completion.tool_calls and not completion.content:
@@ -193,9 +222,15 @@ class AgentRunner:
             )
         return TurnResult(completion.content, agent.name, used)
 
-    async def _call(self, call: ToolCall, toolbox: Toolbox, emit: Emit, used: list[str]) -> ToolResult:
+    async def _call(
+        self, call: ToolCall, toolbox: Toolbox, emit: Emit, used: list[str], guard: ToolGuard | None
+    ) -> ToolResult:
         arguments: Any = None
         function = toolbox.functions.get(call.name)
+        if guard is not None and function is not None:  # the arguments the tool gets (and the events show)
+            screened = await guard.tool_arguments(call.name, call.arguments)
+            if screened != call.arguments:
+                call = ToolCall(call.id, call.name, screened)
         try:
             arguments = orjson.loads(call.arguments) if call.arguments.strip() else {}
         except orjson.JSONDecodeError:
@@ -212,6 +247,8 @@ class AgentRunner:
             if call.name not in used:
                 used.append(call.name)
             result = await function.call(arguments)
+            if guard is not None:  # what the model reads of the tool's answer
+                result = ToolResult(result.ok, await guard.tool_result(call.name, result.content))
         await emit("tool_result", {"id": call.id, "name": call.name, "ok": result.ok, "content": result.content})
         return result
 

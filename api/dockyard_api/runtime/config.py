@@ -30,9 +30,11 @@ from dockyard_api.runtime.model import ModelClient
 from dockyard_api.runtime.tools import Limits, McpClient, Toolbox, http_function
 from dockyard_api.runtime.variables import render, variables
 from dockyard_core.errors import DockyardError, NotFoundError
+from dockyard_core.guardrails import Guardrails, GuardrailsError, compile_guardrails
 from dockyard_core.kubeclient import AsyncKube
 from dockyard_core.mcp import McpServerRef
 from dockyard_core.modelrefs import resolve_model
+from dockyard_core.pii import PiiPolicy
 from dockyard_core.repository import Objects
 from dockyard_core.resources.v1alpha1.common import DNS_SUBDOMAIN_PATTERN
 from dockyard_core.resources.v1alpha1.tool import tool_deployment_name
@@ -55,6 +57,10 @@ class EnvironmentView:
     variables: dict[str, str] = field(default_factory=dict)
     """spec.configuration as the text of each value: the agents' instruction variables."""
     resource_version: str = ""
+    pii: PiiPolicy | None = None
+    """spec.pii compiled (None: no PII protection)."""
+    pii_error: str = ""
+    """Why spec.pii does not compile (the turn is refused: 503)."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +80,10 @@ class RunnableContent:
     agents: tuple[AgentSpec, ...]
     tool_versions: dict[str, str]
     mcp_servers: tuple[McpServerSpec, ...]
+    guardrails: Guardrails | None = None
+    """spec.guardrails compiled once with the content (None: no policies)."""
+    guardrails_error: GuardrailsError | None = None
+    """Why spec.guardrails does not compile (a draft may hold what a version is refused for)."""
 
 
 def parse_content(spec: dict[str, Any], version: str) -> RunnableContent:
@@ -98,7 +108,11 @@ def parse_content(spec: dict[str, Any], version: str) -> RunnableContent:
         )
         for s in spec.get("mcpServers") or ()
     )
-    return RunnableContent(version, agents, tools, servers)
+    try:
+        guardrails, error = compile_guardrails(spec.get("guardrails")), None
+    except GuardrailsError as exc:
+        guardrails, error = None, exc
+    return RunnableContent(version, agents, tools, servers, guardrails, error)
 
 
 def model_params(mdep: dict[str, Any]) -> dict[str, Any]:
@@ -119,6 +133,13 @@ def model_params(mdep: dict[str, Any]) -> dict[str, Any]:
     return params
 
 
+def _pii(spec: Any) -> tuple[PiiPolicy | None, str]:
+    try:
+        return PiiPolicy.compile(spec), ""
+    except Exception as exc:  # the webhook refuses what cannot compile; an older object may still hold it
+        return None, str(exc) or exc.__class__.__name__
+
+
 class AppLookup:
     """Reads environments, app contents, model deployments, tools and the Secrets MCP servers need."""
 
@@ -128,7 +149,7 @@ class AppLookup:
         self.resolver = resolver
         self._contents: dict[tuple[str, str], tuple[str, RunnableContent]] = {}
         self._headers: dict[tuple[str, str], tuple[float, tuple[tuple[str, str], ...]]] = {}
-        self._variables: dict[tuple[str, str], tuple[str, dict[str, str]]] = {}
+        self._variables: dict[tuple[str, str], tuple[str, dict[str, str], PiiPolicy | None, str]] = {}
         self._agents: dict[tuple[str, str, str], tuple[RunnableContent, str, tuple[AgentSpec, ...]]] = {}
 
     async def environment(self, namespace: str, name: str) -> EnvironmentView:
@@ -141,7 +162,8 @@ class AppLookup:
         if hit is None or hit[0] != rv:
             if len(self._variables) > 10_000:
                 self._variables.clear()
-            hit = self._variables[(namespace, name)] = (rv, variables(spec.get("configuration")))
+            pii, pii_error = _pii(spec.get("pii"))
+            hit = self._variables[(namespace, name)] = (rv, variables(spec.get("configuration")), pii, pii_error)
         return EnvironmentView(
             namespace,
             name,
@@ -150,6 +172,8 @@ class AppLookup:
             dict(spec.get("rateLimits") or {}),
             hit[1],
             rv,
+            hit[2],
+            hit[3],
         )
 
     def agents(self, env: EnvironmentView, content: RunnableContent) -> tuple[AgentSpec, ...]:

@@ -17,8 +17,12 @@ from fastapi.responses import Response, StreamingResponse
 from dockyard_api.deps import AppCaller, AppId, ConversationDb, RuntimeDep, Settings
 from dockyard_api.public.schemas import ERROR_MEANINGS, ErrorBody
 from dockyard_api.runtime.schemas import ExecuteAnswer, ExecuteBody
+from dockyard_core.guardrails import header_value
+from dockyard_core.interventions import Intervention
 
 router = APIRouter(tags=["deployed apps"])
+GUARDRAILS_HEADER = "X-Dockyard-Guardrails"
+"""What the guardrails did to the turn, ``<action>=<stage>:<policy>`` each (docs/guardrails.md)."""
 
 EXAMPLE = {
     "response": "It is 12 °C and cloudy in Oslo.",
@@ -27,6 +31,7 @@ EXAMPLE = {
     "tools_used": ["weather"],
     "tokens": {"input": 412, "output": 37},
     "message_id": "msg_3f0c5e0b9a7d4d3c8b1e2f6a7c9d0e1f",
+    "guardrails": [],
 }
 SSE_EXAMPLE = (
     'event: agent\ndata: {"agent":"weather"}\n\n'
@@ -55,7 +60,15 @@ MEANINGS = {
     response_model=ExecuteAnswer,
     responses={
         200: {
-            "description": "The answer; with streaming, Server-Sent Events ending with a done (or error) event",
+            "description": "The answer (also when a guardrail blocked the turn: its block message); with streaming, "
+            "Server-Sent Events ending with a done (or error) event",
+            "headers": {
+                GUARDRAILS_HEADER: {
+                    "description": "when a guardrail or the PII protection acted: <action>=<stage>:<policy>, "
+                    "comma-separated (blocking answers only; the done event carries guardrails)",
+                    "schema": {"type": "string"},
+                }
+            },
             "content": {
                 "application/json": {"example": EXAMPLE},
                 "text/event-stream": {"schema": {"type": "string"}, "example": SSE_EXAMPLE},
@@ -86,7 +99,9 @@ async def execute(
     if not streaming:
         answer = await runtime.complete(store, prepared)
         # the ExecuteAnswer's JSON, serialised once with orjson (the hot path: bench.execute measures it)
-        return Response(orjson.dumps(answer), media_type="application/json")
+        acted = answer["guardrails"]
+        headers = {GUARDRAILS_HEADER: header_value([Intervention(**i) for i in acted])} if acted else None
+        return Response(orjson.dumps(answer), media_type="application/json", headers=headers)
 
     async def events() -> AsyncIterator[bytes]:
         async for event, data in runtime.events(store, prepared, ping_seconds=settings.execute_ping_seconds):

@@ -52,6 +52,16 @@ class Tokens(BaseModel):
     output: int = Field(description="generated tokens of every model call of the turn")
 
 
+class GuardrailAction(BaseModel):
+    """What a guardrail policy or the PII protection did to a text of the turn (never the value it acted on)."""
+
+    policy: str = Field(description="the policy's name (spec.guardrails.policies[].name), or pii")
+    stage: str = Field(description="input, output, toolArguments or toolResults")
+    action: str = Field(description="block, redact or record")
+    reason: str = Field(description="which rule matched (denied term #2, EMAIL_ADDRESS x1, guard model: ...)")
+    tool: str | None = Field(default=None, description="the tool (toolArguments and toolResults only)")
+
+
 class ExecuteAnswer(BaseModel):
     """The answer: the reply, the session, the agent that answered, the tools used, tokens, the stored reply's id."""
 
@@ -61,3 +71,7 @@ class ExecuteAnswer(BaseModel):
     tools_used: list[str] = Field(description="the tools called during the turn, each named once")
     tokens: Tokens
     message_id: str = Field(description="id of the stored reply")
+    guardrails: list[GuardrailAction] = Field(
+        default_factory=list,
+        description="what the guardrails and the PII protection did, in order (docs/guardrails.md); empty: nothing",
+    )

@@ -7,6 +7,10 @@ transaction counts the request against the rate limits (429) and takes the sessi
 on it); the app content of the session's version; the agent loop under the whole-turn deadline; then
 ONE store transaction keeps the user message and the reply and counts the usage (or, for a failed turn,
 releases the session and counts the error, keeping nothing of the turn). Two transactions per turn.
+
+Guardrails and PII protection (:mod:`~dockyard_api.runtime.guard`, docs/guardrails.md) screen the message,
+the tool calls and the answer when the version has guardrails or the environment PII settings; what they
+did (their interventions) is stored with the turn, in the same transaction, and reported in the answer.
 """
 
 from __future__ import annotations
@@ -14,22 +18,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from dockyard_api import metrics
 from dockyard_api.auth import EnvironmentCaller
 from dockyard_api.cache import Informer
-from dockyard_api.runtime.agent import AgentRunner, Emit, TurnResult
+from dockyard_api.runtime.agent import AgentRunner, Blocked, Emit, TurnResult
 from dockyard_api.runtime.config import AppLookup, EnvironmentView, RunnableContent, TurnWorld
 from dockyard_api.runtime.endpoints import MODEL_DEPLOYMENT_LABEL, EndpointMode, EndpointResolver
 from dockyard_api.runtime.errors import AppNotRunnableError, ModelTimeoutError
+from dockyard_api.runtime.guard import TurnGuard
 from dockyard_api.runtime.model import ModelClient, Usage
 from dockyard_api.runtime.tools import Limits, McpClient
 from dockyard_core.errors import DockyardError, NotFoundError, RateLimitedError
+from dockyard_core.interventions import Intervention
 from dockyard_core.kubeclient import AsyncKube
+from dockyard_core.pii import pii_key
 
 log = logging.getLogger(__name__)
 
@@ -63,9 +71,21 @@ class Store(Protocol):
         tokens_in: int,
         tokens_out: int,
         usage: bool = False,
+        interventions: Sequence[Intervention] = (),
     ) -> str: ...
 
-    async def abort_turn(self, turn: Any, *, error: str, usage: tuple[int, int] | None = None) -> None: ...
+    async def abort_turn(
+        self,
+        turn: Any,
+        *,
+        error: str,
+        usage: tuple[int, int] | None = None,
+        interventions: Sequence[Intervention] = (),
+    ) -> None: ...
+
+
+SigningKey = Callable[[str, str], Awaitable[bytes]]
+"""The widget signing key of (namespace, environment): what PII placeholders are derived from."""
 
 
 @dataclass(frozen=True)
@@ -88,7 +108,9 @@ class Prepared:
     message: str
 
 
-def answer_body(result: TurnResult, session_id: str, message_id: str) -> dict[str, Any]:
+def answer_body(
+    result: TurnResult, session_id: str, message_id: str, interventions: Sequence[Intervention] = ()
+) -> dict[str, Any]:
     """The execute answer (docs/deployed-app-api.md, 'Answer'): the JSON of
     :class:`~dockyard_api.runtime.schemas.ExecuteAnswer`, built as a dict and serialised once with orjson
     (the blocking answer, and the stream's done event)."""
@@ -99,12 +121,15 @@ def answer_body(result: TurnResult, session_id: str, message_id: str) -> dict[st
         "tools_used": list(result.tools_used),
         "tokens": {"input": result.usage.tokens_in, "output": result.usage.tokens_out},
         "message_id": message_id,
+        "guardrails": [i.as_json() for i in interventions],
     }
 
 
 class AppRuntime:
-    def __init__(self, kube: AsyncKube, settings: RuntimeSettings) -> None:
+    def __init__(self, kube: AsyncKube, settings: RuntimeSettings, signing_key: SigningKey | None = None) -> None:
         self.settings = settings
+        self.signing_key = signing_key
+        self._fallback_key = secrets.token_bytes(32)
         self.kube = kube
         self.informers = {plural: Informer(kube, plural) for plural in KINDS}
         pods = None
@@ -172,32 +197,84 @@ class AppRuntime:
         usage = Usage()
         env, turn = prepared.env, prepared.turn
         started = time.monotonic()
+        guard: TurnGuard | None = None
         try:
             content = await self.lookup.content(env.namespace, env.app, turn.version)
-            result = await self._run(prepared, content, usage, emit, stream)
+            guard = await self._guard(prepared, content, usage)
+            stored, message = prepared.message, prepared.message
+            try:
+                if guard is not None:
+                    stored, message = await guard.input(prepared.message)
+            except Blocked as blocked:  # the model is not asked; the answer is the block message
+                stored = blocked.stored if blocked.stored is not None else stored
+                result, reply = TurnResult(blocked.message, "", blocked=True, usage=usage), blocked.message
+            else:
+                result = await self._run(prepared, content, usage, emit, stream, guard, message)
+                reply = result.response
+                if guard is not None and not result.blocked:
+                    result.response, reply, result.blocked = await guard.output(result.response)
+            if guard is not None and stream and emit is not None and (result.blocked or guard.holds_output):
+                await emit("delta", {"text": result.response})  # held back until screened
+            interventions = guard.interventions if guard is not None else []
             message_id = await store.finish_turn(
                 turn,
-                user_message=prepared.message,
-                reply=result.response,
+                user_message=stored,
+                reply=reply,
                 agent=result.agent,
                 tools_used=result.tools_used,
                 tokens_in=usage.tokens_in,
                 tokens_out=usage.tokens_out,
                 usage=True,  # the request and its tokens are counted in the transaction that stores the turn
+                interventions=interventions,
             )
         except BaseException as exc:
             outcome = exc.code if isinstance(exc, DockyardError) else "error"
             metrics.execute_outcome(env.namespace, env.name, outcome, time.monotonic() - started)
             metrics.tokens(env.namespace, env.name, usage.tokens_in, usage.tokens_out)
+            acted = guard.interventions if guard is not None else []
             with contextlib.suppress(Exception):  # releases the session and counts the error in one transaction
-                await asyncio.shield(store.abort_turn(turn, error=_why(exc), usage=(usage.tokens_in, usage.tokens_out)))
+                await asyncio.shield(
+                    store.abort_turn(
+                        turn, error=_why(exc), usage=(usage.tokens_in, usage.tokens_out), interventions=acted
+                    )
+                )
             raise
         metrics.execute_outcome(env.namespace, env.name, "ok", time.monotonic() - started)
         metrics.tokens(env.namespace, env.name, usage.tokens_in, usage.tokens_out)
-        return answer_body(result, turn.session_id, message_id)
+        return answer_body(result, turn.session_id, message_id, interventions)
+
+    async def _guard(self, prepared: Prepared, content: RunnableContent, usage: Usage) -> TurnGuard | None:
+        """The turn's guard: None when the version has no guardrails and the environment no PII settings."""
+        env = prepared.env
+        if content.guardrails_error is not None:
+            problems = content.guardrails_error.problems
+            raise AppNotRunnableError(
+                f"the guardrails of version {content.version} of app {env.app!r} do not compile: "
+                + "; ".join(str(p) for p in problems),
+                [{"field": p.field, "message": p.message} for p in problems],
+            )
+        if env.pii_error:
+            raise AppNotRunnableError(
+                f"the PII settings of environment {env.name!r} do not compile: {env.pii_error}", {"field": "spec.pii"}
+            )
+        if content.guardrails is None and env.pii is None:
+            return None
+        key = b""
+        if env.pii is not None:
+            base = await self.signing_key(env.namespace, env.name) if self.signing_key else self._fallback_key
+            key = pii_key(base)
+        session = str(prepared.turn.session_id)
+        return TurnGuard(env, session, content.guardrails, env.pii, key, self.lookup, self.models, usage)
 
     async def _run(
-        self, prepared: Prepared, content: RunnableContent, usage: Usage, emit: Emit | None, stream: bool
+        self,
+        prepared: Prepared,
+        content: RunnableContent,
+        usage: Usage,
+        emit: Emit | None,
+        stream: bool,
+        guard: TurnGuard | None,
+        message: str,
     ) -> TurnResult:
         if not content.agents:
             raise AppNotRunnableError(
@@ -208,10 +285,12 @@ class AppRuntime:
         agents = list(self.lookup.agents(prepared.env, content))  # the environment's configuration filled in
         history = [{"role": m.role, "content": m.content} for m in prepared.turn.history]
         deadline = self.settings.turn_timeout_seconds
+        stream_deltas = stream and not (guard is not None and guard.holds_output)
+        tool_guard = guard if guard is not None and guard.guards_tools else None
         try:
             async with asyncio.timeout(deadline):
                 return await self.runner.run(
-                    agents, world, history, prepared.message, emit=emit, stream=stream, usage=usage
+                    agents, world, history, message, emit=emit, stream=stream_deltas, usage=usage, guard=tool_guard
                 )
         except TimeoutError:
             raise ModelTimeoutError(

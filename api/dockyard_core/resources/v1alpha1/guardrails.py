@@ -24,6 +24,7 @@ PolicyType = Literal[
 GuardStage = Literal["input", "output", "toolArguments", "toolResults"]
 GuardAction = Literal["block", "redact", "record"]
 
+DEFAULT_STAGES: tuple[GuardStage, ...] = ("input", "output")
 REDACTABLE = ("deniedTerms", "pattern", "maxLength")
 """The types that can redact (replace what matched, or cut the text); the others block or record."""
 FIELDS_OF: dict[str, str] = {
@@ -98,7 +99,7 @@ class GuardrailPolicy(DockyardModel):
     """What the policy checks: deniedTerms, deniedTopics, pattern, maxLength, outputSchema, promptInjection or
     guardModel (docs/guardrails.md)."""
     applies_to: Annotated[list[GuardStage], Field(min_length=1, max_length=4), ListSet()] = Field(
-        default_factory=lambda: ["input", "output"]
+        default_factory=lambda: list(DEFAULT_STAGES)
     )
     """Where it runs: input (the user's message), output (the agent's answer), toolArguments (each tool call's
     arguments), toolResults (each tool's answer). Default input and output."""
