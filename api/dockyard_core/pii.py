@@ -399,9 +399,14 @@ def spec_problems(spec: Mapping[str, Any] | None, prefix: str = "spec.pii") -> l
         if problem:
             problems.append((f"{prefix}.customPatterns[{i}].pattern", problem))
     for i, region in enumerate(spec.get("phoneRegions") or ()):
-        if region not in phonenumbers.SUPPORTED_REGIONS:
+        if region not in phone_regions():
             problems.append((f"{prefix}.phoneRegions[{i}]", f"{region!r} is not a region phone numbers know"))
     return problems
+
+
+def phone_regions() -> frozenset[str]:
+    """The regions whose phone numbers ``phonenumbers`` knows."""
+    return frozenset(phonenumbers.SUPPORTED_REGIONS)
 
 
 @lru_cache(maxsize=256)

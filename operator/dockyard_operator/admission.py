@@ -6,8 +6,9 @@ depend on that), applies the pure rules of :mod:`dockyard_operator.environments`
 - a Tool used by a deployed version cannot be deleted;
 - an AppVersion is validated on create (:mod:`dockyard_operator.version_rules`, MCP servers asked through
   :mod:`dockyard_operator.mcp_probe`) and cannot be deleted while deployed;
-- an Environment can only link an existing version, and names an OIDC client Secret
-  (``spec.access.oidc.clientSecretRef``) only when the user writing it may read that Secret;
+- an Environment can only link an existing version, names an OIDC client Secret
+  (``spec.access.oidc.clientSecretRef``) only when the user writing it may read that Secret, and has a
+  ``spec.pii`` that compiles (its custom patterns: CEL cannot compile a regular expression);
 - who deployed (and when) comes from the admission request's userInfo, never from the client
   (:func:`deployment_stamp`).
 """
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from dockyard_core import kubepaths
+from dockyard_core import kubepaths, pii
 from dockyard_core.resources.v1alpha1 import (
     DEPLOY_ACTION_ANNOTATION,
     DEPLOY_REQUEST_ANNOTATION,
@@ -157,6 +158,15 @@ async def environment_link_refusal(
     return Refusal(
         f"spec.appVersion: app {spec['appRef']!r} has no version {version} (create the AppVersion first)", 422
     )
+
+
+def environment_pii_refusal(body: Mapping[str, Any]) -> Refusal | None:
+    """``spec.pii`` compiles (:func:`dockyard_core.pii.spec_problems`): each custom pattern is a regular
+    expression that matches something, and the field of each that is not is named."""
+    problems = pii.spec_problems((body.get("spec") or {}).get("pii"))
+    if not problems:
+        return None
+    return Refusal("; ".join(f"{field}: {message}" for field, message in problems), 422)
 
 
 def _oidc_secret(spec: Mapping[str, Any] | None) -> tuple[str | None, str | None]:

@@ -5,9 +5,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
-from dockyard_core.resources.base import DockyardModel, field_rules
+from dockyard_core import pii
+from dockyard_core.resources.base import DockyardModel, ListMap, ListSet, field_rules
 from dockyard_core.resources.cel import Rule, immutable
 from dockyard_core.resources.crdinfo import AGE, CrdInfo, PrinterColumn
 from dockyard_core.resources.v1alpha1.common import Description, DisplayName, ObjectName, Resource, SemVer, StatusBase
@@ -145,6 +146,78 @@ class WidgetSettings(DockyardModel):
     """Tokens one client IP address may obtain per minute (new end users and renewals)."""
 
 
+class PiiCustomPattern(DockyardModel):
+    """A kind of personal data of the owner's own (a customer number, a policy id): a regular expression
+    (Python syntax, the ``regex`` module) whose matches are redacted like the built-in entities."""
+
+    cel_rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            f"!(self.name in {list(pii.ENTITIES)})",
+            "name is already a built-in entity's name",
+            check=lambda c: c.name not in pii.ENTITIES,
+            field_path=".name",
+        ),
+    )
+
+    name: Annotated[str, Field(pattern=pii.CUSTOM_NAME.pattern)]
+    """The entity name its placeholders carry (``<CUSTOMER_ID_3f9a1c>``): A-Z, 0-9 and _, from a letter."""
+    pattern: Annotated[str, Field(min_length=1, max_length=pii.PATTERN_MAX_CHARS)]
+    """The regular expression; its whole match is the value. One that does not compile, or that matches the
+    empty text, is refused when the Environment is written. A text it cannot finish within 50 ms is
+    withheld whole (docs/guardrails.md)."""
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        problem = pii.pattern_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+
+class PiiRedaction(DockyardModel):
+    """Where the runtime replaces the PII it finds by placeholders."""
+
+    storage: bool = True
+    """Before anything is stored: conversations, usage, interventions, audit records and logs."""
+    model: bool = False
+    """Before the user's message (and the history) reaches a model."""
+    tools: bool = False
+    """In a tool call's arguments before the tool gets them, and in its result before the model does."""
+    answer: bool = False
+    """In the agent's answer before the user gets it."""
+
+
+PhoneRegion = Annotated[str, Field(pattern=r"^[A-Z]{2}$")]
+
+
+class PiiSettings(DockyardModel):
+    """PII protection of the environment (docs/guardrails.md, "PII protection"): what is recognised and
+    where it is redacted."""
+
+    entities: Annotated[list[pii.PiiEntity], Field(max_length=len(pii.ENTITIES)), ListSet()] | None = None
+    """What to recognise; absent: EMAIL_ADDRESS, PHONE_NUMBER, CREDIT_CARD, IBAN_CODE and IP_ADDRESS. National
+    ids (US_SSN, UK_NINO, UK_NHS, ES_NIF, ES_NIE, IT_FISCAL_CODE, FR_NIR, DE_TAX_ID, NL_BSN, PL_PESEL,
+    FI_PERSONAL_IDENTITY_CODE, SE_PERSONNUMMER) only where listed."""
+    phone_regions: Annotated[list[PhoneRegion], Field(max_length=32), ListSet()] | None = None
+    """ISO 3166 regions whose national phone numbers (written without +country code) are recognised;
+    absent: US, GB, DE, FR, ES, IT, NL. Numbers written with + or 00 are recognised from every region."""
+    custom_patterns: Annotated[list[PiiCustomPattern], Field(max_length=32), ListMap("name")] = Field(
+        default_factory=list
+    )
+    """The owner's own kinds of personal data."""
+    redact: PiiRedaction = Field(default_factory=PiiRedaction)
+    """Where to redact; absent: before storage only."""
+
+    @field_validator("phone_regions")
+    @classmethod
+    def _known_regions(cls, value: list[str] | None) -> list[str] | None:
+        unknown = [r for r in value or () if r not in pii.phone_regions()]
+        if unknown:
+            raise ValueError(f"not a region phone numbers know: {', '.join(unknown)}")
+        return value
+
+
 class EnvironmentSpec(DockyardModel):
     """An isolated deployment target of an App, with its own configuration, URLs, API keys and history.
 
@@ -175,6 +248,9 @@ class EnvironmentSpec(DockyardModel):
     widget: WidgetSettings | None = None
     """The embeddable widget: allowed sites, token lifetime, per-user and per-address limits; absent: no
     site may embed it."""
+    pii: PiiSettings | None = None
+    """PII protection: personal data recognised in what users and agents write, and replaced by placeholders
+    before storage, a model, a tool or the answer as chosen; absent: not configured (nothing is redacted)."""
 
 
 class HistoryEntry(DockyardModel):
