@@ -34,6 +34,7 @@ from dockyard_core.resources.v1alpha1.environment import (
     AccessPatch,
     ChecklistItem,
     HistoryEntry,
+    PiiSettings,
     RateLimits,
     WidgetSettings,
 )
@@ -173,6 +174,7 @@ class EnvironmentSettings(Body):
     widget: WidgetSettings | None = None
     rate_limits: RateLimits | None = None
     configuration: dict[str, Any] | None = None
+    pii: PiiSettings | None = None
 
     def spec_patch(self) -> dict[str, Any]:
         """The merge patch of ``spec``: the members (and, inside them, the fields) that were sent."""
@@ -272,6 +274,8 @@ class EnvironmentView(View):
     widget: WidgetSettings
     rate_limits: RateLimits | None
     """Limits on calls of the deployed app; null: none."""
+    pii: PiiSettings | None = None
+    """PII protection (docs/guardrails.md); null: not configured."""
     history: list[HistoryEntry]
     checklist: list[ChecklistItem]
     conditions: list[Condition]

@@ -74,6 +74,7 @@ def _view_fields(env: Environment) -> dict[str, Any]:
         "access": access or Access(),
         "widget": widget or WidgetSettings(allowed_origins=[]),
         "rate_limits": spec.rate_limits,
+        "pii": spec.pii,
         "history": st.history,
         "checklist": st.checklist,
         "conditions": st.conditions,
@@ -199,7 +200,7 @@ class EnvironmentService(CallerService):
         patch = body.spec_patch()
         if not patch:
             raise InvalidError(
-                "nothing to change: send one or more of access, widget, rateLimits, configuration",
+                "nothing to change: send one or more of access, widget, rateLimits, configuration, pii",
                 [{"field": "body", "message": "no settings member"}],
             )
         change = {"metadata": {"annotations": requestid.as_annotation()}, "spec": patch}
