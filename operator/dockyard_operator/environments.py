@@ -22,6 +22,8 @@ from dockyard_core.resources.v1alpha1 import (
 )
 from dockyard_core.resources.v1alpha1.tool import tool_deployment_name
 from dockyard_core.tooltests import untested, wanted
+from dockyard_operator import safeguards
+from dockyard_operator.safeguards import names as _names
 
 DRAFT = "draft"
 HISTORY_LIMIT = 100
@@ -160,6 +162,7 @@ def checklist(
     version_found: bool,
     rate_limits: Mapping[str, Any] | None = None,
     tested: ToolTesting | None = None,
+    pii: Mapping[str, Any] | None = None,
 ) -> list[ChecklistItem]:
     """The pre-production checklist (docs/apps-environments.md, "Pre-production checklist"): computed where
     the cluster tells, Manual where it cannot.
@@ -167,9 +170,9 @@ def checklist(
     ``tool_jobs``: ToolDeployment name -> dock status of its latest job (None: none yet).
     ``rate_limits``: the Environment's ``spec.rateLimits``.
     ``tested``: the recorded tool test calls of the version and this environment's deployments of its tools.
+    ``pii``: the Environment's ``spec.pii`` (None: PII protection not configured).
     """
     content = content or {}
-    agents = content.get("agents") or []
     servers = content.get("mcpServers") or []
     items: list[ChecklistItem] = []
 
@@ -182,8 +185,14 @@ def checklist(
 
     add("Configuration", "Agents tested", "Manual", MANUAL["Agents tested"])
     add("Configuration", "Tools deployed and tested", *_tools_item(content, tool_jobs, version_found, tested))
-    for item in ("Knowledge bases connected and indexed", "Guardrails enabled", "PII protection configured"):
-        add("Configuration", item, "Manual", MANUAL[item])
+    add(
+        "Configuration",
+        "Knowledge bases connected and indexed",
+        "Manual",
+        MANUAL["Knowledge bases connected and indexed"],
+    )
+    add("Configuration", "Guardrails enabled", *safeguards.guardrails_item(content, version_found))
+    add("Configuration", "PII protection configured", *safeguards.pii_item(pii))
     for item in ("Diagnostics pass", "Key flows tested", "Edge cases tested", "Error handling tested"):
         add("Testing", item, "Manual", MANUAL[item])
     add(
@@ -193,7 +202,7 @@ def checklist(
         f"{key_count} active key(s)" if key_count else "generate a key: POST .../apikeys",
     )
     add("Security", "Access controls", "Manual", "who may manage the app is Kubernetes RBAC (dockyard roles)")
-    add("Security", "Sensitive data protected", "Manual", _sensitive_detail(servers, len(agents)))
+    add("Security", "Sensitive data protected", *safeguards.sensitive_item(servers, pii))
     limits = [
         f"{value} {unit}"
         for value, unit in (
@@ -221,10 +230,6 @@ MANUAL: dict[str, str] = {
     + _BY_HAND,
     "Knowledge bases connected and indexed": "not computed yet: Dockyard manages no knowledge bases yet; the "
     "index state of each one the agents search would compute it" + _BY_HAND,
-    "Guardrails enabled": "not computed yet: versions declare no guardrails yet; guardrails the version "
-    "carries and the runtime enforces would compute it" + _BY_HAND,
-    "PII protection configured": "not computed yet: PII redaction the version configures, applied to prompts, "
-    "answers and stored conversations, would compute it" + _BY_HAND,
     "Diagnostics pass": "not computed yet: a diagnostics run of this environment (its models, tools and MCP "
     "servers answering) recorded on it would compute it" + _BY_HAND,
     "Key flows tested": "not computed yet: evaluation runs of the key conversations on this version, recorded "
@@ -278,30 +283,8 @@ def _tools_item(
     return "NotDone", "; ".join(parts)
 
 
-def _names(names: Sequence[str], shown: int = 6) -> str:
-    more = len(names) - shown
-    return ", ".join(names[:shown]) + (f" and {more} more" if more > 0 else "")
-
-
 def _fit(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _sensitive_detail(servers: Sequence[Mapping[str, Any]], agents: int) -> str:
-    """The item "Sensitive data protected" is Manual: what it would take to compute it, and the one signal the
-    version gives (MCP servers sending inline headers, which are stored readable in the spec)."""
-    detail = (
-        "Dockyard cannot tell: it would take knowing what sensitive data the app's "
-        f"{agents} agent(s) see and where it goes (PII redaction of prompts and answers, who can read the "
-        "stored conversations, what the tools and MCP servers receive); check by hand"
-    )
-    inline = sorted(str(s["name"]) for s in servers if s.get("headers"))
-    if inline:
-        detail += (
-            "; MCP servers with inline headers, readable by everyone who can read the version (put "
-            "credentials in a Secret: headersSecretRef): " + _names(inline)
-        )
-    return detail
 
 
 # --- dependency checks (admission webhooks) ----------------------------------------------------------

@@ -563,7 +563,23 @@ def test_checklist_reports_what_the_cluster_knows_and_marks_the_rest_manual(
     )
     assert _check(api, namespace, "bot-draft", "Tools deployed and tested") == "NotDone"
     assert "dockyard tool test" in _detail(api, namespace, "bot-draft", "Tools deployed and tested")
-    assert _check(api, namespace, "bot-draft", "Sensitive data protected") == "Manual"
+    # what users type is stored as typed (no spec.pii): sensitive data is not protected, and the draft has no
+    # guardrails; guardrails that block on input and output make their item Done (safeguards.py)
+    assert _check(api, namespace, "bot-draft", "Sensitive data protected") == "NotDone"
+    assert _detail(api, namespace, "bot-draft", "Sensitive data protected").startswith(
+        "personal data is stored as typed"
+    )
+    assert _check(api, namespace, "bot-draft", "Guardrails enabled") == "NotDone"
+    terms = {"name": "no-competitors", "type": "deniedTerms", "terms": ["acme"]}
+    patch(api, namespace, "apps", "bot", {"spec": {"guardrails": {"policies": [terms]}}})
+    wait_for(
+        lambda: _check(api, namespace, "bot-draft", "Guardrails enabled") == "Done",
+        timeout=30,
+        what="the guardrails to count",
+    )
+    assert _detail(api, namespace, "bot-draft", "Guardrails enabled") == (
+        "1 policy; input: no-competitors (block); output: no-competitors (block)"
+    )
 
 
 WEATHER_SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}

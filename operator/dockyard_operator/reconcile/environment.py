@@ -196,6 +196,7 @@ async def reconcile_environment(
             key_count=len(keys),
             version_found=content is not None,
             rate_limits=spec.get("rateLimits"),
+            pii=spec.get("pii"),
             tested=envs.ToolTesting(
                 name, version, ((holder or {}).get("status") or {}).get("toolTests") or [], revisions
             ),

@@ -74,7 +74,7 @@ def test_checklist_is_computed_where_the_cluster_knows() -> None:
     states = {i.item: i.state for i in items}
     assert states["Tools deployed and tested"] == "NotDone"
     assert states["API keys generated"] == "NotDone"
-    assert states["Guardrails enabled"] == "Manual"
+    assert states["Guardrails enabled"] == "NotDone"  # computed: tests/unit/operator/test_checklist_safeguards.py
     assert {i.category for i in items} == {"Configuration", "Testing", "Security", "Monitoring"}
     done = envs.checklist(content={}, tool_jobs={}, key_count=2, version_found=True)
     states = {i.item: i.state for i in done}
@@ -84,10 +84,11 @@ def test_checklist_is_computed_where_the_cluster_knows() -> None:
 
 def test_every_item_not_computed_yet_says_what_would_compute_it() -> None:
     """Manual is never a shrug: each item Dockyard cannot compute yet names what would compute it (the
-    Security items that stay Manual say why in their own words)."""
+    Security item that stays Manual says why in its own words)."""
     items = envs.checklist(content={"agents": [{"name": "a"}]}, tool_jobs={}, key_count=1, version_found=True)
     manual = {i.item: i.detail for i in items if i.state == "Manual"}
-    assert set(manual) == set(envs.MANUAL) | {"Access controls", "Sensitive data protected"}
+    assert set(manual) == set(envs.MANUAL) | {"Access controls"}
+    assert not {"Guardrails enabled", "PII protection configured", "Sensitive data protected"} & set(manual)
     for name, detail in envs.MANUAL.items():
         assert manual[name] == detail
         assert detail.startswith("not computed yet: ")
@@ -158,22 +159,6 @@ def test_tools_are_tested_only_by_a_passing_test_call_against_the_current_deploy
     assert state == "NotDone"
     assert "and 58 more" in detail
     assert len(detail) <= 1024
-
-
-def test_sensitive_data_protected_is_manual_and_says_what_it_would_take() -> None:
-    """No server with inline headers does not mean sensitive data is protected: the item is Manual."""
-    clean = {"mcpServers": [{"name": "docs", "url": "https://x", "headersSecretRef": "docs-auth"}]}
-    state, detail = item(envs.checklist(content=clean, tool_jobs={}, key_count=1, version_found=True),
-                         "Sensitive data protected")  # fmt: skip
-    assert state == "Manual"
-    assert "PII redaction" in detail
-    assert "inline headers" not in detail
-    leaky = {"mcpServers": [{"name": "docs", "url": "https://x", "headers": {"Authorization": "token"}}]}
-    state, detail = item(envs.checklist(content=leaky, tool_jobs={}, key_count=1, version_found=True),
-                         "Sensitive data protected")  # fmt: skip
-    assert state == "Manual"
-    assert detail.endswith("MCP servers with inline headers, readable by everyone who can read the version (put "
-                           "credentials in a Secret: headersSecretRef): docs")  # fmt: skip
 
 
 def test_dependency_checks_name_versions_and_environments() -> None:
