@@ -1,15 +1,48 @@
 """Logging of both processes: plain text or one JSON object per line, the request id on every record of
 a request, and no secret ever written: API keys (``dky_<id>_<secret>``), bearer tokens and JWTs are
-masked in every message and argument before a handler sees them."""
+masked in every message and argument before a handler sees them.
+
+Nor any personal data of a turn whose environment redacts it before storage (``spec.pii.redact.storage``):
+the runtime runs the turn inside :func:`pii_scope`, and every record written meanwhile (its message, its
+arguments and its traceback: an exception's text may quote what the user wrote) is redacted with the same
+placeholders as the stored conversation (docs/guardrails.md, "PII protection")."""
 
 from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import TYPE_CHECKING
 
 from pythonjsonlogger.json import JsonFormatter
 
 from dockyard_core import requestid
+
+if TYPE_CHECKING:
+    from dockyard_core.pii import PiiPolicy
+
+_pii: ContextVar[Callable[[str], str] | None] = ContextVar("dockyard_log_pii", default=None)
+
+
+@contextmanager
+def pii_scope(policy: PiiPolicy | None, *, key: bytes, session: str) -> Iterator[None]:
+    """Redact ``policy``'s PII in every record logged inside (tasks started inside too) when the policy
+    redacts before storage; without a policy, or with storage redaction off, records are left as they are."""
+    if policy is None or not policy.redact_storage:
+        yield
+        return
+
+    def redact_pii(text: str) -> str:
+        return policy.redact(text, key=key, session=session).text
+
+    token = _pii.set(redact_pii)
+    try:
+        yield
+    finally:
+        _pii.reset(token)
+
 
 SECRETS = re.compile(
     r"(dky_[a-z0-9]{12})_[A-Za-z0-9_\-]+"  # an API key: keep only its public prefix
@@ -30,19 +63,25 @@ def redact(text: str) -> str:
 
 
 class RedactFilter(logging.Filter):
-    """Masks secrets in the formatted message (the record's args are folded in first)."""
+    """Masks secrets, and inside :func:`pii_scope` personal data, in the formatted message (the record's
+    args are folded in first) and its traceback."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         try:
             message = record.getMessage()
         except Exception:  # a broken format string: leave it to the formatter's own error handling
             return True
-        cleaned = redact(message)
+        pii = _pii.get()
+        cleaned = redact(message) if pii is None else pii(redact(message))
         if cleaned != message or record.args:
             record.msg, record.args = cleaned, None
         if record.exc_info and record.exc_info[1] is not None:
             record.exc_text = redact(logging.Formatter().formatException(record.exc_info))
             record.exc_info = None
+        if pii is not None and record.exc_text:
+            record.exc_text = pii(record.exc_text)
+        if pii is not None and record.stack_info:
+            record.stack_info = pii(record.stack_info)
         return True
 
 
