@@ -7,7 +7,9 @@ A :class:`TurnGuard` is made for a turn whose version has guardrails or whose en
   stored message is redacted when ``redact.storage``, the model's when ``redact.model``;
 - ``toolArguments``: each tool call's arguments (the JSON text the model wrote): the policies, then the PII
   redaction when ``redact.tools``;
-- ``toolResults``: each tool's answer: the policies, then the PII redaction when ``redact.model``;
+- ``toolResults``: each tool's answer: the policies, then the PII redaction when ``redact.tools`` or
+  ``redact.model``;
+- the history the model reads is redacted when ``redact.model`` (and not already, by ``redact.storage``);
 - ``output``: the agent's answer: the policies, then the PII redaction: the answer when ``redact.answer``,
   the stored reply when ``redact.storage``.
 
@@ -180,9 +182,15 @@ class TurnGuard:
         screened = await self._policies("toolResults", text, tool)
         if screened.blocked is not None:
             raise Blocked(screened.blocked)
-        if self.pii is not None and self.pii.redact_model:
+        if self.pii is not None and (self.pii.redact_tools or self.pii.redact_model):
             return self._pii("toolResults", screened.text, tool)
         return screened.text
+
+    def history(self, messages: list[dict[str, str]]) -> list[dict[str, str]]:
+        """The stored history as the model reads it (redacted when the store kept it as written)."""
+        if self.pii is None or not self.pii.redact_model or self.pii.redact_storage:
+            return messages
+        return [{**m, "content": self._redact(m["content"])} for m in messages]
 
     async def output(self, answer: str) -> tuple[str, str, bool]:
         """(the answer, the reply to store, whether a policy blocked it: the answer is the block message)."""

@@ -284,6 +284,8 @@ class AppRuntime:
         world = TurnWorld(self.lookup, self.models, self.mcp, prepared.env, content, self.limits)
         agents = list(self.lookup.agents(prepared.env, content))  # the environment's configuration filled in
         history = [{"role": m.role, "content": m.content} for m in prepared.turn.history]
+        if guard is not None:
+            history = guard.history(history)
         deadline = self.settings.turn_timeout_seconds
         stream_deltas = stream and not (guard is not None and guard.holds_output)
         tool_guard = guard if guard is not None and guard.guards_tools else None
