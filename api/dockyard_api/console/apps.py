@@ -49,7 +49,9 @@ async def app_page(request: Request, namespace: NamespaceParam, app: AppName) ->
 
 
 def _draft_values(draft: dict[str, Any]) -> dict[str, Any]:
-    content = {k: draft.get(k) or [] for k in ("agents", "toolVersions", "mcpServers")}
+    content: dict[str, Any] = {k: draft.get(k) or [] for k in ("agents", "toolVersions", "mcpServers")}
+    if draft.get("guardrails"):  # saving replaces the whole draft: what is not in the form would be removed
+        content["guardrails"] = draft["guardrails"]
     return {
         "displayName": draft.get("displayName") or "",
         "description": draft.get("description") or "",
@@ -76,7 +78,7 @@ async def draft_save(request: Request, namespace: NamespaceParam, app: AppName) 
     try:
         content = yaml.safe_load(values["content"]) or {}
         if not isinstance(content, dict):
-            raise yaml.YAMLError("expected a mapping with agents, toolVersions and mcpServers")
+            raise yaml.YAMLError("expected a mapping with agents, toolVersions, mcpServers and guardrails")
     except yaml.YAMLError as exc:
         errors.add("content", f"This is not valid YAML: {exc}")
         return render(ctx, "draft.html", 422, app=draft, values=values, errors=errors)

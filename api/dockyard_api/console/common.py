@@ -21,8 +21,8 @@ from fastapi import Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 
 from dockyard_api import __version__
+from dockyard_api.console import guardrails, views
 from dockyard_api.console import session as sess
-from dockyard_api.console import views
 from dockyard_api.deps import app_state, management_of
 from dockyard_api.management.services import Management
 from dockyard_core.errors import DockyardError, UnauthenticatedError
@@ -37,6 +37,7 @@ TEMPLATES = jinja2.Environment(
 )
 TEMPLATES.globals["version"] = __version__
 TEMPLATES.filters["size"] = views.human_size
+TEMPLATES.filters["guardrail_rows"] = guardrails.policy_rows
 
 
 class SignInRequired(Exception):

@@ -1,5 +1,5 @@
 """The console's environment pages: create one, its tabs (overview, history, keys, access, embed,
-settings, checklist, usage), the status the page polls, and its actions (deploy, roll back, delete,
+settings, checklist, usage, guardrails), the status the page polls, and its actions (deploy, roll back, delete,
 generate and revoke API keys, change the settings, allow a site to embed the widget). Each calls the
 management services as the signed-in person (:mod:`.common`)."""
 
@@ -12,13 +12,15 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import ValidationError
 
-from dockyard_api.console import settings, views
+from dockyard_api.console import guardrails, settings, views
 from dockyard_api.console.common import Ctx, SignInRequired, context, form, page, redirect, render
 from dockyard_api.deps import AppName, EnvName, KeyId, NamespaceParam
 from dockyard_api.management.schemas import Deploy, EnvironmentCreate, EnvironmentSettings, KeyCreate, Rollback
 from dockyard_core.errors import DockyardError
 
-TABS = ("overview", "history", "keys", "access", "embed", "settings", "checklist", "usage")
+TABS = ("overview", "history", "keys", "access", "embed", "settings", "checklist", "usage", "guardrails")
+INTERVENTIONS_SHOWN = 20
+"""The last interventions the Guardrails tab shows (the API lists up to 500)."""
 
 routes = APIRouter(include_in_schema=False)
 
@@ -103,7 +105,32 @@ async def _env_view(
             values["chart"] = views.usage_chart(views.dense_days(report))
         except DockyardError as exc:
             values["usage"], values["usageError"], values["chart"] = None, exc.message, ""
+    if tab == "guardrails":
+        values.update(await _guardrails_values(ctx, env))
     return render(ctx, "environment.html", status_code, **values)
+
+
+async def _guardrails_values(ctx: Ctx, env: dict[str, Any]) -> dict[str, Any]:
+    """The Guardrails tab: the active version's guardrails (the draft's in the draft environment), the
+    environment's PII settings, and its last interventions (never the values they acted on)."""
+    services, namespace = ctx.services, ctx.namespace
+    active = env.get("activeVersion")
+    values: dict[str, Any] = {"pii": guardrails.pii_view(env.get("pii")), "guardrails": None, "guardrailsError": None}
+    try:
+        if active == "draft":
+            values["guardrails"] = (await services.apps.get_app(namespace, env["app"])).wire().get("guardrails")
+        elif active:
+            found = await services.apps.get_version(namespace, env["app"], active)
+            values["guardrails"] = found.wire().get("guardrails")
+    except DockyardError as exc:
+        values["guardrailsError"] = exc.message
+    try:
+        listed = await services.usage.interventions(namespace, env["objectName"], INTERVENTIONS_SHOWN)
+        values["interventions"] = guardrails.intervention_rows(listed.wire()["items"])
+        values["interventionsError"] = None
+    except DockyardError as exc:
+        values["interventions"], values["interventionsError"] = [], exc.message
+    return values
 
 
 @routes.get("/ns/{namespace}/environments/{environment}", response_class=HTMLResponse)
