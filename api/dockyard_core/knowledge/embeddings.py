@@ -3,7 +3,9 @@
 :class:`OpenAIEmbedder` calls an OpenAI-compatible ``POST /v1/embeddings`` (a deployed embedding model's
 llama.cpp server, vLLM, or a hosted API), in batches. A server that answers one vector per *token*
 (llama-cpp-python's for a GGUF without a pooling type, such as the tests' tiny model) gets its token
-vectors mean-pooled here, which is what llama.cpp's ``--pooling mean`` would have done.
+vectors mean-pooled here, which is what llama.cpp's ``--pooling mean`` would have done; such a server is
+then asked one text at a time, since llama-cpp-python 0.3 answers wrong token vectors for every text of a
+batch but the first when the model has no pooling (measured in tests/tools/test_knowledge_embeddings.py).
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ class OpenAIEmbedder:
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = client or httpx.AsyncClient(timeout=timeout)
         self._own_client = client is None
+        self.per_token = False
+        """Whether the server answered per-token vectors: from then on, one text per request."""
 
     @property
     def model(self) -> str:
@@ -62,8 +66,15 @@ class OpenAIEmbedder:
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         vectors: list[list[float]] = []
-        for first in range(0, len(texts), self.batch_size):
-            vectors.extend(await self._batch(list(texts[first : first + self.batch_size])))
+        first = 0
+        while first < len(texts):
+            size = 1 if self.per_token else self.batch_size
+            batch = list(texts[first : first + size])
+            answered = await self._batch(batch)
+            if self.per_token and len(batch) > 1:
+                continue  # found out on this batch: asked again one text at a time
+            vectors.extend(answered)
+            first += len(batch)
         if vectors and len({len(v) for v in vectors}) != 1:
             raise EmbeddingError(f"{self.url} answered vectors of different dimensions")
         return vectors
@@ -81,12 +92,17 @@ class OpenAIEmbedder:
             )
         try:
             data = sorted(response.json()["data"], key=lambda item: int(item["index"]))
+            self.per_token = self.per_token or any(_per_token(item["embedding"]) for item in data)
             vectors = [_pooled(item["embedding"]) for item in data]
         except (ValueError, KeyError, TypeError) as exc:
             raise EmbeddingError(f"{self.url} answered no embeddings list ({type(exc).__name__})") from exc
         if len(vectors) != len(texts):
             raise EmbeddingError(f"{self.url} answered {len(vectors)} vectors for {len(texts)} texts")
         return vectors
+
+
+def _per_token(embedding: Any) -> bool:
+    return isinstance(embedding, list) and bool(embedding) and isinstance(embedding[0], list)
 
 
 def _pooled(embedding: Any) -> list[float]:

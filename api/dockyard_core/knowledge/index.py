@@ -228,7 +228,7 @@ class KnowledgeIndex(ABC):
         for g in found:
             if (g.id == generation) if generation is not None else g.state == "active":
                 return g
-        what = f"generation {generation}" if generation is not None else "an active index"
+        what = f"generation {generation}" if generation is not None else "active index"
         raise NotFoundError(f"knowledge base {kb!r} has no {what}", details={"kb": kb, "generation": generation})
 
     async def active_generation(self, kb: str) -> Generation | None:

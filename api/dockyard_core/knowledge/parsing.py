@@ -116,6 +116,12 @@ def parse_document(data: bytes, *, filename: str = "", media_type: str = "", nam
 
 
 def _decode(data: bytes) -> str:
+    """UTF-8 (a BOM dropped), or UTF-16 when it starts with its BOM."""
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        try:
+            return data.decode("utf-16")
+        except UnicodeDecodeError as exc:
+            raise DocumentError(f"not UTF-16 text (invalid bytes at offset {exc.start})") from exc
     if b"\x00" in data[:8192]:
         raise DocumentError("binary content (NUL bytes), not text")
     try:
@@ -192,12 +198,14 @@ _MARKDOWN = MarkdownIt("commonmark").enable("table")
 
 
 def _inline_text(token: Token) -> str:
-    """The plain text of an inline token: markup dropped, images by their alt text, breaks as spaces."""
+    """The plain text of an inline token: markup dropped, images by their alt text, soft breaks as spaces."""
     parts: list[str] = []
     for child in token.children or []:
         if child.type in ("text", "code_inline", "html_inline"):
             parts.append(child.content if child.type != "html_inline" else "")
-        elif child.type in ("softbreak", "hardbreak"):
+        elif child.type == "softbreak":
+            parts.append(" ")
+        elif child.type == "hardbreak":
             parts.append("\n")
         elif child.type == "image":
             parts.append(_inline_text(child))
@@ -311,7 +319,8 @@ def _walk_html(root: LexborNode, out: _Builder) -> None:
                 buffer.append(" | ")
             continue
         if node.is_text_node:
-            buffer.append(node.text_content or "")
+            text = node.text_content or ""
+            buffer.append(text if preformatted else text.replace("\n", " "))  # source line breaks are spaces
             continue
         if not node.is_element_node or tag in _SKIPPED:
             continue
