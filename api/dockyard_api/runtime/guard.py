@@ -21,10 +21,9 @@ A ``guardModel`` policy asks its model (the ModelDeployment it names, through th
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
-
-import orjson
 
 from dockyard_api import metrics
 from dockyard_api.runtime.agent import AgentSpec, Blocked
@@ -75,10 +74,11 @@ def guard_request(params: dict[str, Any], policy: Policy, stage: Stage, text: st
 
 
 def parse_verdict(content: str) -> Verdict:
-    """A guard model's answer; anything but a verdict is a deny (the guard fails closed)."""
+    """A guard model's answer; anything but a verdict is a deny (the guard fails closed). Raw control
+    characters inside its strings are tolerated: a grammar works on tokens, and a token may hold a newline."""
     try:
-        answer = orjson.loads(content)
-    except orjson.JSONDecodeError:
+        answer = json.loads(content, strict=False)
+    except ValueError:
         return Verdict(False, "the guard model's answer is not a verdict")
     if not isinstance(answer, dict) or answer.get("verdict") not in ("allow", "deny"):
         return Verdict(False, "the guard model's answer is not a verdict")
