@@ -63,6 +63,7 @@
     ".e{margin:auto;color:var(--mut);text-align:center}" +
     ".meta{display:block;margin-top:4px;font-size:12px;color:var(--mut)}" +
     ".m.err{background:transparent;border:1px solid var(--err);color:var(--err)}" +
+    ".m.blk{background:transparent;border:1px dashed var(--err)}.m.blk .meta{color:var(--err)}" +
     ".n{margin:0 12px 8px;padding:8px 10px;border-radius:8px;border:1px solid var(--err);color:var(--err);font-size:14px}" +
     ".n[hidden]{display:none}" +
     "form{display:flex;gap:8px;padding:10px 12px;border-top:1px solid var(--ln)}" +
@@ -168,10 +169,11 @@
     if (open) this.log.scrollTop = this.log.scrollHeight;
   };
 
-  Chat.prototype.bubble = function (role, text, meta, error) {
+  Chat.prototype.bubble = function (role, text, meta, error, guard) {
     var meta_ = el("span", { class: "meta", text: meta || "" });
     var body = el("span", { text: text });
-    var node = el("div", { class: "m " + role + (error ? " err" : ""), "data-role": role }, [
+    var node = el("div", { class: "m " + role + (error ? " err" : "") + (guard === "block" ? " blk" : ""), "data-role": role,
+      "data-guardrail": guard || null }, [
       el("span", { class: "v", text: role === "user" ? "You: " : "Assistant: " }), body, meta ? meta_ : null]);
     var empty = this.log.querySelector("p.e");  // the empty-state hint goes with the first message
     if (empty) empty.remove();
@@ -187,7 +189,7 @@
       else this.log.appendChild(el("p", { class: "e", text: "Type a message below to start a conversation." }));
     }
     var self = this;
-    this.data.transcript.forEach(function (m) { self.bubble(m.role, m.text, m.meta, m.error); });
+    this.data.transcript.forEach(function (m) { self.bubble(m.role, m.text, m.meta, m.error, m.guard); });
   };
 
   Chat.prototype.say = function (message) {
@@ -339,17 +341,21 @@
     this.bubble("user", text);
     var out = this.bubble("assistant", "…");
     out.node.setAttribute("aria-busy", "true");
-    var reply = { text: "", agent: "", tools: [] };
+    var reply = { text: "", agent: "", tools: [], guard: "" };
     function meta() {
       var parts = [];
+      if (reply.guard === "block") parts.push("Blocked by the app's guardrails");
       if (reply.agent) parts.push("Answered by " + reply.agent);
       if (reply.tools.length) parts.push("tools: " + reply.tools.join(", "));
+      if (reply.guard === "redact") parts.push("some details redacted");
       return parts.join(" · ");
     }
     function show() {
       out.body.textContent = reply.text || "…";
       out.meta.textContent = meta();
       if (!out.meta.parentNode && out.meta.textContent) out.node.appendChild(out.meta);
+      if (reply.guard) out.node.setAttribute("data-guardrail", reply.guard);
+      out.node.classList.toggle("blk", reply.guard === "block");
       self.log.scrollTop = self.log.scrollHeight;
     }
     function call(token) {
@@ -366,6 +372,8 @@
       reply.agent = done.agent || reply.agent;
       reply.tools = done.tools_used || reply.tools;
       d.sessionId = done.session_id;
+      var acts = (done.guardrails || []).map(function (g) { return g.action; });  // what guardrails did (never values)
+      reply.guard = acts.indexOf("block") >= 0 ? "block" : acts.indexOf("redact") >= 0 ? "redact" : "";
       show();
     }
     function onEvent(name, data) {
@@ -420,7 +428,7 @@
     }
     attempt(false).then(function () {
       if (!reply.text) throw new Error("The app sent no answer.");
-      d.transcript.push({ role: "assistant", text: reply.text, meta: meta() });
+      d.transcript.push({ role: "assistant", text: reply.text, meta: meta(), guard: reply.guard });
     }).catch(function (e) {
       if (self.o.apiKey && e.reason === "origin_not_allowed") self.tokenFailed(e);
       var msg = e.status === 429 ? "Too many messages: try again in " + (e.retryAfter || "a few") + " seconds." : e.message;
