@@ -2,9 +2,10 @@
 against the real operator and facade on the local control plane, with the scripted model server behind
 the app: an app version carrying a deniedTerms block policy and an output redaction, deployed in an
 environment with PII protection; the widget on another site shows a blocked message as blocked and a
-redacted answer as such; the console's Guardrails tab shows the version's policies, the PII settings and
-the interventions (never the values), and so do the management API and the CLI with a viewer's real
-Kubernetes token; the checklist computes its three items from the version and the environment."""
+redacted answer as such, and so does the web client page; the console's Guardrails tab shows the
+version's policies, the PII settings and the interventions (never the values), and so do the management
+API and the CLI with a viewer's real Kubernetes token; the checklist computes its three items from the
+version and the environment."""
 
 from __future__ import annotations
 
@@ -69,7 +70,7 @@ def test_a_blocked_message_in_the_widget_and_its_intervention_on_the_console(
     _management(facade, team, "alice", "POST", f"{namespace}/apps/bot/environments",
                 json={"name": "prod", "appVersion": "1.0.0"})  # fmt: skip
     settings = {"widget": {"allowedOrigins": [allowed_site.origin], "tokensPerMinutePerAddress": 1000},
-                "pii": {"entities": ["EMAIL_ADDRESS"]}}  # fmt: skip
+                "pii": {"entities": ["EMAIL_ADDRESS"]}, "access": {"webClient": "public"}}  # fmt: skip
     _management(facade, team, "alice", "PATCH", f"{namespace}/environments/bot-prod/settings", json=settings)
     status = wait_for(
         lambda: (
@@ -181,3 +182,13 @@ def test_a_blocked_message_in_the_widget_and_its_intervention_on_the_console(
                            timeout=60, stdin=subprocess.DEVNULL)  # fmt: skip
     assert table.returncode == 0, table.stderr
     assert "denied term #1" in table.stdout
+
+    # the web client page (the same script in page mode) shows a blocked answer as blocked too
+    web = open_tab()
+    web.page.goto(status["urls"]["webClientUrl"])
+    web.page.get_by_label("Message", exact=True).fill("Do you sell Acme parts?")
+    web.page.keyboard.press("Enter")
+    expect(web.page.locator('div[data-guardrail="block"]')).to_contain_text(BLOCK_MESSAGE)
+    expect(web.page.locator('div[data-guardrail="block"]')).to_contain_text("Blocked by the app's guardrails")
+    assert model.requests[1:] == []  # only the one turn that got through asked the model
+    assert not web.errors, web.errors
