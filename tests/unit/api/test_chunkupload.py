@@ -3,6 +3,8 @@ memory as a whole; errors stop the read and leave no file behind."""
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -11,7 +13,7 @@ import anyio
 import httpx
 import pytest
 
-from dockyard_api.public.imports.chunks import ChunkUpload, UnsupportedMediaType
+from dockyard_api.public.imports.chunks import FLUSH_BYTES, MAX_GATHERED_BYTES, ChunkUpload, UnsupportedMediaType
 from dockyard_core.errors import DockyardError
 from dockyard_core.modelstore import ModelStore, SessionMeta
 from dockyard_core.storeerrors import ChunkTooLarge, InvalidChunkNumber, parse_chunk_number
@@ -153,3 +155,57 @@ def test_other_content_types_are_415(tmp_path: Path, ctype: str | None) -> None:
     with pytest.raises(UnsupportedMediaType) as err:
         Harness(tmp_path).read(ctype, b"{}")
     assert err.value.status_code == 415
+
+
+class SlowWriter(ChunkWriter):
+    """A real writer whose first batch's write blocks until released (a write thread late to run)."""
+
+    def __init__(self, directory: Path, limit: int) -> None:
+        super().__init__(directory, limit, fsync=False)
+        self.release = threading.Event()
+        self.batches: list[int] = []
+
+    def write_all(self, pieces: list[memoryview]) -> None:
+        if not self.batches:
+            assert self.release.wait(10), "the write was never released"
+        self.batches.append(sum(len(p) for p in pieces))
+        super().write_all(pieces)
+
+
+def test_receipt_goes_on_while_a_batch_is_written_within_the_gathering_bound(tmp_path: Path) -> None:
+    """While a batch is being written the stream is read on (gathering the pieces), up to
+    MAX_GATHERED_BYTES; only then does the receipt wait for the write. Every byte reaches the file."""
+    h = Harness(tmp_path)
+    size = 12 * 1024 * 1024
+    data = os.urandom(size)
+    ctype, body = encoded([("chunkNumber", "3"), ("file", ("blob", data))])
+    writer = SlowWriter(h.store.chunks_dir(h.meta.session_id), size)
+    piece = 256 * 1024
+    position = 0
+    read_when_it_waited: list[int] = []
+
+    async def stream() -> AsyncIterator[bytes]:
+        nonlocal position
+        for i in range(0, len(body), piece):
+            position = i + piece
+            yield body[i : i + piece]
+
+    async def release_when_waiting() -> None:
+        # the stream never awaits, so this task runs only once the receipt awaits the blocked write
+        await anyio.sleep(0.05)
+        read_when_it_waited.append(position)
+        writer.release.set()
+
+    async def go() -> tuple[int, ReceivedChunk]:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(release_when_waiting)
+            return await ChunkUpload(lambda: writer, h.check).read(ctype, stream())
+
+    number, chunk = anyio.run(go)
+    assert number == 3
+    assert chunk.path.read_bytes() == data
+    # it read on past the first batch while its write was blocked, and stopped at the bound
+    assert FLUSH_BYTES + MAX_GATHERED_BYTES <= read_when_it_waited[0] <= FLUSH_BYTES + MAX_GATHERED_BYTES + 2 * piece
+    assert writer.batches[0] >= FLUSH_BYTES
+    assert writer.batches[1] >= MAX_GATHERED_BYTES
+    assert max(writer.batches) <= MAX_GATHERED_BYTES + piece

@@ -1,7 +1,8 @@
 """Streaming parser of one chunk upload (``multipart/form-data`` with the fields ``file`` and
 ``chunkNumber``): the file part goes straight from the request stream to a temporary file of the model
-store, in batches of at most :data:`FLUSH_BYTES`, so no chunk is ever held in memory (the pieces received are written as
-they are, without copying them into a buffer first).
+store, in batches of :data:`FLUSH_BYTES` (larger, up to :data:`MAX_GATHERED_BYTES`, while the previous
+batch is still being written), so no chunk is ever held in memory (the pieces received are written as they
+are, without copying them into a buffer first).
 
 The ``file`` part may come before or after ``chunkNumber``; when ``chunkNumber`` comes first it is
 checked before the file is read. Past the chunk limit the parser stops reading and the temporary file
@@ -28,7 +29,13 @@ if TYPE_CHECKING:
     from python_multipart.multipart import MultipartCallbacks
 
 FLUSH_BYTES = 1024 * 1024
-"""Bytes gathered before a write to disk (in a worker thread)."""
+"""Bytes gathered before they are handed to a worker thread to be written, when no write is in flight."""
+MAX_GATHERED_BYTES = 4 * 1024 * 1024
+"""While a batch is being written, the pieces received meanwhile are gathered up to this many bytes before
+the receipt waits for the write: the request stream is read on while the write thread works (waiting at
+every 1 MiB stalled the receipt for about a quarter of its time on a loaded machine, the write thread
+being late to get the GIL back; docs/benchmarks.md). At most one batch is written and one gathered, so an
+upload holds at most 2 x MAX_GATHERED_BYTES, whatever the chunk's size."""
 WRITES = ThreadPoolExecutor(max_workers=16, thread_name_prefix="chunk-writes")
 """The threads that write the batches. A batch is handed over about a thousand times per uploaded GiB;
 ``submit`` and ``asyncio.wrap_future`` cost a fraction of anyio's ``to_thread`` (capacity limiter,
@@ -36,6 +43,13 @@ cancel scope and checkpoints on every call; profiled in docs/benchmarks.md)."""
 MAX_FIELD_BYTES = 64
 MAX_HEADER_BYTES = 8 * 1024
 MAX_PARTS = 16
+
+
+def _write_and_finish(writer: ChunkWriter, pieces: list[memoryview]) -> ReceivedChunk:
+    """The last batch and the chunk's flush (fsync) in one call of a write thread."""
+    if pieces:
+        writer.write_all(pieces)
+    return writer.finish()
 
 
 class UnsupportedMediaType(InvalidUpload):
@@ -62,7 +76,7 @@ class ChunkUpload:
         self._field = bytearray()
         self._pending: list[memoryview] = []  # views of the received pieces: no copy before the disk
         self._pending_bytes = 0
-        self._writing: Future[None] | None = None
+        self._writing: Future[object] | None = None
         self._received = 0
 
     # -- python-multipart callbacks (synchronous, called from parser.write) --
@@ -159,16 +173,19 @@ class ChunkUpload:
             async for data in stream:
                 parser.write(data)
                 if self._pending_bytes >= FLUSH_BYTES:
-                    await self._flush()
+                    await self._flush(wait=self._pending_bytes >= MAX_GATHERED_BYTES)
             parser.finalize()
-            await self._flush()
-            await self._written()
             if self.writer is None or not self.file_done:
                 raise InvalidUpload("the form field file is missing or incomplete", {"field": "file"})
             if self.number is None:
                 raise InvalidUpload("the form field chunkNumber is missing", {"field": "chunkNumber"})
-            writer = self.writer
-            return self.number, await anyio.to_thread.run_sync(writer.finish)
+            await self._written()
+            pieces, self._pending, self._pending_bytes = self._pending, [], 0
+            finishing = WRITES.submit(_write_and_finish, self.writer, pieces)  # one hop: last batch and fsync
+            self._writing = cast("Future[object]", finishing)
+            received = await asyncio.wrap_future(finishing)
+            self._writing = None
+            return self.number, received
         except FormParserError as exc:
             await self._discard()
             raise InvalidUpload(f"the multipart body is malformed: {exc}") from exc
@@ -176,10 +193,14 @@ class ChunkUpload:
             await self._discard()
             raise
 
-    async def _flush(self) -> None:
-        """Hand the pending pieces to a worker thread and go on receiving while it writes them (at most
-        one batch is being written and one gathered: memory stays within 2 x FLUSH_BYTES per upload)."""
+    async def _flush(self, *, wait: bool) -> None:
+        """Hand the pending pieces to a worker thread and go on receiving while it writes them. When the
+        previous batch is still being written: keep gathering (return at once) unless ``wait`` (the
+        gathered bytes reached MAX_GATHERED_BYTES, or the end of the request). At most one batch is being
+        written and one gathered: memory stays within 2 x MAX_GATHERED_BYTES per upload."""
         if self._pending:
+            if self._writing is not None and not self._writing.done() and not wait:
+                return
             await self._written()
             assert self.writer is not None
             pieces, self._pending, self._pending_bytes = self._pending, [], 0
@@ -189,7 +210,10 @@ class ChunkUpload:
         """Wait for the batch being written (raising its error, e.g. ChunkTooLarge). The batch stays
         recorded until it is done, so that :meth:`_discard` waits for it even after a cancellation."""
         if self._writing is not None:
-            await asyncio.wrap_future(self._writing)
+            if self._writing.done():  # the common case: no hop through the event loop
+                self._writing.result()
+            else:
+                await asyncio.wrap_future(self._writing)
             self._writing = None
 
     async def _discard(self) -> None:
