@@ -23,12 +23,17 @@ same delay, they stay in step: every call then arrives in a burst of ``--concurr
 millisecond, and what the facade adds includes waiting behind the calls of its burst (half a burst's
 CPU on average), which the direct path, one cheap hop, hardly shows.
 
+With ``--guardrails`` a third path, ``guarded``, calls a second App of the same namespace whose draft
+carries pattern policies (:data:`GUARDRAILS`: three policies, four regular expressions, on the input and
+the output; docs/guardrails.md), through its own draft environment and key, alternated with the other two;
+the p50 it adds to ``facade``'s (same run, same model, same store) is #28's target (<= 2 ms).
+
 Printed: requests/s of both and their ratio (target >= 0.9), p50/p99 and the p50 the facade adds
 (target <= 5 ms) at ``--concurrency`` and at concurrency 1, the facade's CPU per call, and its resident
 memory after the warm-up, after each round and at the end (flat over the sessions created).
 
     .venv/bin/python -m bench.execute [--calls 2000 --rounds 5 --concurrency 32 --delay-ms 100 --database sqlite]
-        [--arrivals staggered,lockstep] [--profile FILE]
+        [--arrivals staggered,lockstep] [--guardrails] [--profile FILE]
 """
 
 from __future__ import annotations
@@ -62,6 +67,14 @@ from dockyard_localcluster.cluster import LocalCluster
 INSTRUCTIONS = "You are a helpful assistant. Answer briefly."
 HYPER = {"temperature": 0.2, "maxTokens": 128, "topP": 0.9, "topK": 40}
 MESSAGE = "What is the capital of Norway?"
+GUARDRAILS = {
+    "policies": [
+        {"name": "cards", "type": "pattern", "patterns": [r"\b(?:\d[ -]?){13,19}\b"], "action": "redact"},
+        {"name": "keys", "type": "pattern", "patterns": [r"sk-[A-Za-z0-9]{20,}", r"AKIA[0-9A-Z]{16}"]},
+        {"name": "mails", "type": "pattern", "patterns": [r"[\w.+-]+@[\w-]+\.[\w.]+"], "action": "record"},
+    ]
+}
+"""The ``guarded`` app's guardrails: pattern policies on the input and the output (the default stages)."""
 
 
 @dataclass
@@ -149,9 +162,10 @@ def facade_process(
         log.close()
 
 
-def setup(api: client.ApiClient, ns: str, model_url: str) -> str:
+def setup(api: client.ApiClient, ns: str, model_url: str, guarded: bool = False) -> dict[str, str]:
     """A hub Model, its ModelDeployment (served by the scripted server), an App with one agent, its draft
-    environment and an API key; returns the key."""
+    environment and an API key (and with ``guarded`` a second App with :data:`GUARDRAILS`); returns the key of
+    each app."""
     objects = client.CustomObjectsApi(api)
 
     def create(plural: str, kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
@@ -168,7 +182,11 @@ def setup(api: client.ApiClient, ns: str, model_url: str) -> str:
          "hyperParameters": HYPER},
     )  # fmt: skip
     agent = {"name": "helper", "version": "1.0.0", "instructions": INSTRUCTIONS, "model": "tiny"}
-    create("apps", "App", "bot", {"agents": [agent]})
+    apps = {"bot": {"agents": [agent]}}
+    if guarded:
+        apps["guarded"] = {"agents": [agent], "guardrails": GUARDRAILS}
+    for app, spec in apps.items():
+        create("apps", "App", app, spec)
     core = client.CoreV1Api(api)
 
     def ready_pod() -> Any:
@@ -183,19 +201,22 @@ def setup(api: client.ApiClient, ns: str, model_url: str) -> str:
         pod.metadata.name, ns, {"metadata": {"annotations": {LOCAL_ENDPOINT_ANNOTATION: model_url}}}
     )
 
-    def draft() -> Any:
+    def draft(app: str) -> Any:
         try:
-            return objects.get_namespaced_custom_object(GROUP, VERSION, ns, "environments", "bot-draft")
+            return objects.get_namespaced_custom_object(GROUP, VERSION, ns, "environments", f"{app}-draft")
         except client.ApiException:
             return None
 
-    wait_until(draft, 60, "the draft environment")
-    key = apikeys.generate()
-    secret = apikeys.key_secret(
-        key=key, name="bench", environment=draft(), created_by="bench", created_at=datetime.now(UTC)
-    )
-    core.create_namespaced_secret(ns, secret)
-    return key.value
+    keys = {}
+    for app in apps:
+        wait_until(lambda app=app: draft(app), 60, f"the draft environment of {app}")
+        key = apikeys.generate()
+        secret = apikeys.key_secret(
+            key=key, name="bench", environment=draft(app), created_by="bench", created_at=datetime.now(UTC)
+        )
+        core.create_namespaced_secret(ns, secret)
+        keys[app] = key.value
+    return keys
 
 
 async def run_async(
@@ -247,9 +268,10 @@ def run_path(path: str, calls: int, concurrency: int, target: dict[str, str], sp
                 )
                 headers = {"Content-Type": "application/json"}
             else:
-                url = target["execute"]
+                url = target["execute" if path == "facade" else "guarded"]
                 body = orjson.dumps({"message": MESSAGE, "metadata": {"user_id": "bench"}})
-                headers = {"Content-Type": "application/json", "Authorization": f"Bearer {target['key']}"}
+                key = target["key" if path == "facade" else "guarded_key"]
+                headers = {"Content-Type": "application/json", "Authorization": f"Bearer {key}"}
 
             async def send() -> tuple[int, str]:
                 async with http.post(url, data=body, headers=headers) as response:
@@ -271,6 +293,12 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=200)
     parser.add_argument("--sequential", type=int, default=200, help="calls per path at concurrency 1")
     parser.add_argument("--keep", action="store_true", help="leave the benchmark's control plane running")
+    parser.add_argument(
+        "--guardrails",
+        action="store_true",
+        help="also call an app with pattern guardrails on input and output (path 'guarded') and print the p50 "
+        "they add to the facade's (#28's target: <= 2 ms)",
+    )
     parser.add_argument(
         "--profile",
         metavar="FILE",
@@ -301,8 +329,10 @@ def main() -> None:
     print(
         f"inputs: calls={args.calls} per path and round, rounds={args.rounds}, concurrency={args.concurrency}, "
         f"model delay={args.delay_ms:g} ms, warmup={args.warmup}, sequential={args.sequential}, "
-        f"arrivals={','.join(modes)}, database={args.database}, cpus={os.cpu_count()}, loadavg={load()}"
+        f"arrivals={','.join(modes)}, database={args.database}, guardrails={args.guardrails}, "
+        f"cpus={os.cpu_count()}, loadavg={load()}"
     )
+    paths = ("direct", "facade", "guarded") if args.guardrails else ("direct", "facade")
     cluster = bench_cluster("bench-execute", nodes_per_type=1)
     api = api_for(cluster)
     ns = namespace(api, "bench-execute")
@@ -313,21 +343,26 @@ def main() -> None:
         operator_process(cluster),
         facade_process(cluster, database, args.profile) as (url, proc),
     ):
-        key = setup(api, ns, model_url)
-        target = {"model": model_url, "execute": f"{url}/e/{ns}/bot-draft/v1/apps/bot/execute", "key": key}
-        wait_until(lambda: run_path("facade", 1, 1, target).errors == 0, 30, "the facade answering execute calls")
-        for path in ("direct", "facade"):
+        keys = setup(api, ns, model_url, args.guardrails)
+        target = {"model": model_url, "execute": f"{url}/e/{ns}/bot-draft/v1/apps/bot/execute", "key": keys["bot"]}
+        if args.guardrails:
+            target |= {"guarded": f"{url}/e/{ns}/guarded-draft/v1/apps/guarded/execute", "guarded_key": keys["guarded"]}
+        for path in paths[1:]:
+            wait_until(lambda p=path: run_path(p, 1, 1, target).errors == 0, 30, f"the facade answering {path} calls")
+        for path in paths:
             run_path(path, args.warmup, args.concurrency, target)
         memory = [("after warm-up", rss_mib(proc.pid))]
         cpu_ms: dict[str, list[float]] = {mode: [] for mode in modes}
+        guarded_cpu_ms: dict[str, list[float]] = {mode: [] for mode in modes}
         for round_ in range(1, args.rounds + 1):
             for mode in modes:
-                for path in ("direct", "facade"):
+                for path in paths:
                     before = cpu_seconds(proc.pid)
                     result = run_path(path, args.calls, args.concurrency, target, spreads[mode])
                     result.arrivals = mode
-                    if path == "facade":
-                        cpu_ms[mode].append((cpu_seconds(proc.pid) - before) * 1000 / args.calls)
+                    if path != "direct":
+                        spent = (cpu_seconds(proc.pid) - before) * 1000 / args.calls
+                        (cpu_ms if path == "facade" else guarded_cpu_ms)[mode].append(spent)
                     results.append(result)
                     p50, p99 = percentile(result.latencies_ms, 50), percentile(result.latencies_ms, 99)
                     print(
@@ -336,7 +371,7 @@ def main() -> None:
                     )
             sessions = round_ * args.calls * len(modes) + args.warmup
             memory.append((f"after round {round_} ({sessions} sessions)", rss_mib(proc.pid)))
-        sequential = {path: run_path(path, args.sequential, 1, target) for path in ("direct", "facade")}
+        sequential = {path: run_path(path, args.sequential, 1, target) for path in paths}
         memory.append(("at the end", rss_mib(proc.pid)))
 
     print(f"\nloadavg after: {load()}")
@@ -346,7 +381,7 @@ def main() -> None:
     summary: dict[tuple[str, str], tuple[float, float, float]] = {}
     for mode in modes:
         print(f"\nconcurrency {args.concurrency}, {mode} arrivals:")
-        for path in ("direct", "facade"):
+        for path in paths:
             mine = [r for r in results if r.path == path and r.arrivals == mode]
             latencies = [v for r in mine for v in r.latencies_ms]
             rps = statistics.median(r.rps for r in mine)
@@ -376,6 +411,17 @@ def main() -> None:
               f"{args.database}): throughput facade / direct {ratio:.2f} (>= 0.9: {met(ratio >= 0.9)}), added p50 "
               f"{added:.1f} ms (<= 5: {met(added <= 5)}), facade CPU per call {cpu:.2f} ms (<= 1.5: "
               f"{met(cpu <= 1.5)}); one core saturates at {1000 / cpu:.0f} turns per facade CPU-second")  # fmt: skip
+    if args.guardrails:
+        guarded_1 = percentile(sequential["guarded"].latencies_ms, 50) - percentile(
+            sequential["facade"].latencies_ms, 50
+        )
+        for mode in modes:
+            guarded = summary[mode, "guarded"][1] - summary[mode, "facade"][1]
+            cpu_added = statistics.median(guarded_cpu_ms[mode]) - statistics.median(cpu_ms[mode])
+            print(f"summary (guardrails on / off, {mode} arrivals, {len(GUARDRAILS['policies'])} pattern policies on "
+                  f"input and output, model delay {args.delay_ms} ms): added p50 {guarded:.2f} ms at concurrency "
+                  f"{args.concurrency} (<= 2: {met(guarded <= 2)}), {guarded_1:.2f} ms at concurrency 1 (<= 2: "
+                  f"{met(guarded_1 <= 2)}); facade CPU per call {cpu_added:+.2f} ms")  # fmt: skip
     client.CoreV1Api(api).delete_namespace(ns)
     if not args.keep:
         cluster.down()
