@@ -120,17 +120,19 @@ def test_console_lifecycle_and_viewer(
 
     # edit the draft: YAML that does not parse, then a field the schema refuses, each next to the field
     page.get_by_role("link", name="Edit draft").click()
-    expect(page.get_by_label("Agents, tool versions and MCP servers (YAML)")).to_contain_text("name: helper")
-    content = page.get_by_label("Agents, tool versions and MCP servers (YAML)").input_value()
-    page.get_by_label("Agents, tool versions and MCP servers (YAML)").fill("agents: [unclosed")
+    expect(page.get_by_label("Agents, tool versions, MCP servers and guardrails (YAML)")).to_contain_text(
+        "name: helper"
+    )
+    content = page.get_by_label("Agents, tool versions, MCP servers and guardrails (YAML)").input_value()
+    page.get_by_label("Agents, tool versions, MCP servers and guardrails (YAML)").fill("agents: [unclosed")
     page.get_by_role("button", name="Save draft").click()
     expect(page.locator("#content-error")).to_contain_text("This is not valid YAML")
-    page.get_by_label("Agents, tool versions and MCP servers (YAML)").fill(
+    page.get_by_label("Agents, tool versions, MCP servers and guardrails (YAML)").fill(
         content.replace("name: helper", "name: Helper!")
     )
     page.get_by_role("button", name="Save draft").click()
     expect(page.locator("#content-error")).to_contain_text("agents.0.name")
-    page.get_by_label("Agents, tool versions and MCP servers (YAML)").fill(content)
+    page.get_by_label("Agents, tool versions, MCP servers and guardrails (YAML)").fill(content)
     page.get_by_label("Description").fill("Answers weather questions")
     page.get_by_role("button", name="Save draft").click()
     expect(page.get_by_role("status").first).to_contain_text("Draft saved.")
