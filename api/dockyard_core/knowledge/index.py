@@ -12,7 +12,10 @@ goes into the active generation (and, while one is being built, into that one to
 **Searches.** ``keyword_search``: full text (SQLite FTS5 with BM25, PostgreSQL ``tsvector`` with a GIN
 index and ``ts_rank``); a question's words are OR-ed, so a chunk need not hold every word.
 ``vector_search``: cosine similarity of unit vectors, exact, scored with numpy over the generation's
-vectors, which each process caches per (generation, revision) and reloads when the revision moves.
+vectors, which each process caches per (generation, revision) and reloads when the revision moves. The
+scores are an ``einsum``, which runs on the calling thread, not a BLAS matrix product: on a busy machine
+BLAS's threads wait for cores and a 10,000 x 64 product's p95 went from 0.05 to 7 ms (0.16 ms with
+``einsum``; 10,000 x 1,024: p50 4.6 ms against 13.8 ms).
 ``hybrid_search``: both, fused by Reciprocal Rank Fusion with k=60 (:mod:`.fusion`).
 """
 
@@ -359,7 +362,7 @@ class KnowledgeIndex(ABC):
         ids, matrix = await self._cached_vectors(target.id)
         if not len(ids):
             return []
-        scores = matrix @ query
+        scores = np.einsum("ij,j->i", matrix, query)  # one thread: see the module's docstring
         top = min(limit, len(ids))
         best = np.argpartition(-scores, top - 1)[:top]
         return [int(ids[i]) for i in best[np.argsort(-scores[best], kind="stable")]]
