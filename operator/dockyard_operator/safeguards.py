@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from dockyard_core.pii import DEFAULT_ENTITIES
+
 
 def names(found: Sequence[str], shown: int = 6) -> str:
     more = len(found) - shown
@@ -56,9 +58,8 @@ def _pii_entities(pii: Mapping[str, Any]) -> str:
     """The entities ``spec.pii`` recognises, in words ('' when none)."""
     entities = pii.get("entities")
     custom = [str(c.get("name")) for c in pii.get("customPatterns") or () if isinstance(c, Mapping)]
-    named = ["the default entities (spec.pii.entities unset)"] if entities is None else []
-    named += [str(e) for e in entities or ()] + custom
-    return names(named, 8)
+    named = [", ".join(DEFAULT_ENTITIES) + " (the defaults)"] if entities is None else [str(e) for e in entities]
+    return names(named + custom, 8)
 
 
 def pii_item(pii: Mapping[str, Any] | None) -> tuple[str, str]:

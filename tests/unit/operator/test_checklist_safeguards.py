@@ -75,7 +75,7 @@ def test_pii_protection_is_configured_by_entities_redacted_before_storage() -> N
     state, detail = items({}, {})["PII protection configured"]
     assert (state, detail.split(";")[0]) == (
         "Done",
-        "spec.pii recognises the default entities (spec.pii.entities unset)",
+        "spec.pii recognises EMAIL_ADDRESS, PHONE_NUMBER, CREDIT_CARD, IBAN_CODE, IP_ADDRESS (the defaults)",
     )
     custom = {"entities": [], "customPatterns": [{"name": "ORDER_ID", "pattern": "ORD-[0-9]{6}"}]}
     assert items({}, custom)["PII protection configured"][1].startswith("spec.pii recognises ORDER_ID;")
