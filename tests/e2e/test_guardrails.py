@@ -22,10 +22,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from dockyard_api.runtime.guard import VERDICT_SCHEMA
 from tests.e2e.test_execute import WEATHER_SCHEMA, _key, serve_model
 from tests.support.cluster import E2ECluster
-from tests.support.dockyard import create, hub_model, model_deployment
+from tests.support.dockyard import create, hub_model, model_deployment, patch
 from tests.support.runners import RunningFacade, run_local_runtime
 from tests.support.scripted_model import Call, Reply, ScriptedModel, scripted_model
 from tests.support.users import kubectl
+from tests.support.waiting import wait_for
 
 ENVIRONMENT = "bot-draft"
 HYPER = {"temperature": 0.0, "maxTokens": 100, "topP": 1.0, "topK": 40}
@@ -313,7 +314,7 @@ def test_a_version_whose_guardrails_do_not_compile_is_refused(
     webhook (a bad regular expression, an unknown guard model), what the schema can see by the API server's
     own rules (a policy without its type's field), each naming its field; a valid version keeps its guardrails
     (kubectl describe shows them)."""
-    deploy(api, namespace, facade, model, {"policies": []})
+    bot = deploy(api, namespace, facade, model, {"policies": []})
     agents = [{"name": "helper", "version": "1.0.0", "model": "tiny", "tools": ["weather"]}]
     base = {
         "appRef": "bot",
@@ -349,3 +350,14 @@ def test_a_version_whose_guardrails_do_not_compile_is_refused(
     assert "Guardrails:" in described, described
     assert "[0-9]{4}" in described, described
     assert re.search(r"Block Message:\s+No\.", described), described
+
+    # a draft is not checked by the webhook (it may be incomplete): its environment refuses turns, naming the field
+    bad = {"policies": [{"name": "ids", "type": "pattern", "patterns": ["([a-z"]}]}
+    patch(api, namespace, "apps", "bot", {"spec": {"guardrails": bad}})
+    response = wait_for(
+        lambda: (r := bot.execute("hello")).status_code == 503 and r, timeout=30, what="the draft's guardrails refused"
+    )
+    error = response.json()["error"]
+    assert error["code"] == "app_not_runnable", error
+    assert [d["field"] for d in error["details"]] == ["spec.guardrails.policies[0].patterns[0]"], error
+    assert "do not compile" in error["message"], error

@@ -266,3 +266,39 @@ def test_deleting_an_environment_needs_its_name_and_the_draft_cannot_go(kube: tu
     assert resp.status_code == 202, resp.text
     assert "public API are released" in resp.json()["message"]
     assert state.get(f"{CUSTOM}/environments/bot-production") is None
+
+
+def test_guardrails_travel_with_versions_and_restores(kube: tuple[FakeKube, TestClient]) -> None:
+    """docs/guardrails.md: a version takes the draft's guardrails unless it is given its own, a restore puts
+    the version's into the draft (or removes the draft's when it has none), and a draft update without them
+    removes them."""
+    state, http = kube
+    guardrails = {"policies": [{"name": "ids", "type": "pattern", "patterns": ["[0-9]{4}"], "action": "redact"}]}
+    state.put(f"{CUSTOM}/apps/bot", {"spec": {"agents": [{"name": "a", "version": "1.0.0"}], "guardrails": guardrails}})
+    resp = http.post(f"{MGMT}/apps/bot/versions", json={"version": "1.0.0", "name": "First"}, headers=ALICE)
+    assert resp.status_code == 201, resp.text
+    assert resp.json()["guardrails"]["policies"][0]["patterns"] == ["[0-9]{4}"]
+    own = {"blockMessage": "No.", "policies": [{"name": "inj", "type": "promptInjection"}]}
+    resp = http.post(
+        f"{MGMT}/apps/bot/versions", json={"version": "1.1.0", "name": "Own", "guardrails": own}, headers=ALICE
+    )
+    assert resp.status_code == 201, resp.text
+    assert resp.json()["guardrails"]["policies"][0]["name"] == "inj"
+    bad = {"policies": [{"name": "p", "type": "pattern"}]}  # the schema's rule: a pattern policy needs patterns
+    refused = http.post(f"{MGMT}/apps/bot/versions", json={"version": "1.2.0", "name": "Bad", "guardrails": bad},
+                        headers=ALICE)  # fmt: skip
+    assert refused.status_code == 422, refused.text
+    state.put(f"{CUSTOM}/appversions/bot-0.9.0", {"spec": {"appRef": "bot", "version": "0.9.0", "displayName": "Old"}})
+    resp = http.post(f"{MGMT}/apps/bot/restore", json={"version": "1.1.0", "confirm": True}, headers=ALICE)
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["guardrails"]["blockMessage"] == "No."
+    assert last_patch(state, f"{CUSTOM}/apps/bot")["spec"]["guardrails"]["policies"][0]["name"] == "inj"
+    resp = http.post(f"{MGMT}/apps/bot/restore", json={"version": "0.9.0", "confirm": True}, headers=ALICE)
+    assert last_patch(state, f"{CUSTOM}/apps/bot")["spec"]["guardrails"] is None
+    assert resp.json().get("guardrails") is None
+    resp = http.put(f"{MGMT}/apps/bot/draft", json={"guardrails": own}, headers=ALICE)
+    assert resp.status_code == 200, resp.text
+    assert last_patch(state, f"{CUSTOM}/apps/bot")["spec"]["guardrails"]["policies"][0]["name"] == "inj"
+    resp = http.put(f"{MGMT}/apps/bot/draft", json={"agents": []}, headers=ALICE)
+    assert resp.status_code == 200, resp.text
+    assert last_patch(state, f"{CUSTOM}/apps/bot")["spec"]["guardrails"] is None
