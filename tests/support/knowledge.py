@@ -108,6 +108,11 @@ async def contract(index: KnowledgeIndex) -> None:
     assert (await index.keyword_search(kb, "fog western channel"))[0].heading_path == ("Weather", "Fog")
     assert await index.keyword_search(kb, "!!! ???") == []  # no searchable word, no syntax error
     assert await index.keyword_search(kb, 'fee" OR x*') != []  # the backends' query syntax is not passed on
+    await index.keyword_search(kb, "what is it")  # only common words: searched as they are, no error
+    with pytest.raises(InvalidError, match="limit must be between 1 and 200"):
+        await index.keyword_search(kb, "fee", limit=0)
+    with pytest.raises(InvalidError, match="candidates must be between 1 and 200"):
+        await index.hybrid_search(kb, "fee", candidates=1000)
 
     nearest = await index.vector_search(kb, toy_vector("ships keep to the western channel and sound their horns"))
     assert nearest[0].document_id == "weather"
@@ -117,6 +122,11 @@ async def contract(index: KnowledgeIndex) -> None:
     assert fused[0].keyword_rank is not None
     assert fused[0].vector_rank is not None
     assert fused[0].score >= fused[-1].score
+    source = fused[0].as_source()
+    assert source["headingPath"] == ["Weather", "Fog"]
+    assert source["document"] == "weather"
+    assert source["source"] == "weather.html"
+    assert set(source) == {"document", "title", "source", "chunk", "headingPath", "page", "start", "end", "score"}
 
     stats = await index.stats(kb)
     assert (stats.documents, stats.bytes) == (2, len(HARBOUR) + len(WEATHER))

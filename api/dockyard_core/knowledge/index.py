@@ -40,6 +40,7 @@ T = TypeVar("T")
 GenerationState = Literal["building", "active", "retired"]
 Matrix = npt.NDArray[np.float32]
 MAX_QUERY_TERMS = 32
+MAX_RESULTS = 200
 STOPWORDS = frozenset(
     [
         "a",
@@ -128,6 +129,21 @@ class Hit:
     score: float
     keyword_rank: int | None = None
     vector_rank: int | None = None
+
+    def as_source(self) -> dict[str, Any]:
+        """The hit as an answer's source (camelCase JSON; docs/knowledge-bases.md): no text, the passage is
+        found again by document, chunk and offsets."""
+        return {
+            "document": self.document_id,
+            "title": self.title,
+            "source": self.source,
+            "chunk": self.ordinal,
+            "headingPath": list(self.heading_path),
+            "page": self.page,
+            "start": self.start,
+            "end": self.end,
+            "score": round(self.score, 6),
+        }
 
 
 @dataclass(frozen=True)
@@ -303,6 +319,8 @@ class KnowledgeIndex(ABC):
         raise AssertionError("unreachable")
 
     async def keyword_search(self, kb: str, query: str, *, limit: int = 5, generation: int | None = None) -> list[Hit]:
+        _check_limit("limit", limit)
+
         async def search(target: Generation) -> list[Hit]:
             terms = query_terms(query)
             return await self._ranked(
@@ -314,6 +332,8 @@ class KnowledgeIndex(ABC):
     async def vector_search(
         self, kb: str, vector: Sequence[float], *, limit: int = 5, generation: int | None = None
     ) -> list[Hit]:
+        _check_limit("limit", limit)
+
         async def search(target: Generation) -> list[Hit]:
             return await self._ranked(target.id, await self._nearest(target, vector, limit), "vector")
 
@@ -331,6 +351,8 @@ class KnowledgeIndex(ABC):
     ) -> list[Hit]:
         """The keyword and the vector search's best ``candidates`` each, fused by RRF (k=60); keywords only
         without a vector or in a generation without vectors."""
+        _check_limit("limit", limit)
+        _check_limit("candidates", candidates)
 
         async def search(target: Generation) -> list[Hit]:
             terms = query_terms(query)
@@ -378,6 +400,11 @@ class KnowledgeIndex(ABC):
         while len(self._vectors) > self.vector_cache_size:
             self._vectors.popitem(last=False)
         return cached[1], cached[2]
+
+
+def _check_limit(field: str, value: int) -> None:
+    if not 1 <= value <= MAX_RESULTS:
+        raise InvalidError(f"{field} must be between 1 and {MAX_RESULTS}", details={"field": field})
 
 
 def vectors_from_rows(rows: Sequence[Sequence[Any]]) -> tuple[npt.NDArray[np.int64], Matrix]:
