@@ -62,6 +62,18 @@ def operator_reconciles(pid: int) -> float:
                if line.startswith("dockyard_operator_reconciles_total{"))  # fmt: skip
 
 
+def operator_reconcile_causes(pid: int, kind: str = "ModelDeployment") -> dict[str, float]:
+    """The operator's reconciles of one kind so far, by what queued each (its /metrics:
+    dockyard_operator_reconcile_causes_total)."""
+    text = httpx.get(f"{OPERATOR_HEALTH_URLS[pid]}/metrics", timeout=10).text
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("dockyard_operator_reconcile_causes_total{") and f'kind="{kind}"' in line:
+            cause = line.split('cause="', 1)[1].split('"', 1)[0]
+            out[cause] = out.get(cause, 0.0) + float(line.rsplit(" ", 1)[1])
+    return out
+
+
 @contextmanager
 def operator_process(cluster: LocalCluster, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[bytes]]:
     """The operator as its own process, started and ready (its /readyz answers) when this yields."""

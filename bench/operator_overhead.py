@@ -52,6 +52,7 @@ from bench.common import (
     load,
     namespace,
     operator_process,
+    operator_reconcile_causes,
     operator_reconciles,
     request_counts,
     wait_until,
@@ -226,7 +227,8 @@ def main() -> None:
 
         def started() -> None:
             readings.update(cpu=control_plane_cpu_by_process(cluster), operator=cpu_seconds(operator.pid),
-                            counts=request_counts(api), reconciles=operator_reconciles(operator.pid))  # fmt: skip
+                            counts=request_counts(api), reconciles=operator_reconciles(operator.pid),
+                            causes=operator_reconcile_causes(operator.pid))  # fmt: skip
 
         took = run_dockyard(api, dock_ns, names, started, not args.unlabelled)
         cpu_after = control_plane_cpu_by_process(cluster)
@@ -242,6 +244,10 @@ def main() -> None:
             f"the operator's reconciles: {reconciles_total:.0f} = {reconciles_total / args.count:.2f} per rollout",
             flush=True,
         )
+        causes = operator_reconcile_causes(operator.pid)
+        by_cause = sorted(((c, n - readings["causes"].get(c, 0.0)) for c, n in causes.items()), key=lambda x: -x[1])
+        print("  the ModelDeployment reconciles per rollout by what queued them: "
+              + ", ".join(f"{cause} {n / args.count:.2f}" for cause, n in by_cause if n), flush=True)  # fmt: skip
         print_counts(counts, args.count)
         delete_namespace(api, dock_ns)
     dockyard = Phase(took, dockyard_cpu + operator_cpu, counts)

@@ -36,12 +36,14 @@ class ListWatch:
         path: str,
         *,
         label_selector: str | None = None,
+        field_selector: str | None = None,
         watch_timeout_seconds: int = 300,
         required: bool = False,
     ) -> None:
         self.kube = kube
         self.path = path
         self.label_selector = label_selector
+        self.field_selector = field_selector
         self.watch_timeout_seconds = watch_timeout_seconds
         self.required = required
         self._synced = asyncio.Event()
@@ -109,7 +111,10 @@ class ListWatch:
                 delay = min(delay * 2, 30.0)
 
     def _params(self) -> dict[str, str]:
-        return {"labelSelector": self.label_selector} if self.label_selector else {}
+        params = {"labelSelector": self.label_selector} if self.label_selector else {}
+        if self.field_selector:
+            params["fieldSelector"] = self.field_selector
+        return params
 
     async def _list(self) -> str:
         listing = await self.kube.request("GET", self.path, params=self._params() or None)

@@ -50,6 +50,13 @@ QUEUE_WAIT = Histogram(
     "and waiting for a slot included)",
     ["kind"], buckets=SHORT, registry=REGISTRY,
 )  # fmt: skip
+RECONCILE_CAUSES = Counter(
+    "dockyard_operator_reconcile_causes",
+    "Reconciles by kind and by what queued them: object (a watch event of the object), deployment or pod "
+    "(a change of its workload's signal), model or tool (one in its namespace changed), timer (a requeue with "
+    "no event), retry (after a failure); later triggers that joined the same run are not counted",
+    ["kind", "cause"], registry=REGISTRY,
+)  # fmt: skip
 JOBS = Counter(
     "dockyard_operator_jobs", "Dock jobs that reached SUCCESS or FAILED",
     ["job_type", "action", "device_type", "status"], registry=REGISTRY,
@@ -105,8 +112,9 @@ def reconciled(kind: str, result: str, seconds: float) -> None:
     RECONCILE_SECONDS.labels(kind).observe(seconds)
 
 
-def waited(kind: str, seconds: float) -> None:
+def waited(kind: str, seconds: float, cause: str) -> None:
     QUEUE_WAIT.labels(kind).observe(seconds)
+    RECONCILE_CAUSES.labels(kind, cause).inc()
 
 
 def autoscaler_decision(reason: str) -> None:

@@ -9,17 +9,24 @@ queues the owner's reconcile when a signal changes, so the reconciles of a rollo
 the events of its progress, or with the time a model takes to load.
 
 A Pod counts when it is Ready or not, deleted, failed or succeeded, waiting on a node without starting
-(only its Events tell a volume that cannot be mounted: the reconcile then looks every observe interval),
+(unless its FailedMount Events are watched: only they tell a volume that cannot be mounted; unwatched, the
+reconcile then looks every observe interval),
 refused by the scheduler (its reason and message), and for each container or init container that is
 not simply starting or running: its waiting reason, a termination that is not a clean exit of an init
 container, restarts. A Deployment counts by its generation and annotations (drift, a new template), its
-desired and ready and available replicas, its Available condition and a progress deadline exceeded.
+desired and ready and available replicas, its Available condition and a progress deadline exceeded; of
+its annotations only Dockyard's own (``dockyard.dev/``: the template and applied hashes drift is read from),
+not the ``deployment.kubernetes.io/revision`` its controller adds to every new Deployment a moment after
+its creation.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
 from typing import Any
+
+OWN_ANNOTATIONS = "dockyard.dev/"
+"""The prefix of the annotations the operator writes and reads on its Deployments."""
 
 STARTING_REASONS = frozenset({"ContainerCreating", "PodInitializing"})
 """Waiting reasons of a container that is simply starting."""
@@ -42,7 +49,9 @@ def _container(entry: Mapping[str, Any], init: bool) -> tuple[Any, ...] | None:
     return (entry.get("name"), init, waiting, terminated.get("reason"), terminated.get("exitCode"), restarts)
 
 
-def pod_signal(pod: Mapping[str, Any]) -> Hashable:
+def pod_signal(pod: Mapping[str, Any], *, starting: bool = True) -> Hashable:
+    """``starting``: whether a Pod waiting on its node without starting counts (False while the operator
+    watches FailedMount Events, which then tell it: :class:`dockyard_operator.workloads.FailedMounts`)."""
     meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
     phase = status.get("phase", "Pending")
     scheduled = _condition(status, "PodScheduled")
@@ -58,7 +67,7 @@ def pod_signal(pod: Mapping[str, Any]) -> Hashable:
         tuple(sorted((meta.get("annotations") or {}).items())),
         _condition(status, "Ready").get("status") == "True",
         phase if phase in ("Failed", "Succeeded") else None,
-        bool(spec.get("nodeName")) and phase == "Pending",
+        starting and bool(spec.get("nodeName")) and phase == "Pending",
         refused,
         containers,
     )
@@ -67,10 +76,11 @@ def pod_signal(pod: Mapping[str, Any]) -> Hashable:
 def deployment_signal(deployment: Mapping[str, Any]) -> Hashable:
     meta, spec, status = deployment.get("metadata") or {}, deployment.get("spec") or {}, deployment.get("status") or {}
     progressing = _condition(status, "Progressing").get("reason")
+    own = sorted((k, v) for k, v in (meta.get("annotations") or {}).items() if k.startswith(OWN_ANNOTATIONS))
     return (
         meta.get("generation"),
         bool(meta.get("deletionTimestamp")),
-        tuple(sorted((meta.get("annotations") or {}).items())),
+        tuple(own),
         spec.get("replicas"),
         status.get("readyReplicas", 0) or 0,
         status.get("availableReplicas", 0) or 0,

@@ -123,6 +123,10 @@ class Workloads(ListWatch, Mapping[Key, tuple[dict[str, Any], ...]]):
             self._remove(key, uid)
             self.changed(key)
 
+    def owner_of(self, uid: str) -> Key | None:
+        """The key of the object with this uid (None: not one of the workloads' objects)."""
+        return self._key_of.get(uid)
+
     def _store(self, obj: dict[str, Any]) -> Key | None:
         """Keep the object's slim copy; returns its former key when its labels moved it."""
         uid = (obj.get("metadata") or {}).get("uid", "")
@@ -142,21 +146,87 @@ class Workloads(ListWatch, Mapping[Key, tuple[dict[str, Any], ...]]):
                 del self._by_key[key]
 
 
-class WorkloadViews:
-    """The Deployments and Pods of the workloads; ``changed`` hears of every change by owner key."""
+FAILED_MOUNT_FIELDS = "involvedObject.kind=Pod,reason=FailedMount"
+"""The Events of a Pod whose volumes the kubelet cannot mount (a Secret or ConfigMap missing, a claim not
+bound): the only sign of why a scheduled Pod never starts, since its status just says Pending."""
 
-    def __init__(self, kube: AsyncKube, changed: Callable[[Key], None]) -> None:
+
+class FailedMounts(ListWatch):
+    """The kubelet's FailedMount Events of the workloads' Pods, by Pod uid: one cluster-wide watch the API
+    server filters (:data:`FAILED_MOUNT_FIELDS`; it sends nothing while every volume mounts). A new or
+    repeated one queues the Pod's owner, so a Pod that sits on its node without starting needs no periodic
+    look at its Events. Not required: without the right to list Events it gives up (``synced`` stays
+    False) and the reconciles fall back to looking every observe interval."""
+
+    def __init__(self, kube: AsyncKube, pods: Workloads, changed: Callable[[Key], None]) -> None:
+        super().__init__(kube, collection("events", None), field_selector=FAILED_MOUNT_FIELDS)
+        self.pods = pods
+        self.changed = changed
+        self._by_pod: dict[str, dict[str, dict[str, Any]]] = {}
+        """Pod uid -> Event uid -> the Event."""
+
+    def events_of(self, namespace: str, names: set[str]) -> list[dict[str, Any]]:
+        """The Events of the Pods named in ``namespace``."""
+        return [
+            e
+            for group in self._by_pod.values()
+            for e in group.values()
+            if (e.get("involvedObject") or {}).get("namespace") == namespace
+            and (e.get("involvedObject") or {}).get("name") in names
+        ]
+
+    def replace(self, items: list[dict[str, Any]]) -> None:
+        self._by_pod = {}
+        for obj in items:
+            self.put(obj)
+
+    def put(self, obj: dict[str, Any]) -> None:
+        pod = (obj.get("involvedObject") or {}).get("uid", "")
+        self._by_pod.setdefault(pod, {})[(obj.get("metadata") or {}).get("uid", "")] = obj
+        if (owner := self.pods.owner_of(pod)) is not None:
+            self.changed(owner)
+
+    def drop(self, obj: dict[str, Any]) -> None:
+        pod = (obj.get("involvedObject") or {}).get("uid", "")
+        group = self._by_pod.get(pod, {})
+        group.pop((obj.get("metadata") or {}).get("uid", ""), None)
+        if not group:
+            self._by_pod.pop(pod, None)
+
+
+class WorkloadViews:
+    """The Deployments and Pods of the workloads, and their Pods' FailedMount Events; ``changed`` hears of
+    every change by owner key.
+
+    While the FailedMount Events are watched (``mounts.synced``), a Pod scheduled on a node is no news by
+    itself (its Events will be, if its volumes fail to mount); otherwise it is, and the reconcile looks at
+    its Events every observe interval until it starts (:func:`dockyard_operator.signals.pod_signal`)."""
+
+    def __init__(self, kube: AsyncKube, changed: Callable[[Key, str], None]) -> None:
+        """``changed(key, cause)``: cause is ``deployment``, ``pod`` or ``event``."""
         self.deployments = Workloads(
-            kube, collection("deployments", None), DEPLOYMENT_STATUS, changed, deployment_signal
+            kube,
+            collection("deployments", None),
+            DEPLOYMENT_STATUS,
+            lambda key: changed(key, "deployment"),
+            deployment_signal,
         )
-        self.pods = Workloads(kube, collection("pods", None), POD_STATUS, changed, pod_signal)
+        self.pods = Workloads(
+            kube,
+            collection("pods", None),
+            POD_STATUS,
+            lambda key: changed(key, "pod"),
+            lambda pod: pod_signal(pod, starting=not self.mounts.synced),
+        )
+        self.mounts = FailedMounts(kube, self.pods, lambda key: changed(key, "event"))
 
     def start(self) -> None:
         self.deployments.start()
         self.pods.start()
+        self.mounts.start()
 
     async def stop(self) -> None:
-        await asyncio.gather(self.deployments.stop(), self.pods.stop())
+        await asyncio.gather(self.deployments.stop(), self.pods.stop(), self.mounts.stop())
 
     @property
     def synced(self) -> bool:

@@ -113,8 +113,8 @@ class WorkQueue:
         self._active = 0
         self._windows: dict[ObjectKey, float] = {}
         """Per-object batch windows asked for by the last reconcile (Outcome.batch_window)."""
-        self._since: dict[ObjectKey, float] = {}
-        """When each pending object was first triggered (for the queue-wait metric)."""
+        self._since: dict[ObjectKey, tuple[float, str]] = {}
+        """When each pending object was first triggered, and by what (the queue-wait and cause metrics)."""
         monitoring.register_queue(self)
 
     def depth(self) -> int:
@@ -135,7 +135,7 @@ class WorkQueue:
         written = self._written.get(key)
         if written is not None and body["metadata"].get("resourceVersion") == version_of(written[1]):
             return
-        self.trigger(key)
+        self.trigger(key, "object")
 
     def forget(self, body: Body) -> None:
         """The object is gone: drop what is known about it (a running reconcile finishes, then stops)."""
@@ -172,28 +172,29 @@ class WorkQueue:
 
     # --- triggers --------------------------------------------------------------------------------
 
-    def trigger(self, key: ObjectKey) -> None:
-        """Reconcile the object soon (once, however many triggers arrive meanwhile)."""
+    def trigger(self, key: ObjectKey, cause: str = "related") -> None:
+        """Reconcile the object soon (once, however many triggers arrive meanwhile). ``cause`` names what
+        queued it, for the metrics (monitoring.RECONCILE_CAUSES)."""
         if key not in self._bodies:
             return  # not (yet) listed, or gone: its own event will come, or nothing is to be done
         if key not in self._pending:
-            self._since[key] = time.monotonic()
+            self._since[key] = (time.monotonic(), cause)
         self._pending.add(key)
         if key not in self._running:
             self._running[key] = asyncio.get_running_loop().create_task(self._run(key), name=f"{self.kind} {key}")
 
-    def trigger_all(self, keys: Iterable[ObjectKey]) -> None:
+    def trigger_all(self, keys: Iterable[ObjectKey], cause: str = "related") -> None:
         for key in keys:
-            self.trigger(key)
+            self.trigger(key, cause)
 
-    def _after(self, key: ObjectKey, delay: float) -> None:
+    def _after(self, key: ObjectKey, delay: float, cause: str = "timer") -> None:
         if (timer := self._timers.pop(key, None)) is not None:
             timer.cancel()
-        self._timers[key] = asyncio.get_running_loop().call_later(delay, self._timer_fired, key)
+        self._timers[key] = asyncio.get_running_loop().call_later(delay, self._timer_fired, key, cause)
 
-    def _timer_fired(self, key: ObjectKey) -> None:
+    def _timer_fired(self, key: ObjectKey, cause: str) -> None:
         self._timers.pop(key, None)
-        self.trigger(key)
+        self.trigger(key, cause)
 
     async def _run(self, key: ObjectKey) -> None:
         try:
@@ -206,7 +207,8 @@ class WorkQueue:
                     async with self._slots, self.lock(key):
                         self._pending.discard(key)  # triggers until now (also while it waited) are served by this run
                         started = time.monotonic()
-                        monitoring.waited(self.kind, started - self._since.pop(key, started))
+                        since, cause = self._since.pop(key, (started, "related"))
+                        monitoring.waited(self.kind, started - since, cause)
                         body = self.body(key)  # the newest known
                         if body is None:
                             return  # gone meanwhile
@@ -227,7 +229,7 @@ class WorkQueue:
                     delay = BACKOFF_SECONDS[min(failures, len(BACKOFF_SECONDS) - 1)]
                     logger.exception("reconciling %s %s/%s failed; retrying in %ss", self.kind, *key, delay)
                     if key in self._bodies:
-                        self._after(key, delay)
+                        self._after(key, delay, "retry")
                     continue
                 self._failures.pop(key, None)
                 if key not in self._bodies:

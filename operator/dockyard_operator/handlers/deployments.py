@@ -115,9 +115,9 @@ async def tool_deployment_event(event: kopf.RawEvent, memo: kopf.Memo, body: kop
 # A Model or Tool that appears, becomes ReadyToDeploy or changes: queue the deployments of its namespace.
 @kopf.on.event(GROUP, VERSION, "models")
 async def model_event(namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
-    memo.mdeps.trigger_all(memo.mdeps.keys(namespace or ""))
+    memo.mdeps.trigger_all(memo.mdeps.keys(namespace or ""), "model")
 
 
 @kopf.on.event(GROUP, VERSION, "tools")
 async def tool_event(namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
-    memo.tdeps.trigger_all(memo.tdeps.keys(namespace or ""))
+    memo.tdeps.trigger_all(memo.tdeps.keys(namespace or ""), "tool")

@@ -136,12 +136,12 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
     return info
 
 
-def _owner_changed(memo: kopf.Memo, key: Key) -> None:
-    """A workload Deployment or Pod changed: queue its owner (its view is already updated)."""
+def _owner_changed(memo: kopf.Memo, key: Key, cause: str) -> None:
+    """A workload Deployment or Pod (``cause``) changed: queue its owner (its view is already updated)."""
     namespace, component, owner = key
     queue = memo.mdeps if component == "model-server" else memo.tdeps if component == "tool" else None
     if queue is not None:
-        queue.trigger((namespace, owner))
+        queue.trigger((namespace, owner), cause)
 
 
 @kopf.on.cleanup()

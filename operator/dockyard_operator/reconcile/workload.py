@@ -157,8 +157,24 @@ def in_flight(before: DockJob | None, job: DockJob) -> bool:
 PROGRESSING = frozenset({"Deploying", "RollingOut"})
 """The reasons of a job that runs as it should (the IN_PROGRESS status it may hold back)."""
 ROLLOUT_BATCH_SECONDS = 1.0
-"""The batch window of a job rolling out as it should (workqueue.Outcome.batch_window): its status is held
-back or unchanged until it ends, so waiting a second for its related events costs nothing visible."""
+"""The batch window of a job rolling out as it should (workqueue.Outcome.batch_window) once its pods run:
+its status is held back or unchanged until it ends, so waiting a second for its related events (a Pod
+Ready, then its Deployment's ready and available replicas) costs nothing visible."""
+STARTUP_BATCH_SECONDS = 3.0
+"""The batch window of a job rolling out as it should while a pod of it has not started yet: its Deployment,
+ReplicaSet and Pods are created, scheduled and started by three controllers, whose events spread over
+seconds when many rollouts start at once. Nothing but a failure can be concluded before a pod runs, and a
+failure (a pull error, a refusal by the scheduler) is reported three seconds later at most."""
+
+
+def rollout_batch_window(job: DockJob, pods: Sequence[Mapping[str, Any]]) -> float | None:
+    """The batch window of the job's next reconcile (None: the work queue's default): wider while the rollout
+    starts (:data:`STARTUP_BATCH_SECONDS`) than once every pod runs (:data:`ROLLOUT_BATCH_SECONDS`), so the
+    reconciles of a rollout count its stages, not its watch events."""
+    if job.status != "IN_PROGRESS" or job.reason not in PROGRESSING:
+        return None
+    started = bool(pods) and all((p.get("status") or {}).get("phase", "Pending") != "Pending" for p in pods)
+    return ROLLOUT_BATCH_SECONDS if started else STARTUP_BATCH_SECONDS
 
 
 def held_back(
@@ -249,7 +265,7 @@ def outcome_of(
         )
         if deadline is not None:  # a second past the deadline: the assessment's clock has whole seconds
             after = min(settings.observe_interval_seconds, deadline + 1.0)
-        elif job.reason in PROGRESSING and not _starting(pods):
+        elif job.reason in PROGRESSING and (mounts_watched(ctx) or not _starting(pods)):
             after = hold + 0.1 if hold > 0 else settings.settled_interval_seconds
         else:
             after = settings.observe_interval_seconds
@@ -257,13 +273,12 @@ def outcome_of(
             after = min(after, hold + 0.1)
     else:
         after = settings.settled_interval_seconds
-    rolling = job.status == "IN_PROGRESS" and job.reason in PROGRESSING
     return Outcome(
         requeue_after=after,
         written=written[0],
         passed=written[1],
         events=written[2],
-        batch_window=ROLLOUT_BATCH_SECONDS if rolling else None,
+        batch_window=rollout_batch_window(job, pods),
     )
 
 
@@ -283,10 +298,23 @@ def counts(deployment: dict[str, Any] | None) -> tuple[int, int]:
     return int(status.get("replicas", 0) or 0), int(status.get("readyReplicas", 0) or 0)
 
 
+def mounts_watched(ctx: Context) -> bool:
+    """Whether the FailedMount Events of the workloads' Pods are watched (workloads.FailedMounts)."""
+    return ctx.workloads is not None and ctx.workloads.mounts.synced
+
+
 async def mount_events(ctx: Context, namespace: str, pods: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The FailedMount Events of the pods that sit scheduled but not started (assess.mount_pending): one
-    list call, only while such a pod exists (the scheduler does not check Secret and ConfigMap volumes;
-    only the kubelet's Events say why such a pod never starts)."""
+    """The FailedMount Events of the pods that sit scheduled but not started (the scheduler does not check
+    Secret and ConfigMap volumes; only the kubelet's Events say why such a pod never starts): from the watch
+    of them when it runs, else one list call, only while such a pod has waited
+    :data:`~dockyard_operator.assess.MOUNT_STUCK_AFTER_SECONDS` (assess.mount_pending)."""
+    if ctx.workloads is not None and mounts_watched(ctx):
+        starting = {
+            (p.get("metadata") or {}).get("name", "")
+            for p in pods
+            if (p.get("spec") or {}).get("nodeName") and (p.get("status") or {}).get("phase", "Pending") == "Pending"
+        }
+        return ctx.workloads.mounts.events_of(namespace, starting) if starting else []
     waiting = set(mount_pending(pods, now()))
     if not waiting:
         return []

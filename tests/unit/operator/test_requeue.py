@@ -7,11 +7,13 @@ from types import SimpleNamespace
 from typing import Any
 
 from dockyard_core.resources.v1alpha1 import DockJob
-from dockyard_operator.reconcile.workload import ROLLOUT_BATCH_SECONDS, outcome_of
+from dockyard_operator.reconcile.workload import ROLLOUT_BATCH_SECONDS, STARTUP_BATCH_SECONDS, outcome_of
 from dockyard_operator.settings import OperatorSettings
 
 SETTINGS = OperatorSettings(observe_interval_seconds=5, settled_interval_seconds=10)
-CTX: Any = SimpleNamespace(settings=SETTINGS)
+CTX: Any = SimpleNamespace(settings=SETTINGS, workloads=None)
+WATCHED: Any = SimpleNamespace(settings=SETTINGS, workloads=SimpleNamespace(mounts=SimpleNamespace(synced=True)))
+"""The FailedMount Events of the workloads' Pods are watched (workloads.FailedMounts)."""
 
 
 def job(status: str = "IN_PROGRESS", reason: str = "RollingOut") -> DockJob:
@@ -38,6 +40,13 @@ def test_a_pod_on_a_node_that_has_not_started_is_looked_at_every_observe_interva
     # only its Events tell a volume that cannot be mounted
     assert after(job(), [pod("Pending")], hold=80.0) == 5
     assert after(job(), [pod("Pending")]) == 5
+
+
+def test_a_pod_on_a_node_that_has_not_started_needs_no_look_while_failed_mounts_are_watched() -> None:
+    """Its FailedMount Events are then events: however long an image pull or a model download takes, the
+    rollout costs no periodic reconcile."""
+    assert outcome_of(WATCHED, job(), [pod("Pending")], (None, (), ()), 0.0).requeue_after == 10
+    assert outcome_of(WATCHED, job(), [pod("Pending")], (None, (), ()), 80.0).requeue_after == 80.1
     assert after(job(reason="FailedMount"), [pod("Running")]) == 5  # a job that waits for something
 
 
@@ -57,3 +66,17 @@ def test_a_job_rolling_out_as_it_should_batches_its_events_for_a_second() -> Non
     assert window(job()) == window(job(reason="Deploying")) == ROLLOUT_BATCH_SECONDS == 1.0
     assert window(job(reason="Unschedulable")) is None  # the queue's own window: a change there is news
     assert window(job("SUCCESS", "Available")) is None
+
+
+def test_a_rollout_that_has_not_started_its_pods_batches_its_events_for_three_seconds() -> None:
+    """The Deployment, ReplicaSet and Pods are created, scheduled and started by three controllers, whose
+    events spread over seconds when many rollouts start at once: until every pod runs, three seconds of them
+    join one reconcile; once they run, a second (Ready, then the Deployment's replicas)."""
+
+    def window(pods: list[dict[str, Any]], j: DockJob | None = None) -> float | None:
+        return outcome_of(CTX, j or job(), pods, (None, (), ()), 0.0).batch_window
+
+    assert window([]) == window([pod("Pending", node=None)]) == STARTUP_BATCH_SECONDS == 3.0
+    assert window([pod("Running"), pod("Pending")]) == STARTUP_BATCH_SECONDS  # one of two has not started
+    assert window([pod("Running"), pod("Running")]) == ROLLOUT_BATCH_SECONDS
+    assert window([pod("Pending")], job(reason="Unschedulable")) is None  # waiting for something: news at once

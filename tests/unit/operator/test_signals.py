@@ -29,6 +29,8 @@ def test_a_pod_starting_and_loading_as_it_should_is_no_news_until_it_is_ready() 
     assert pod_signal({}) == pod_signal(created) == pod_signal(loading)  # nothing to decide: no reconcile
     assert pod_signal(scheduled) != pod_signal(created)  # on a node, not started: its mount is looked at
     assert pod_signal(ready) != pod_signal(loading)
+    # while FailedMount Events are watched they tell a mount that fails: being scheduled is no news
+    assert pod_signal(scheduled, starting=False) == pod_signal(created, starting=False)
 
 
 def test_everything_that_can_end_or_break_a_rollout_is_news() -> None:
@@ -72,3 +74,16 @@ def test_a_deployment_counts_by_what_can_finish_fail_or_drift() -> None:
     assert deployment_signal(deployment(generation=2)) != deployment_signal(created)  # edited: re-apply or roll out
     scaled = {**created, "spec": {"replicas": 2}}
     assert deployment_signal(scaled) != deployment_signal(created)
+
+
+def test_a_deployment_counts_by_dockyards_annotations_only() -> None:
+    """Drift is read from Dockyard's own annotations; the revision the Deployment controller adds to every new
+    Deployment a moment after its creation is no news."""
+    created = deployment()
+    revised = {
+        **created,
+        "metadata": {**created["metadata"], "annotations": {"deployment.kubernetes.io/revision": "1"}},
+    }
+    drifted = {**created, "metadata": {**created["metadata"], "annotations": {"dockyard.dev/template-hash": "other"}}}
+    assert deployment_signal(revised) == deployment_signal(created)
+    assert deployment_signal(drifted) != deployment_signal(created)

@@ -11,7 +11,7 @@ from typing import Any
 
 from dockyard_core.kubeclient import KubeError
 from dockyard_operator.signals import pod_signal
-from dockyard_operator.workloads import POD_STATUS, WORKLOAD_SELECTOR, Workloads
+from dockyard_operator.workloads import FAILED_MOUNT_FIELDS, POD_STATUS, WORKLOAD_SELECTOR, FailedMounts, Workloads
 from tests.support.listwatch import ScriptedKube
 
 NS = "team"
@@ -124,5 +124,46 @@ def test_a_failed_watch_keeps_the_objects_while_it_lists_again_and_a_refused_lis
         assert len(kube.list_params) == 3
         assert len(pods) == 0
         await pods.stop()
+
+    asyncio.run(scenario())
+
+
+def failed_mount(pod_name: str, version: str, count: int = 1) -> dict[str, Any]:
+    return {
+        "metadata": {"name": f"{pod_name}.1", "namespace": NS, "uid": f"ev-{pod_name}", "resourceVersion": version},
+        "involvedObject": {"kind": "Pod", "namespace": NS, "name": pod_name, "uid": f"uid-{pod_name}"},
+        "reason": "FailedMount", "count": count,
+        "message": 'MountVolume.SetUp failed for volume "creds" : secret "hf-token" not found',
+    }  # fmt: skip
+
+
+def test_failed_mount_events_of_the_workloads_pods_are_watched_and_queue_the_pods_owner() -> None:
+    """A Pod that sits on its node without starting needs no periodic look at its Events: the kubelet's
+    FailedMount Events (the API server sends only those) queue its owner, each repetition again."""
+
+    async def scenario() -> None:
+        changed: list[tuple[str, str, str]] = []
+        pods = Workloads(ScriptedKube(PODS, [], []), PODS, POD_STATUS, lambda key: None, pod_signal)  # type: ignore[arg-type]
+        pods.replace([pod("a-1", "a", "5")])
+        kube = ScriptedKube(
+            "/api/v1/events",
+            lists=[listing("10", failed_mount("a-1", "8"))],
+            watches=[[
+                {"type": "MODIFIED", "object": failed_mount("a-1", "11", count=2)},
+                {"type": "ADDED", "object": failed_mount("someone-elses", "12")},  # not a workload's Pod
+            ]],
+        )  # fmt: skip
+        mounts = FailedMounts(kube, pods, changed.append)  # type: ignore[arg-type]
+        mounts.start()
+        await asyncio.wait_for(kube.done.wait(), timeout=10)
+        await mounts.stop()
+        assert kube.list_params == [{"fieldSelector": FAILED_MOUNT_FIELDS}]
+        assert kube.watch_params[0]["fieldSelector"] == FAILED_MOUNT_FIELDS
+        key_a = (NS, "model-server", "a")
+        assert changed == [key_a, key_a]
+        assert mounts.synced
+        [event] = mounts.events_of(NS, {"a-1"})
+        assert event["count"] == 2  # the newest
+        assert mounts.events_of("other", {"a-1"}) == []
 
     asyncio.run(scenario())
