@@ -155,15 +155,15 @@ def test_a_blocked_message_in_the_widget_and_its_intervention_on_the_console(
     ], shown
     text = console.locator("main").inner_text()
     assert not any(secret in text for secret in SECRETS), text
+    if os.environ.get("DOCKYARD_CONSOLE_SCREENSHOTS"):
+        console.screenshot(path=str(Path(os.environ["DOCKYARD_CONSOLE_SCREENSHOTS"]) / "console-guardrails.png"),
+                           full_page=True)  # fmt: skip
     # the draft environment runs the App's draft, which has no guardrails, and it has no PII settings
     console.goto(f"{facade.url}/console/ns/{namespace}/environments/bot-draft?tab=guardrails")
     expect(console.get_by_role("heading", name="Guardrails of the draft")).to_be_visible()
     expect(console.locator("main")).to_contain_text("No guardrails: nothing screens")
     expect(console.locator("#pii")).to_contain_text("Not configured: what users type is stored as typed")
     expect(console.locator("main")).to_contain_text("No interventions yet")
-    if os.environ.get("DOCKYARD_CONSOLE_SCREENSHOTS"):
-        console.screenshot(path=str(Path(os.environ["DOCKYARD_CONSOLE_SCREENSHOTS"]) / "console-guardrails.png"),
-                           full_page=True)  # fmt: skip
     context.close()
 
     # the management API and the CLI with vic's real token (get environments: the viewer role); mallory,

@@ -94,7 +94,7 @@ def test_the_guardrails_tab_shows_policies_pii_and_interventions() -> None:
     assert '<a href="/console/ns/x/environments/bot-prod?tab=guardrails" aria-current="page">Guardrails</a>' in html
     assert "Guardrails of version 1.0.0" in html
     assert 'id="env-guardrails"' in html
-    assert "Block message: “Not here, sorry.”" in html
+    assert "Block message of the policies without their own: “Not here, sorry.”</p>" in html
     assert '<td data-label="Policy">no-competitors</td>' in html
     assert "answers “We only talk about our products.”" in html
     assert "custom: ORDER_ID <code>&lt;ORD&gt;-[0-9]{6}</code>" in html  # escaped
