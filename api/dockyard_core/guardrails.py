@@ -137,31 +137,29 @@ class Guardrails:
                 if judge is None:
                     raise RuntimeError(f"guard model policy {policy.name} needs a judge")
                 verdict = await judge(policy, stage, out.text)
-                found = None if verdict.allow else Match(f"guard model: {verdict.reason}"[:512])
-            if found is None:
-                continue
-            out.interventions.append(Intervention(policy.name, stage, policy.action, found.reason[:512], tool))
-            if policy.action == "block":
-                out.blocked = policy.message or self.block_message
-                return out
-            if policy.action == "redact" and found.redacted is not None:
-                out.text = found.redacted
+                found = None if verdict.allow else Match(f"guard model: {verdict.reason}")
+            if found is not None and self._act(policy, found, out, stage, tool):
+                break
         return out
 
     def screen_local(self, stage: Stage, text: str, *, tool: str = "") -> Screened:
-        """:meth:`screen` without a guard model (the stage has none): no await, for the hot path."""
+        """:meth:`screen` for a stage without a guard model: no await, for the hot path."""
         out = Screened(text)
         for policy in self.by_stage.get(stage, ()):
             found = policy.check(out.text) if policy.check is not None else None
-            if found is None:
-                continue
-            out.interventions.append(Intervention(policy.name, stage, policy.action, found.reason[:512], tool))
-            if policy.action == "block":
-                out.blocked = policy.message or self.block_message
-                return out
-            if policy.action == "redact" and found.redacted is not None:
-                out.text = found.redacted
+            if found is not None and self._act(policy, found, out, stage, tool):
+                break
         return out
+
+    def _act(self, policy: Policy, found: Match, out: Screened, stage: Stage, tool: str) -> bool:
+        """Record what ``policy`` found and apply its action to ``out``; True when it blocked (the end)."""
+        out.interventions.append(Intervention(policy.name, stage, policy.action, found.reason[:512], tool))
+        if policy.action == "block":
+            out.blocked = policy.message or self.block_message
+            return True
+        if policy.action == "redact" and found.redacted is not None:
+            out.text = found.redacted
+        return False
 
 
 # --- compiling ---------------------------------------------------------------------------------------
