@@ -20,54 +20,36 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import ipaddress
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Literal, get_args
+from typing import Any
 
 import phonenumbers
 import regex
-from stdnum import iban, luhn
-from stdnum.de import idnr
-from stdnum.es import dni, nie
-from stdnum.fi import hetu
-from stdnum.fr import nir
-from stdnum.gb import nhs
-from stdnum.it import codicefiscale
-from stdnum.nl import bsn
-from stdnum.pl import pesel
-from stdnum.se import personnummer
-from stdnum.us import ssn
 
-PiiEntity = Literal[
-    "EMAIL_ADDRESS",
-    "PHONE_NUMBER",
-    "CREDIT_CARD",
-    "IBAN_CODE",
-    "IP_ADDRESS",
-    "US_SSN",
-    "UK_NINO",
-    "UK_NHS",
-    "ES_NIF",
-    "ES_NIE",
-    "IT_FISCAL_CODE",
-    "FR_NIR",
-    "DE_TAX_ID",
-    "NL_BSN",
-    "PL_PESEL",
-    "FI_PERSONAL_IDENTITY_CODE",
-    "SE_PERSONNUMMER",
+from dockyard_core.pii_detectors import (
+    DEFAULT_ENTITIES,
+    DEFAULT_PHONE_REGIONS,
+    ENTITIES,
+    Detector,
+    PiiEntity,
+    detectors,
+)
+
+__all__ = [
+    "DEFAULT_ENTITIES",
+    "DEFAULT_PHONE_REGIONS",
+    "ENTITIES",
+    "PiiEntity",
+    "PiiPolicy",
+    "PiiSpecError",
+    "Redacted",
+    "pii_key",
+    "spec_problems",
 ]
-"""The entities Dockyard recognises (names as Presidio's); custom patterns add their own names."""
-
-ENTITIES: tuple[str, ...] = get_args(PiiEntity)
-DEFAULT_ENTITIES: tuple[str, ...] = ("EMAIL_ADDRESS", "PHONE_NUMBER", "CREDIT_CARD", "IBAN_CODE", "IP_ADDRESS")
-"""What ``spec.pii`` without ``entities`` recognises: the kinds every deployment meets; national ids are chosen."""
-DEFAULT_PHONE_REGIONS: tuple[str, ...] = ("US", "GB", "DE", "FR", "ES", "IT", "NL")
-"""Regions whose national phone numbers (written without +country code) are recognised by default."""
 
 CUSTOM_NAME = re.compile(r"^[A-Z][A-Z0-9_]{0,39}$")
 PATTERN_MAX_CHARS = 512
@@ -75,7 +57,6 @@ CUSTOM_TIMEOUT_S = 0.05
 """How long one custom pattern may take over one text (the ``regex`` module checks it as it goes)."""
 PLACEHOLDER = re.compile(r"<[A-Z][A-Z0-9_]*_[0-9a-f]{6}>")
 CONTEXT_CHARS = 48
-"""How far before a weak national id its naming word may stand."""
 
 
 @dataclass(frozen=True)
@@ -120,157 +101,6 @@ def placeholder(key: bytes, session: str, entity: str, value: str) -> str:
     return f"<{entity}_{digest[:6]}>"
 
 
-# --- detectors: a candidate pattern and a check that returns the value's normal form (None: not one) ----
-
-Normalise = Callable[[str], "str | None"]
-
-
-@dataclass(frozen=True)
-class Detector:
-    entity: str
-    candidates: re.Pattern[str]
-    normalise: Normalise
-    priority: int
-    """Lower wins an overlap: checksummed values before phone numbers (a card number also parses as one)."""
-    context: tuple[str, ...] = ()
-    """Words one of which must stand in the CONTEXT_CHARS before the candidate (empty: none needed)."""
-
-
-def _std(module: Any) -> Normalise:
-    def check(text: str) -> str | None:
-        return str(module.compact(text)) if module.is_valid(text) else None
-
-    return check
-
-
-CARD_PREFIX = re.compile(r"^(4|5[1-5]|2[2-7]|3[47]|3[0689]|6|50|5[6-9]|1)")
-
-
-def _card(text: str) -> str | None:
-    digits = re.sub(r"[ -]", "", text)
-    if not 13 <= len(digits) <= 19 or not CARD_PREFIX.match(digits) or not luhn.is_valid(digits):
-        return None
-    return digits
-
-
-def _iban(text: str) -> str | None:
-    return str(iban.compact(text)) if iban.is_valid(text) else None
-
-
-def _email(text: str) -> str | None:
-    local = text.split("@", 1)[0]
-    if local.startswith(".") or local.endswith(".") or ".." in text:
-        return None
-    return text.lower()
-
-
-def _ip(text: str) -> str | None:
-    try:
-        return str(ipaddress.ip_address(text))
-    except ValueError:
-        return None
-
-
-NINO_BAD_PREFIXES = {"BG", "GB", "KN", "NK", "NT", "TN", "ZZ"}
-
-
-def _nino(text: str) -> str | None:
-    compact = text.replace(" ", "").upper()
-    return None if compact[:2] in NINO_BAD_PREFIXES else compact
-
-
-DATE_LIKE = re.compile(r"^(\d{4}[-/.]\d{1,2}[-/.]\d{1,2}|\d{1,2}[-/.]\d{1,2}[-/.]\d{2,4})$")
-
-
-def _as_written(number: str, parsed: phonenumbers.PhoneNumber) -> bool:
-    """A national number counts as written in its region's national format (with its trunk prefix, e.g. the
-    0 of 020 7946 0958; a NANP number may start with 1): parsing alone also takes a bare run of digits."""
-    written = "".join(c for c in number if c.isdigit())
-    national = "".join(c for c in phonenumbers.format_number(parsed, phonenumbers.PhoneNumberFormat.NATIONAL)
-                       if c.isdigit())  # fmt: skip
-    return written == national or (parsed.country_code == 1 and written == "1" + national)
-
-
-def _phone(regions: tuple[str, ...]) -> Normalise:
-    def check(text: str) -> str | None:
-        number = text.strip()
-        if DATE_LIKE.match(number):
-            return None
-        digits = sum(c.isdigit() for c in number)
-        if number.startswith("00"):
-            number = "+" + number[2:]
-        tries: tuple[str | None, ...] = (None,) if number.startswith("+") else regions
-        if not number.startswith("+") and digits < 8:
-            return None
-        for region in tries:
-            try:
-                parsed = phonenumbers.parse(number, region)
-            except phonenumbers.NumberParseException:
-                continue
-            if phonenumbers.is_valid_number(parsed) and (region is None or _as_written(number, parsed)):
-                return phonenumbers.format_number(parsed, phonenumbers.PhoneNumberFormat.E164)
-        return None
-
-    return check
-
-
-def _c(pattern: str, flags: int = 0) -> re.Pattern[str]:
-    return re.compile(pattern, flags)
-
-
-_B, _E = r"(?<![\w@.+-])", r"(?![\w@]|[.-]\w)"
-"""A candidate stands alone: not inside a word, an address or a longer number."""
-
-EMAIL = _c(r"(?<![\w.%+-])[A-Za-z0-9][A-Za-z0-9._%+-]*@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
-           r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*\.[A-Za-z]{2,24}(?![\w-]|\.\w)")  # fmt: skip
-IPV4 = _c(r"(?<![\w.])(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(?![\w]|\.\d)")
-IPV6 = _c(r"(?<![\w:])(?:[0-9A-Fa-f]{0,4}:){2,7}[0-9A-Fa-f]{0,4}(?![\w:])")
-CARD = _c(_B + r"\d{4}([ -]?)\d{4}\1\d{4}\1\d{1,7}" + _E + r"|" + _B + r"3[47]\d{2}[ -]?\d{6}[ -]?\d{5}" + _E)
-IBAN = _c(r"(?<![\w])[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?(?!\w)", re.IGNORECASE)
-PHONE = _c(r"(?<![\w@.+/-])(?:\+|00)?(?:\(\d{1,5}\)[ .-]?)?\d(?:[ .\-/]?(?:\(\d{1,5}\)|\d)){5,16}(?![\w@/]|[.-]\d)")
-SSN_FORMATTED = _c(_B + r"\d{3}([- ])\d{2}\1\d{4}" + _E)
-DIGITS_9 = _c(_B + r"\d{9}" + _E)
-NINO = _c(r"(?<!\w)[A-CEGHJ-PR-TW-Z][A-CEGHJ-NPR-TW-Z] ?\d{2} ?\d{2} ?\d{2} ?[A-D](?!\w)")
-NHS = _c(_B + r"\d{3}([ -]?)\d{3}\1\d{4}" + _E)
-ES_DNI = _c(r"(?<!\w)\d{8}-?[A-Z](?!\w)")
-ES_NIE = _c(r"(?<!\w)[XYZ]-?\d{7}-?[A-Z](?!\w)")
-IT_CF = _c(r"(?<!\w)[A-Z]{6}[\dLMNP-V]{2}[A-EHLMPR-T][\dLMNP-V]{2}[A-Z][\dLMNP-V]{3}[A-Z](?!\w)")
-FR_NIR = _c(_B + r"[12] ?\d{2} ?\d{2} ?(?:\d{2}|2[AB]) ?\d{3} ?\d{3} ?\d{2}" + _E)
-DE_IDNR = _c(_B + r"\d{2} ?\d{3} ?\d{3} ?\d{3}" + _E)
-NL_BSN = _c(_B + r"\d{4}\.?\d{2}\.?\d{3}" + _E)
-PL_PESEL = _c(_B + r"\d{11}" + _E)
-FI_HETU = _c(r"(?<!\w)\d{6}[-+A-FU-Y]\d{3}[0-9A-Y](?!\w)")
-SE_PNR = _c(_B + r"(?:\d{2})?\d{6}[-+]\d{4}" + _E)
-SE_PNR_BARE = _c(_B + r"(?:\d{2})?\d{10}" + _E)
-
-
-def _detectors(entities: frozenset[str], regions: tuple[str, ...]) -> tuple[Detector, ...]:
-    ssn_check = _std(ssn)
-    every = (
-        Detector("EMAIL_ADDRESS", EMAIL, _email, 0),
-        Detector("IBAN_CODE", IBAN, _iban, 1),
-        Detector("CREDIT_CARD", CARD, _card, 1),
-        Detector("US_SSN", SSN_FORMATTED, ssn_check, 2),
-        Detector("US_SSN", DIGITS_9, ssn_check, 2, ("ssn", "social security")),
-        Detector("UK_NINO", NINO, _nino, 2),
-        Detector("UK_NHS", NHS, _std(nhs), 2, ("nhs",)),
-        Detector("ES_NIF", ES_DNI, _std(dni), 2),
-        Detector("ES_NIE", ES_NIE, _std(nie), 2),
-        Detector("IT_FISCAL_CODE", IT_CF, _std(codicefiscale), 2),
-        Detector("FR_NIR", FR_NIR, _std(nir), 2),
-        Detector("FI_PERSONAL_IDENTITY_CODE", FI_HETU, _std(hetu), 2),
-        Detector("SE_PERSONNUMMER", SE_PNR, _std(personnummer), 2),
-        Detector("SE_PERSONNUMMER", SE_PNR_BARE, _std(personnummer), 2, ("personnummer", "personal number")),
-        Detector("DE_TAX_ID", DE_IDNR, _std(idnr), 2, ("steuer", "idnr", "identifikationsnummer", "tax id", "tin")),
-        Detector("NL_BSN", NL_BSN, _std(bsn), 2, ("bsn", "burgerservicenummer", "sofinummer")),
-        Detector("PL_PESEL", PL_PESEL, _std(pesel), 2, ("pesel",)),
-        Detector("IP_ADDRESS", IPV4, _ip, 3),
-        Detector("IP_ADDRESS", IPV6, _ip, 3),
-        Detector("PHONE_NUMBER", PHONE, _phone(regions), 4),
-    )
-    return tuple(d for d in every if d.entity in entities)
-
-
 @dataclass(frozen=True)
 class CustomPattern:
     name: str
@@ -283,7 +113,9 @@ class _Span:
     end: int
     entity: str
     value: str
-    priority: int
+    priority: float
+    distance: int = 0
+    """How far before it the word naming it stands (detectors that need one)."""
 
 
 class PiiPolicy:
@@ -303,7 +135,7 @@ class PiiPolicy:
         self.entities = entities
         self.custom = custom
         self.redact_storage, self.redact_model, self.redact_tools, self.redact_answer = storage, model, tools, answer
-        self._detectors = _detectors(frozenset(entities), phone_regions)
+        self._detectors: tuple[Detector, ...] = detectors(frozenset(entities), phone_regions)
 
     @classmethod
     def compile(cls, spec: Mapping[str, Any] | None) -> PiiPolicy | None:
@@ -348,19 +180,32 @@ class PiiPolicy:
         lowered: str | None = None
         for d in self._detectors:
             for m in d.candidates.finditer(text):
-                if d.context:
+                distance = 0
+                if d.context:  # the nearest naming word counts (an SSN named just before a BSN is no BSN)
                     lowered = lowered if lowered is not None else text.lower()
                     window = lowered[max(0, m.start() - CONTEXT_CHARS) : m.start()]
-                    if not any(word in window for word in d.context):
+                    distance = min((len(window) - window.rfind(w) for w in d.context if w in window), default=-1)
+                    if distance < 0:
                         continue
-                value = d.normalise(m.group(0))
+                matched = m.group(0)
+                if d.not_after is not None and matched.isdigit():
+                    lowered = lowered if lowered is not None else text.lower()
+                    if d.not_after.search(lowered[max(0, m.start() - 32) : m.start()]):
+                        continue
+                value = d.normalise(matched)
+                while value is None and d.shrink and " " in matched:
+                    matched = matched.rsplit(" ", 1)[0].rstrip(" -./")
+                    value = d.normalise(matched)
                 if value is not None:
-                    candidates.append(_Span(m.start(), m.end(), d.entity, value, d.priority))
+                    candidates.append(_Span(m.start(), m.start() + len(matched), d.entity, value, d.priority, distance))
+                elif d.blocks is not None:  # shaped like one but not one: what ranks after it is not inside it
+                    candidates.append(_Span(m.start(), m.end(), "", "", d.blocks))
         chosen: list[_Span] = []
-        for span in sorted(candidates, key=lambda s: (s.priority, s.start - s.end, s.start)):
+        for span in sorted(candidates, key=lambda s: (s.priority, s.start - s.end, s.distance, s.start)):
             if not any(span.start < t.end and t.start < span.end for t in taken):
                 taken.append(span)
-                chosen.append(span)
+                if span.entity:
+                    chosen.append(span)
         return sorted(chosen, key=lambda s: s.start)
 
 

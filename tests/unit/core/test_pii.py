@@ -35,6 +35,9 @@ def found(text: str, policy: PiiPolicy = EVERY) -> dict[str, int]:
         ("IP_ADDRESS", "from 2001:db8::8a2e:370:7334"),
         ("US_SSN", "my SSN is 536-90-4399"),
         ("US_SSN", "social security number 536904399"),
+        ("US_SSN", "SSN 650 27 9163"),
+        ("PHONE_NUMBER", "call me: 4155552671"),
+        ("PHONE_NUMBER", "Transfer it to me, then call 02079460958"),
         ("UK_NINO", "NI number AB 12 34 56 C"),
         ("UK_NHS", "NHS number 943 476 5919"),
         ("ES_NIF", "DNI 12345678Z"),
@@ -69,6 +72,10 @@ def test_each_entity_is_recognised_and_replaced(entity: str, text: str) -> None:
         "user@localhost has no domain",
         "MAC 00:1a:2b:3c:4d:5e",
         "call extension 4421",
+        "booking reference 4155552671 is confirmed",  # a valid US number as written, but a reference
+        "my ticket #4155552671 is open",
+        "The IBAN AT58 3988 3071 9976 1379 was rejected",  # fails mod 97; the card number inside is no card
+        "serial 119077508539084",  # 15 digits: no card network has this prefix and length
     ],
 )
 def test_look_alikes_are_left_alone(text: str) -> None:
