@@ -3,9 +3,10 @@ a request, and no secret ever written: API keys (``dky_<id>_<secret>``), bearer 
 masked in every message and argument before a handler sees them.
 
 Nor any personal data of a turn whose environment redacts it before storage (``spec.pii.redact.storage``):
-the runtime runs the turn inside :func:`pii_scope`, and every record written meanwhile (its message, its
-arguments and its traceback: an exception's text may quote what the user wrote) is redacted with the same
-placeholders as the stored conversation (docs/guardrails.md, "PII protection")."""
+once the runtime knows the turn's PII policy it calls :func:`pii_for_this_task` (or runs the turn inside
+:func:`pii_scope`), and every record written from then on in that task (its message, its arguments and
+its traceback: an exception's text may quote what the user wrote) is redacted with the same placeholders as
+the stored conversation (docs/guardrails.md, "PII protection")."""
 
 from __future__ import annotations
 
@@ -26,18 +27,34 @@ if TYPE_CHECKING:
 _pii: ContextVar[Callable[[str], str] | None] = ContextVar("dockyard_log_pii", default=None)
 
 
-@contextmanager
-def pii_scope(policy: PiiPolicy | None, *, key: bytes, session: str) -> Iterator[None]:
-    """Redact ``policy``'s PII in every record logged inside (tasks started inside too) when the policy
-    redacts before storage; without a policy, or with storage redaction off, records are left as they are."""
+def _redactor(policy: PiiPolicy | None, key: bytes, session: str) -> Callable[[str], str] | None:
     if policy is None or not policy.redact_storage:
-        yield
-        return
+        return None
 
     def redact_pii(text: str) -> str:
         return policy.redact(text, key=key, session=session).text
 
-    token = _pii.set(redact_pii)
+    return redact_pii
+
+
+def pii_for_this_task(policy: PiiPolicy | None, *, key: bytes, session: str) -> None:
+    """Redact ``policy``'s PII in every record logged from here to the end of the current asyncio task (a
+    request's task: what its error handlers log after the turn too) and in the tasks it starts from here;
+    other requests' tasks are not affected. No-op without a policy or with storage redaction off."""
+    redactor = _redactor(policy, key, session)
+    if redactor is not None:
+        _pii.set(redactor)
+
+
+@contextmanager
+def pii_scope(policy: PiiPolicy | None, *, key: bytes, session: str) -> Iterator[None]:
+    """Redact ``policy``'s PII in every record logged inside (tasks started inside too) when the policy
+    redacts before storage; without a policy, or with storage redaction off, records are left as they are."""
+    redactor = _redactor(policy, key, session)
+    if redactor is None:
+        yield
+        return
+    token = _pii.set(redactor)
     try:
         yield
     finally:

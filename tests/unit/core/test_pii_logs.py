@@ -73,6 +73,33 @@ def test_tasks_started_in_the_scope_are_covered(written: io.StringIO) -> None:
     assert "<EMAIL_ADDRESS_" in record["message"]
 
 
+def test_for_the_rest_of_a_task_and_not_in_another(written: io.StringIO) -> None:
+    """pii_for_this_task: what the request's task logs after the turn (its error handler) is covered; a
+    request served meanwhile in another task is not."""
+    log = logging.getLogger("test.pii")
+
+    async def request(policy: PiiPolicy | None, started: asyncio.Event, logged: asyncio.Event) -> None:
+        logs.pii_for_this_task(policy, key=KEY, session="s")
+        started.set()
+        await logged.wait()
+        log.error("request failed: %s", MESSAGE)
+
+    async def two_requests() -> None:
+        started, other_started, logged = asyncio.Event(), asyncio.Event(), asyncio.Event()
+        first = asyncio.create_task(request(POLICY, started, logged))
+        await started.wait()
+        second = asyncio.create_task(request(None, other_started, logged))
+        await other_started.wait()
+        logged.set()
+        await asyncio.gather(first, second)
+        log.info("the server: %s", MESSAGE)
+
+    asyncio.run(two_requests())
+    messages = [r["message"] for r in records(written)]
+    assert messages[0] == "request failed: " + POLICY.redact(MESSAGE, key=KEY, session="s").text
+    assert messages[1:] == [f"request failed: {MESSAGE}", f"the server: {MESSAGE}"]
+
+
 @pytest.mark.parametrize(
     "policy", [None, PiiPolicy.compile({"redact": {"storage": False, "model": True}})], ids=["none", "no-storage"]
 )
