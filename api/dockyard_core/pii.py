@@ -265,7 +265,7 @@ def _compile_cached(spec_json: str) -> PiiPolicy:
     entities = spec.get("entities")
     return PiiPolicy(
         tuple(entities) if entities is not None else DEFAULT_ENTITIES,
-        phone_regions=tuple(spec.get("phoneRegions") or DEFAULT_PHONE_REGIONS),
+        phone_regions=tuple(regions) if (regions := spec.get("phoneRegions")) is not None else DEFAULT_PHONE_REGIONS,
         custom=custom,
         storage=bool(redact.get("storage", True)),
         model=bool(redact.get("model", False)),

@@ -178,3 +178,14 @@ def test_the_spec_sets_where_to_redact() -> None:
     assert every is not None
     assert (every.redact_storage, every.redact_model, every.redact_tools, every.redact_answer) == (
         False, True, True, True)  # fmt: skip
+
+
+def test_phone_regions_decide_which_national_numbers_count() -> None:
+    international_only = PiiPolicy.compile({"phoneRegions": []})
+    french = PiiPolicy.compile({"phoneRegions": ["FR"]})
+    assert international_only is not None
+    assert french is not None
+    assert found("appelez le 01 42 68 53 00", international_only) == {}
+    assert found("call +33 1 42 68 53 00", international_only) == {"PHONE_NUMBER": 1}
+    assert found("appelez le 01 42 68 53 00", french) == {"PHONE_NUMBER": 1}
+    assert found("call (415) 555-2671", french) == {}

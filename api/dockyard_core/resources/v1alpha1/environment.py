@@ -201,7 +201,8 @@ class PiiSettings(DockyardModel):
     FI_PERSONAL_IDENTITY_CODE, SE_PERSONNUMMER) only where listed."""
     phone_regions: Annotated[list[PhoneRegion], Field(max_length=32), ListSet()] | None = None
     """ISO 3166 regions whose national phone numbers (written without +country code) are recognised;
-    absent: US, GB, DE, FR, ES, IT, NL. Numbers written with + or 00 are recognised from every region."""
+    absent: US, GB, DE, FR, ES, IT, NL; empty: none. Numbers written with + or 00 are recognised from every
+    region."""
     custom_patterns: Annotated[list[PiiCustomPattern], Field(max_length=32), ListMap("name")] = Field(
         default_factory=list
     )
