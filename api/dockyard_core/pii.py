@@ -3,7 +3,7 @@ into a :class:`PiiPolicy` that finds personal data in a text and replaces each v
 
 Detection is a thin layer over well-kept libraries: a cheap pattern finds the candidates and the library
 decides (phone numbers: ``phonenumbers``, valid for their region; payment cards: the Luhn checksum and a
-card network's prefix; IBANs, and national ids: ``python-stdnum``'s checksums and formats); e-mail and IP
+card network's prefix and length; IBANs, and national ids: ``python-stdnum``'s checksums and formats); e-mail and IP
 addresses by their syntax (``ipaddress``). National ids that are bare digit runs with a weak checksum (a BSN,
 a German tax id, a PESEL, an NHS number, an unformatted SSN) count only after a word naming them
 (``SSN``, ``BSN``, ``PESEL``, ...), as Presidio's context words do. Custom patterns are regular expressions
@@ -108,7 +108,9 @@ class CustomPattern:
 
 
 @dataclass(frozen=True)
-class _Span:
+class Span:
+    """A value found: where, its entity and its normal form."""
+
     start: int
     end: int
     entity: str
@@ -166,17 +168,17 @@ class PiiPolicy:
         out.append(text[at:])
         return Redacted("".join(out), found)
 
-    def find(self, text: str) -> list[_Span]:
+    def find(self, text: str) -> list[Span]:
         """The values found, in text order, without overlaps (:class:`PatternTimeout`: a custom pattern ran
         longer than CUSTOM_TIMEOUT_S)."""
-        taken = [_Span(m.start(), m.end(), "", "", -1) for m in PLACEHOLDER.finditer(text)]
-        candidates: list[_Span] = []
+        taken = [Span(m.start(), m.end(), "", "", -1) for m in PLACEHOLDER.finditer(text)]
+        candidates: list[Span] = []
         for custom in self.custom:
             try:
                 matches = list(custom.pattern.finditer(text, timeout=CUSTOM_TIMEOUT_S))
             except TimeoutError:
                 raise PatternTimeout(custom.name) from None
-            candidates += [_Span(m.start(), m.end(), custom.name, m.group(0).strip(), 0) for m in matches if m.group(0)]
+            candidates += [Span(m.start(), m.end(), custom.name, m.group(0).strip(), 0) for m in matches if m.group(0)]
         lowered: str | None = None
         for d in self._detectors:
             for m in d.candidates.finditer(text):
@@ -197,10 +199,10 @@ class PiiPolicy:
                     matched = matched.rsplit(" ", 1)[0].rstrip(" -./")
                     value = d.normalise(matched)
                 if value is not None:
-                    candidates.append(_Span(m.start(), m.start() + len(matched), d.entity, value, d.priority, distance))
+                    candidates.append(Span(m.start(), m.start() + len(matched), d.entity, value, d.priority, distance))
                 elif d.blocks is not None:  # shaped like one but not one: what ranks after it is not inside it
-                    candidates.append(_Span(m.start(), m.end(), "", "", d.blocks))
-        chosen: list[_Span] = []
+                    candidates.append(Span(m.start(), m.end(), "", "", d.blocks))
+        chosen: list[Span] = []
         for span in sorted(candidates, key=lambda s: (s.priority, s.start - s.end, s.distance, s.start)):
             if not any(span.start < t.end and t.start < span.end for t in taken):
                 taken.append(span)
