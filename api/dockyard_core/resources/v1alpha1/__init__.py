@@ -22,6 +22,7 @@ from dockyard_core.resources.v1alpha1.app import (
     AppVersion,
     AppVersionSpec,
     AppVersionStatus,
+    KnowledgeBaseVersionRef,
     McpServer,
     ToolVersionRef,
 )
@@ -62,6 +63,14 @@ from dockyard_core.resources.v1alpha1.environment import (
     UsageCounters,
     UsageSummary,
 )
+from dockyard_core.resources.v1alpha1.knowledgebase import (
+    KB_LABEL,
+    KB_REINDEX_ANNOTATION,
+    KnowledgeBase,
+    KnowledgeBaseSpec,
+    KnowledgeBaseStatus,
+    KnowledgeDocument,
+)
 from dockyard_core.resources.v1alpha1.model import (
     AdapterInfo,
     HubSource,
@@ -90,7 +99,16 @@ from dockyard_core.resources.v1alpha1.tool import (
     ToolSpec,
 )
 
-KINDS: tuple[type[KubeObject], ...] = (Model, ModelDeployment, Tool, ToolDeployment, App, AppVersion, Environment)
+KINDS: tuple[type[KubeObject], ...] = (
+    Model,
+    ModelDeployment,
+    Tool,
+    ToolDeployment,
+    KnowledgeBase,
+    App,
+    AppVersion,
+    Environment,
+)
 """Every kind of this API version, in the order DESIGN.md lists them."""
 
 __all__ = [
@@ -105,6 +123,8 @@ __all__ = [
     "DOCK_STATUS_ID_LABEL",
     "ENVIRONMENT_LABEL",
     "FAILED",
+    "KB_LABEL",
+    "KB_REINDEX_ANNOTATION",
     "KINDS",
     "PROGRESSING",
     "READY",
@@ -133,6 +153,11 @@ __all__ = [
     "JobAction",
     "JobStatus",
     "JobType",
+    "KnowledgeBase",
+    "KnowledgeBaseSpec",
+    "KnowledgeBaseStatus",
+    "KnowledgeBaseVersionRef",
+    "KnowledgeDocument",
     "KubeObject",
     "McpServer",
     "Model",

@@ -21,6 +21,7 @@ from dockyard_core.resources.v1alpha1.common import (
     SemVer,
     StatusBase,
 )
+from dockyard_core.resources.v1alpha1.evaluations import EvaluationSummaries, EvaluationSuite
 from dockyard_core.resources.v1alpha1.guardrails import Guardrails
 from dockyard_core.resources.v1alpha1.tool import McpTransport
 
@@ -54,6 +55,9 @@ class Agent(DockyardModel):
     none (absent or empty) gets every tool of the app's MCP servers and of its MCP Tools (as before mcpTools
     existed).
     Creating a version checks that each server lists the tool it names."""
+    knowledge_bases: Annotated[list[DnsLabel], Field(max_length=16), ListSet()] = Field(default_factory=list)
+    """Names of the knowledge bases the agent may search (each a tool search_<name> of the agent);
+    knowledgeBaseVersions pins the version of each (docs/knowledge-bases.md)."""
 
 
 class ToolVersionRef(DockyardModel):
@@ -63,6 +67,15 @@ class ToolVersionRef(DockyardModel):
     """The tool's name (Tool spec.name)."""
     version: SemVer
     """The tool version (Tool spec.version)."""
+
+
+class KnowledgeBaseVersionRef(DockyardModel):
+    """One knowledge base and the version of it the app uses: the KnowledgeBase named <name>-<version>."""
+
+    name: DnsLabel
+    """The knowledge base's name (KnowledgeBase spec.name)."""
+    version: SemVer
+    """The version (KnowledgeBase spec.version)."""
 
 
 class McpServer(DockyardModel):
@@ -91,11 +104,18 @@ class AppContent(DockyardModel):
     """The app's agents."""
     tool_versions: Annotated[list[ToolVersionRef], Field(max_length=64), ListMap("name")] = Field(default_factory=list)
     """The version of each tool the agents use (one version per tool)."""
+    knowledge_base_versions: Annotated[
+        list[KnowledgeBaseVersionRef], Field(max_length=32), ListMap("name")
+    ] = Field(default_factory=list)
+    """The version of each knowledge base the agents search (one version per knowledge base)."""
     mcp_servers: Annotated[list[McpServer], Field(max_length=32), ListMap("name")] = Field(default_factory=list)
     """MCP server configurations."""
     guardrails: Guardrails | None = None
     """Policies the runtime applies to the user's messages, the agents' answers and the tool calls
     (docs/guardrails.md). Absent: no guardrails."""
+    evaluations: EvaluationSuite | None = None
+    """The evaluation suite of the app (docs/promotion.md): cases run against an environment, whose results
+    compute the checklist's Testing items and gate deploys. Absent: no suite."""
 
 
 class AppSpec(AppContent):
@@ -112,6 +132,11 @@ def _mcp_servers_named(spec: AppVersionSpec) -> bool:
         for agent in spec.agents
         for ref in agent.mcp_tools or []
     )
+
+
+def _knowledge_bases_pinned(spec: AppVersionSpec) -> bool:
+    pinned = {k.name for k in spec.knowledge_base_versions}
+    return all(kb in pinned for agent in spec.agents for kb in agent.knowledge_bases)
 
 
 def _tools_pinned(spec: AppVersionSpec) -> bool:
@@ -134,6 +159,13 @@ class AppVersionSpec(AppContent):
             "every tool an agent uses must have a version in toolVersions",
             check=_tools_pinned,
             field_path=".toolVersions",
+        ),
+        Rule(
+            "!has(self.agents) || self.agents.all(a, !has(a.knowledgeBases) || a.knowledgeBases.all(k,"
+            " has(self.knowledgeBaseVersions) && self.knowledgeBaseVersions.exists(v, v.name == k)))",
+            "every knowledge base an agent searches must have a version in knowledgeBaseVersions",
+            check=_knowledge_bases_pinned,
+            field_path=".knowledgeBaseVersions",
         ),
         Rule(
             "!has(self.agents) || self.agents.all(a, !has(a.mcpTools) || a.mcpTools.all(m,"
@@ -197,6 +229,8 @@ class AppStatus(StatusBase):
 
     tool_tests: ToolTests = Field(default_factory=list)
     """Recorded tool test calls against the draft's deployments (the newest per environment and tool)."""
+    evaluations: EvaluationSummaries = Field(default_factory=list)
+    """Summaries of the draft's evaluation runs (the newest per environment; docs/promotion.md)."""
 
 
 class AppVersionStatus(StatusBase):
@@ -207,6 +241,9 @@ class AppVersionStatus(StatusBase):
     tool_tests: ToolTests = Field(default_factory=list)
     """Recorded tool test calls against this version's deployments (the newest per environment and tool):
     the checklist item "Tools deployed and tested" reads them."""
+    evaluations: EvaluationSummaries = Field(default_factory=list)
+    """Summaries of this version's evaluation runs (the newest per environment, shadow runs included): the
+    checklist's Testing items and the environments' promotion gates read them (docs/promotion.md)."""
 
 
 class App(Resource):
