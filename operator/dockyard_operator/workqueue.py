@@ -113,6 +113,9 @@ class WorkQueue:
         self._active = 0
         self._windows: dict[ObjectKey, float] = {}
         """Per-object batch windows asked for by the last reconcile (Outcome.batch_window)."""
+        self._reconciling: set[ObjectKey] = set()
+        self._seen_during: set[ObjectKey] = set()
+        """Objects whose watch event arrived while their reconcile ran (observe)."""
         self._since: dict[ObjectKey, tuple[float, str]] = {}
         """When each pending object was first triggered, and by what (the queue-wait and cause metrics)."""
         monitoring.register_queue(self)
@@ -132,8 +135,23 @@ class WorkQueue:
         the version the last reconcile's own write returned (that reconcile already acted on it)."""
         key = key_of(body)
         self._bodies[key] = body
+        if key in self._reconciling:
+            # the reconcile's own write may arrive before the reconcile returns what it wrote: decide then
+            self._seen_during.add(key)
+            return
         written = self._written.get(key)
         if written is not None and body["metadata"].get("resourceVersion") == version_of(written[1]):
+            return
+        self.trigger(key, "object")
+
+    def _news_since_reconcile(self, key: ObjectKey) -> None:
+        """A watch event arrived while the object's reconcile ran: news unless it is a version that
+        reconcile read or wrote."""
+        seen, written = self._bodies.get(key), self._written.get(key)
+        if seen is None:
+            return
+        version = seen["metadata"].get("resourceVersion")
+        if written is not None and (version in written[0] or version == version_of(written[1])):
             return
         self.trigger(key, "object")
 
@@ -147,6 +165,7 @@ class WorkQueue:
         self._failures.pop(key, None)
         self._windows.pop(key, None)
         self._locks.pop(key, None)
+        self._seen_during.discard(key)
         if (timer := self._timers.pop(key, None)) is not None:
             timer.cancel()
 
@@ -213,13 +232,16 @@ class WorkQueue:
                         if body is None:
                             return  # gone meanwhile
                         self._active += 1
+                        self._reconciling.add(key)
                         try:
                             outcome = await self._reconcile(body)
                         except Exception:
                             monitoring.reconciled(self.kind, "error", time.monotonic() - started)
+                            self._seen_during.discard(key)  # the retry reads the newest
                             raise
                         finally:
                             self._active -= 1
+                            self._reconciling.discard(key)
                         monitoring.reconciled(self.kind, outcome.result, time.monotonic() - started)
                 except asyncio.CancelledError:
                     raise
@@ -236,6 +258,9 @@ class WorkQueue:
                     return  # deleted while it was reconciled
                 if outcome.written is not None:
                     self._written[key] = (frozenset(outcome.passed), outcome.written)
+                if key in self._seen_during:
+                    self._seen_during.discard(key)
+                    self._news_since_reconcile(key)
                 if outcome.requeue_after is not None:
                     self._after(key, outcome.requeue_after)
                 if outcome.batch_window is None:

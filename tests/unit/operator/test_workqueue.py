@@ -281,3 +281,34 @@ def test_keys_of_a_namespace() -> None:
         await queue.close()
 
     run(scenario)
+
+
+def test_the_reconciles_own_write_arriving_before_it_returns_is_no_news() -> None:
+    """The watch may deliver the status a reconcile wrote before the reconcile has returned it: that event
+    queues no second run; a change by someone else meanwhile does."""
+
+    async def scenario() -> None:
+        queue: WorkQueue
+
+        async def reconcile(body: Body) -> Outcome:
+            seen.append(body["metadata"]["resourceVersion"])
+            version = body["metadata"]["resourceVersion"]
+            if version == "1":
+                queue.observe(obj("a", "2", phase="Ready"))  # our write's event, before we return
+                return Outcome(written=obj("a", "2", phase="Ready"), passed=("1",))
+            if version == "3":
+                queue.observe(obj("a", "4"))  # someone else's change while we run
+                queue.observe(obj("a", "5"))
+            return Outcome()
+
+        seen: list[str] = []
+        queue = WorkQueue("Thing", reconcile, batch_window=0)
+        queue.observe(obj("a", "1"))
+        await settle(queue)
+        assert seen == ["1"]
+        queue.observe(obj("a", "3"))
+        await settle(queue)
+        assert seen == ["1", "3", "5"]
+        await queue.close()
+
+    run(scenario)
