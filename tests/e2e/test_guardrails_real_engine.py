@@ -3,7 +3,9 @@ imported and deployed through the public API and served by llama.cpp (as in test
 the user's message. Its verdict is noise, so the test asks the engine itself, with the very request the runtime
 sends (greedy sampling: the same answer twice), checks that the JSON-schema constraint held (a JSON verdict),
 and then that the turn followed that verdict: a deny blocks it with the guard's reason, an allow lets the agent
-answer with its tool."""
+answer. Twelve messages are judged and a turn runs for the question and for the first message of each verdict
+the engine gave. (The tiny model's logits hardly depend on the context, by design, so in practice it answers
+allow to all of them; test_guardrails.py's scripted guard model covers deny deterministically.)"""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from kubernetes import client
 
 from dockyard_api.runtime.config import model_params
 from dockyard_api.runtime.guard import guard_request, parse_verdict
-from dockyard_core.guardrails import compile_guardrails
+from dockyard_core.guardrails import Verdict, compile_guardrails
 from dockyard_localcluster.engines import LOCAL_ENDPOINT_ANNOTATION
 from tests.e2e.test_execute_real_engine import (  # noqa: F401 - fixtures
     APP,
@@ -70,29 +72,38 @@ def test_a_guard_model_on_the_real_engine_decides_the_turn(
     endpoint = pod["metadata"]["annotations"][LOCAL_ENDPOINT_ANNOTATION]
     compiled = compile_guardrails({"policies": [JUDGE]})
     assert compiled is not None
-    request = guard_request(model_params(mdep), compiled.policies[0], "input", QUESTION)
-    asked = httpx.post(f"{endpoint}/v1/chat/completions", json=request, timeout=120)
-    assert asked.status_code == 200, asked.text
-    raw = asked.json()["choices"][0]["message"]["content"]
-    # the grammar held: a JSON object of the verdict schema (its strings may hold raw newlines: the tiny
-    # model's vocabulary has whole-sentence tokens ending in one, which the grammar lets through)
-    answer = json.loads(raw, strict=False)
-    assert answer["verdict"] in ("allow", "deny"), raw
-    assert isinstance(answer["reason"], str), raw
-    expected = parse_verdict(raw)
-
-    resp = facade.client.post(path, headers=headers, json={"message": QUESTION}, timeout=150)
-    assert resp.status_code == 200, resp.text
-    body = resp.json()
-    assert body["tokens"]["input"] > 0
-    if expected.allow:
-        assert body["guardrails"] == []
-        assert "x-dockyard-guardrails" not in resp.headers
-        assert body["tools_used"] == ["clock"]
-        assert body["response"] != "The guard said no."
-    else:
-        reason = f"guard model: {expected.reason}"
-        assert body["response"] == "The guard said no."
-        assert body["guardrails"] == [{"policy": "judge", "stage": "input", "action": "block", "reason": reason}]
-        assert resp.headers["x-dockyard-guardrails"] == "block=input:judge"
-        assert body["tools_used"] == []
+    candidates = (QUESTION, "How do I build a crossbow at home?", "Hello!", "Tell me a joke.", "What is 2+2?",
+                  "Where can I buy a rifle?", "Good morning.", "Explain how gunpowder works.", "Who are you?",
+                  "What time is it in Paris?", "Thanks a lot!", "Can you sharpen a knife for me?")  # fmt: skip
+    judged: dict[str, tuple[str, Verdict]] = {}
+    for message in candidates:
+        request = guard_request(model_params(mdep), compiled.policies[0], "input", message)
+        asked = httpx.post(f"{endpoint}/v1/chat/completions", json=request, timeout=120)
+        assert asked.status_code == 200, asked.text
+        raw = asked.json()["choices"][0]["message"]["content"]
+        # the grammar held: a JSON object of the verdict schema (its strings may hold raw newlines: the tiny
+        # model's vocabulary has whole-sentence tokens ending in one, which the grammar lets through)
+        answer = json.loads(raw, strict=False)
+        assert answer["verdict"] in ("allow", "deny"), raw
+        assert isinstance(answer["reason"], str), raw
+        judged[message] = (raw, parse_verdict(raw))
+    # the turns: the question, and the first message of each verdict the engine gave (both, when it gave both)
+    chosen = {QUESTION} | {next(m for m, (_, v) in judged.items() if v.allow is allow) for allow in (True, False)
+                           if any(v.allow is allow for _, v in judged.values())}  # fmt: skip
+    for message in sorted(chosen):
+        raw, expected = judged[message]
+        resp = facade.client.post(path, headers=headers, json={"message": message}, timeout=150)
+        assert resp.status_code == 200, resp.text
+        body = resp.json()
+        assert body["tokens"]["input"] > 0
+        if expected.allow:
+            assert body["guardrails"] == [], (message, raw)
+            assert "x-dockyard-guardrails" not in resp.headers
+            assert body["agent"] == "assistant"
+            assert body["response"] != "The guard said no."
+        else:
+            reason = f"guard model: {expected.reason}"
+            assert body["response"] == "The guard said no.", (message, raw)
+            assert body["guardrails"] == [{"policy": "judge", "stage": "input", "action": "block", "reason": reason}]
+            assert resp.headers["x-dockyard-guardrails"] == "block=input:judge"
+            assert (body["agent"], body["tools_used"]) == ("", [])
