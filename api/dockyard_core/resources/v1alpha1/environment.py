@@ -12,6 +12,7 @@ from dockyard_core.resources.base import DockyardModel, ListMap, ListSet, field_
 from dockyard_core.resources.cel import Rule, immutable
 from dockyard_core.resources.crdinfo import AGE, CrdInfo, PrinterColumn
 from dockyard_core.resources.v1alpha1.common import Description, DisplayName, ObjectName, Resource, SemVer, StatusBase
+from dockyard_core.resources.v1alpha1.evaluations import Promotion
 
 EnvironmentPhase = Literal["Pending", "Deploying", "Active", "Failed"]
 HistoryStatus = Literal["Active", "Previous"]
@@ -252,6 +253,9 @@ class EnvironmentSpec(DockyardModel):
     pii: PiiSettings | None = None
     """PII protection: personal data recognised in what users and agents write, and replaced by placeholders
     before storage, a model, a tool or the answer as chosen; absent: not configured (nothing is redacted)."""
+    promotion: Promotion | None = None
+    """What a version must pass before it is deployed here: an evaluation run at a pass rate, and an
+    environment it must have passed first (docs/promotion.md); absent: no gate."""
 
 
 class HistoryEntry(DockyardModel):
@@ -271,6 +275,9 @@ class HistoryEntry(DockyardModel):
     healthy: bool | None = None
     """Whether this deployment became healthy (the environment Active with it): true once it did; false
     when it failed, or was replaced before it did; unset while it is still being deployed."""
+    evaluation_run: Annotated[str, Field(max_length=64)] = ""
+    """The evaluation run behind this deployment: the version's newest run in this environment when it was
+    deployed (empty: none; docs/promotion.md)."""
 
 
 class EnvironmentUrls(DockyardModel):
