@@ -17,6 +17,7 @@ CORE_PLURALS = frozenset({"secrets", "configmaps", "services", "events", "pods",
 
 OTHER_GROUPS = {
     "deployments": "apps/v1",
+    "jobs": "batch/v1",
     "tokenreviews": "authentication.k8s.io/v1",
     "subjectaccessreviews": "authorization.k8s.io/v1",
     "validatingwebhookconfigurations": "admissionregistration.k8s.io/v1",

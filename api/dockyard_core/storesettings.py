@@ -40,6 +40,20 @@ class ModelStoreSettings(BaseSettings):
         default=None, description="file holding the key; unset: download-token.key beside the model store"
     )
 
+    knowledge_index: str = Field(
+        default="",
+        description="the knowledge bases' index (docs/knowledge-bases.md): sqlite:///<path> (embedded) or "
+        "postgresql://user:password@host/db; empty: sqlite:///<model store>/knowledge/index.sqlite",
+    )
+
+    def knowledge_index_url(self) -> str:
+        """The knowledge index's URL (:func:`dockyard_core.knowledge.job.open_index`)."""
+        return self.knowledge_index or f"sqlite:///{self.model_store.resolve() / 'knowledge' / 'index.sqlite'}"
+
+    def knowledge_files(self) -> Path:
+        """The directory of imported documents (``<namespace>/<fileId>`` under it): in the model store."""
+        return self.model_store / "knowledge" / "files"
+
     def s3_config(self) -> S3Config:
         return S3Config(
             endpoint=self.s3_endpoint,

@@ -119,6 +119,17 @@ class OperatorSettings(ModelStoreSettings):
         default="ghcr.io/dockyard-dev/dockyard:0.1.0",
         description="image of the storage-initializer init container (Dockyard's own image)",
     )
+    knowledge_job_store_claim: str = Field(
+        default="",
+        description="the model store's PersistentVolumeClaim, mounted into knowledge-base indexing Jobs at "
+        "model_store (the chart sets it); empty: no volume (an index and documents elsewhere)",
+    )
+    knowledge_job_service_account: str = Field(
+        default="", description="service account of indexing Jobs (may get knowledgebases and patch their status)"
+    )
+    knowledge_interval_seconds: float = Field(
+        default=15.0, gt=0, description="how often knowledge bases waiting for a run (embedding model) are looked at"
+    )
     download_token_seconds: int = Field(
         default=24 * 3600, ge=120, description="lifetime of a model download token (renewed at half of it)"
     )

@@ -14,7 +14,10 @@ from typing import Any
 from dockyard_core.knowledge.job import document_path, index_knowledge_base, kb_key, open_index
 from dockyard_core.knowledge.sqlite import SqliteIndex
 
-GUIDE = b"# Harbour guide\n\n## Fees\n\nBerthing costs 40 euros per metre and day.\n\n## Pilots\n\nA pilot boards at buoy 3.\n"
+GUIDE = (
+    b"# Harbour guide\n\n## Fees\n\nBerthing costs 40 euros per metre and day.\n\n"
+    b"## Pilots\n\nA pilot boards at buoy 3.\n"
+)
 RULES = b"Anchoring is forbidden in the channel. Speed limit inside the harbour is 5 knots.\n"
 
 

@@ -9,6 +9,8 @@ registers them all with kopf (``kopf run -m dockyard_operator.handlers``, ``pyth
 - :mod:`.environments`: Environments (events, periodic re-check, deletion; the indexes of AppVersions and
   Environments).
 - :mod:`.admission`: the admission webhooks of Tools, AppVersions and Environments.
+- :mod:`.knowledge`: KnowledgeBases (indexing runs, their Jobs, the deletion guard and the AppVersion's
+  knowledge-base check).
 - :mod:`.events`: the one place Events go through kopf.
 
 The handlers stay thin: they call the kopf-free reconciles (the ``reconcile`` package, one module per
@@ -27,9 +29,10 @@ from dockyard_operator.handlers import lifecycle
 from dockyard_operator.handlers import apps
 from dockyard_operator.handlers import environments
 from dockyard_operator.handlers import admission
+from dockyard_operator.handlers import knowledge
 
 # isort: on
 
 fastjson.install()  # kopf's watch events decoded with orjson (see fastjson.py)
 
-__all__ = ["admission", "apps", "deployments", "environments", "lifecycle", "models"]
+__all__ = ["admission", "apps", "deployments", "environments", "knowledge", "lifecycle", "models"]
