@@ -111,16 +111,22 @@ class CategoryCount(DockyardModel):
     """How the cases of one category went."""
 
     category: CaseCategory
+    """keyFlow, edgeCase or errorHandling."""
     total: Annotated[int, Field(ge=0)] = 0
+    """Cases of the category run."""
     passed: Annotated[int, Field(ge=0)] = 0
+    """Cases of the category that passed."""
 
 
 class CaseFailure(DockyardModel):
     """A case that failed, and why (the expectation it missed; never the answer's text)."""
 
     case: DnsLabel
+    """The case's name."""
     category: CaseCategory = "keyFlow"
+    """The case's category."""
     reason: Annotated[str, Field(max_length=512)] = ""
+    """Why it failed: each expectation it missed, or the turn's error."""
 
 
 class EvaluationSummary(DockyardModel):
@@ -137,14 +143,19 @@ class EvaluationSummary(DockyardModel):
     app_version: Annotated[str, Field(min_length=1, max_length=32)]
     """The version run (draft for the App's draft)."""
     finished_at: datetime
+    """When the run ended."""
     by: Annotated[str, Field(max_length=253)] = ""
+    """Who started it (the Kubernetes user)."""
     total: Annotated[int, Field(ge=0)] = 0
+    """Cases run."""
     passed: Annotated[int, Field(ge=0)] = 0
+    """Cases that passed."""
     errors: Annotated[int, Field(ge=0)] = 0
     """Cases whose turn failed with an error (counted in total, not in passed unless expected)."""
     pass_rate: Annotated[float, Field(ge=0, le=1)] = 0
     """passed / total."""
     categories: Annotated[list[CategoryCount], Field(max_length=3), ListMap("category")] = Field(default_factory=list)
+    """The counts per case category (what the Testing items read)."""
     agents_reached: Annotated[list[str], Field(max_length=64), ListSet()] = Field(default_factory=list)
     """Agents that answered a case without an error."""
     tools_reached: Annotated[list[str], Field(max_length=128), ListSet()] = Field(default_factory=list)
