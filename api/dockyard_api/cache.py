@@ -81,6 +81,10 @@ class Informer(ListWatch):
             return hit
         return await self.objects.find(namespace, name)
 
+    def snapshot(self) -> list[dict[str, Any]] | None:
+        """Every cached object (None while the cache is not synced)."""
+        return list(self._items.values()) if self.synced else None
+
     async def in_namespace(self, namespace: str) -> list[dict[str, Any]]:
         """The objects of ``namespace`` (from the API server while the cache is not synced)."""
         if self.synced:

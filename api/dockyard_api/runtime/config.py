@@ -24,6 +24,7 @@ from typing import Any
 
 from dockyard_api.cache import Informer
 from dockyard_api.runtime.agent import AgentSpec, ModelTarget
+from dockyard_api.runtime.canary import Canary, LiveEvaluation, read_canary, read_live_evaluation
 from dockyard_api.runtime.endpoints import EndpointResolver
 from dockyard_api.runtime.errors import AppNotRunnableError, ModelUnavailableError
 from dockyard_api.runtime.model import ModelClient
@@ -61,6 +62,10 @@ class EnvironmentView:
     """spec.pii compiled (None: no PII protection)."""
     pii_error: str = ""
     """Why spec.pii does not compile (the turn is refused: 503)."""
+    canary: Canary | None = None
+    """spec.canary: the version a share of new sessions starts on (docs/promotion.md)."""
+    live: LiveEvaluation | None = None
+    """spec.slo's sampling of live turns for the evaluation pass rate (None: not watched)."""
 
 
 @dataclass(frozen=True)
@@ -174,6 +179,8 @@ class AppLookup:
             rv,
             hit[2],
             hit[3],
+            read_canary(spec),
+            read_live_evaluation(spec) if "slo" in spec else None,
         )
 
     def agents(self, env: EnvironmentView, content: RunnableContent) -> tuple[AgentSpec, ...]:

@@ -28,6 +28,7 @@ from dockyard_api import metrics
 from dockyard_api.auth import EnvironmentCaller
 from dockyard_api.cache import Informer
 from dockyard_api.runtime.agent import AgentRunner, Blocked, Emit, TurnResult
+from dockyard_api.runtime.canary import Figures, live_answer
 from dockyard_api.runtime.config import AppLookup, EnvironmentView, RunnableContent, TurnWorld
 from dockyard_api.runtime.endpoints import MODEL_DEPLOYMENT_LABEL, EndpointMode, EndpointResolver
 from dockyard_api.runtime.errors import AppNotRunnableError, ModelTimeoutError
@@ -58,6 +59,7 @@ class Store(Protocol):
         version: str,
         key_id: str,
         limits: Any = None,
+        version_for: Callable[[str], str] | None = None,
     ) -> Any: ...
 
     async def finish_turn(
@@ -142,6 +144,8 @@ class AppRuntime:
         self.mcp = McpClient()
         self.runner = AgentRunner(self.models, max_steps=settings.max_steps)
         self.limits = Limits(settings.tool_timeout_seconds, settings.tool_max_bytes)
+        self.figures = Figures(None)
+        """Where finished turns are reported per version (the facade gives it the store's recorder)."""
 
     def start(self) -> None:
         for informer in self.informers.values():
@@ -172,6 +176,7 @@ class AppRuntime:
                 {"appId": app_id},
             )
         owner = caller.end_user if caller.end_user is not None else user_id
+        split = {"version_for": env.canary.chooser(env.active_version)} if env.canary is not None else {}
         try:
             turn = await store.start_turn(
                 namespace=env.namespace,
@@ -182,6 +187,7 @@ class AppRuntime:
                 version=env.active_version,
                 key_id=caller.key_id,
                 limits=env.rate_limits,  # counted in the same transaction; 429 before 404 and 409
+                **split,  # a canary: a new session's version by its id (docs/promotion.md)
             )
         except RateLimitedError as exc:
             limit = exc.details.get("limit") if isinstance(exc.details, dict) else None
@@ -230,6 +236,11 @@ class AppRuntime:
         except BaseException as exc:
             outcome = exc.code if isinstance(exc, DockyardError) else "error"
             metrics.execute_outcome(env.namespace, env.name, outcome, time.monotonic() - started)
+            self.figures.turn(
+                namespace=env.namespace, environment=env.name, version=turn.version,
+                seconds=time.monotonic() - started, tokens=(usage.tokens_in, usage.tokens_out), live=env.live,
+                outcome="cancelled" if isinstance(exc, asyncio.CancelledError) else outcome,
+            )  # fmt: skip
             metrics.tokens(env.namespace, env.name, usage.tokens_in, usage.tokens_out)
             acted = guard.interventions if guard is not None else []
             with contextlib.suppress(Exception):  # releases the session and counts the error in one transaction
@@ -239,8 +250,14 @@ class AppRuntime:
                     )
                 )
             raise
-        metrics.execute_outcome(env.namespace, env.name, "ok", time.monotonic() - started)
+        seconds = time.monotonic() - started
+        metrics.execute_outcome(env.namespace, env.name, "ok", seconds)
         metrics.tokens(env.namespace, env.name, usage.tokens_in, usage.tokens_out)
+        self.figures.turn(
+            namespace=env.namespace, environment=env.name, version=turn.version, seconds=seconds, outcome="ok",
+            tokens=(usage.tokens_in, usage.tokens_out), live=env.live, message_id=message_id,
+            answer=live_answer(result, seconds) if env.live is not None else None,
+        )  # fmt: skip
         return answer_body(result, turn.session_id, message_id, interventions)
 
     async def _guard(self, prepared: Prepared, content: RunnableContent, usage: Usage) -> TurnGuard | None:

@@ -14,6 +14,7 @@ from sqlalchemy import (
     Date,
     DateTime,
     Dialect,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -153,3 +154,36 @@ interventions = Table(
 """What guardrails and the PII protection did to turns (:class:`dockyard_core.interventions.Intervention`):
 which policy acted where and why, written with the turn it acted on. Never the text it matched.
 ``message_id`` is the stored reply's id (None for a turn that failed and stored nothing)."""
+
+turn_outcomes = Table(
+    "dockyard_turn_outcomes",
+    metadata,
+    Column("pk", RowId, primary_key=True, autoincrement=True),
+    Column("namespace", String(63), nullable=False),
+    Column("environment", String(253), nullable=False),
+    Column("version", String(32), nullable=False),
+    Column("at", UtcDateTime, nullable=False),
+    Column("seconds", Float, nullable=False),
+    Column("outcome", String(64), nullable=False),
+    Column("passed", Boolean, nullable=True),
+    Index("ix_dockyard_turn_outcomes_environment", "namespace", "environment", "at"),
+)
+"""One row per finished turn (its version, duration, ``ok`` or the error code, and for a sampled turn whether
+it passed the live evaluation): what the SLO watcher reads over its window (docs/promotion.md). Written in
+batches off the request path; rows older than a day are deleted."""
+
+usage_versions = Table(
+    "dockyard_usage_versions",
+    metadata,
+    Column("namespace", String(63), nullable=False),
+    Column("environment", String(253), nullable=False),
+    Column("version", String(32), nullable=False),
+    Column("day", Date, nullable=False),
+    Column("requests", Counter, nullable=False, default=0),
+    Column("errors", Counter, nullable=False, default=0),
+    Column("tokens_in", Counter, nullable=False, default=0),
+    Column("tokens_out", Counter, nullable=False, default=0),
+    PrimaryKeyConstraint("namespace", "environment", "version", "day", name="pk_dockyard_usage_versions"),
+)
+"""Usage per environment, app version and UTC day (the usage endpoint's ``versions``). Never deleted with the
+environment."""

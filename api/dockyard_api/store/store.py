@@ -34,7 +34,7 @@ import functools
 import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import date, datetime, timedelta
 from typing import Any
 
@@ -115,8 +115,10 @@ class ConversationStore(Database):
         version: str,
         key_id: str,
         limits: Any = None,
+        version_for: Callable[[str], str] | None = None,
     ) -> Turn:
-        """Take the session for one turn (creating it, pinned to ``version``, when new).
+        """Take the session for one turn (creating it, pinned to ``version``, when new; with ``version_for``,
+        pinned to ``version_for(session id)``: a canary's split, docs/promotion.md).
 
         With ``limits`` (Environment ``spec.rateLimits``) the request is also counted against the rate limits
         in the same transaction (:func:`~dockyard_api.store.limits.count_request`): over a limit raises
@@ -135,7 +137,8 @@ class ConversationStore(Database):
         deadline = time.monotonic() + self.busy_wait_seconds
         delay = 0.02
         while True:
-            turn = await self._try_start(namespace, environment, app, sid, user_id, version, key_id, rl, new)
+            pinned = version_for(sid) if version_for is not None else version
+            turn = await self._try_start(namespace, environment, app, sid, user_id, pinned, key_id, rl, new)
             rl, new = None, False  # counted once, whatever comes next
             if isinstance(turn, Turn):
                 return turn
