@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from dockyard_core import kubepaths, pii
+from dockyard_core import evaluations, kubepaths, pii
 from dockyard_core.resources.v1alpha1 import (
     DEPLOY_ACTION_ANNOTATION,
     DEPLOY_REQUEST_ANNOTATION,
@@ -158,6 +158,40 @@ async def environment_link_refusal(
     return Refusal(
         f"spec.appVersion: app {spec['appRef']!r} has no version {version} (create the AppVersion first)", 422
     )
+
+
+async def environment_promotion_refusal(
+    kube: KubeApi, body: Mapping[str, Any], old: Mapping[str, Any] | None
+) -> Refusal | None:
+    """An Environment with ``spec.promotion`` links a new version only when the version passed its suite
+    (:func:`dockyard_core.evaluations.gate_problem`, docs/promotion.md); a rollback (the deploy request of
+    the facade's rollback) is not gated."""
+    spec = body.get("spec") or {}
+    version, promotion = spec.get("appVersion"), spec.get("promotion")
+    if not version or not promotion or (old is not None and (old.get("spec") or {}).get("appVersion") == version):
+        return None
+    request = str((body["metadata"].get("annotations") or {}).get(DEPLOY_REQUEST_ANNOTATION) or "")
+    old_request = (((old or {}).get("metadata") or {}).get("annotations") or {}).get(DEPLOY_REQUEST_ANNOTATION)
+    if request.startswith("Rollback ") and request != old_request:
+        return None
+    namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+    found = await kube.get("appversions", namespace, f"{spec['appRef']}-{version}")
+    summaries = ((found or {}).get("status") or {}).get("evaluations") or []
+    before: tuple[str, list[dict[str, Any]]] | None = None
+    if promotion.get("after"):
+        after = str(promotion["after"])
+        for env in await kube.list_objects("environments", namespace):
+            env_spec = env.get("spec") or {}
+            if env_spec.get("appRef") == spec.get("appRef") and after in (
+                env["metadata"]["name"],
+                env_spec.get("displayName"),
+            ):
+                before = (env["metadata"]["name"], list((env.get("status") or {}).get("history") or []))
+                break
+    problem = evaluations.gate_problem(
+        promotion=promotion, environment=name, version=str(version), summaries=summaries, before=before
+    )
+    return Refusal(problem, 422) if problem else None
 
 
 def environment_pii_refusal(body: Mapping[str, Any]) -> Refusal | None:

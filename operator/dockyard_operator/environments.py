@@ -23,6 +23,7 @@ from dockyard_core.resources.v1alpha1 import (
 from dockyard_core.resources.v1alpha1.tool import tool_deployment_name
 from dockyard_core.tooltests import untested, wanted
 from dockyard_operator import safeguards
+from dockyard_operator.evaluation_items import evaluation_items
 from dockyard_operator.safeguards import names as _names
 
 DRAFT = "draft"
@@ -37,12 +38,18 @@ def desired_version(spec: Mapping[str, Any]) -> str:
 
 
 def next_history(
-    history: list[HistoryEntry], version: str, deployed_at: datetime, deployed_by: str, action: str = "Deploy"
+    history: list[HistoryEntry],
+    version: str,
+    deployed_at: datetime,
+    deployed_by: str,
+    action: str = "Deploy",
+    evaluation_run: str = "",
 ) -> list[HistoryEntry]:
     """The history after the deployment (version, deployed_at): unchanged when it is already the
     Active entry (level-based: re-running never adds a second entry), else a new Active entry on top
     and every earlier one Previous; an earlier entry that never became healthy is recorded as not
-    healthy (it was replaced first). At most HISTORY_LIMIT entries are kept (the oldest go)."""
+    healthy (it was replaced first). At most HISTORY_LIMIT entries are kept (the oldest go). ``evaluation_run``:
+    the version's newest evaluation run in the environment when it was deployed (docs/promotion.md)."""
     if history and history[0].version == version and history[0].deployed_at == deployed_at:
         return history
     if action not in ("Deploy", "Redeploy", "Rollback"):
@@ -54,6 +61,7 @@ def next_history(
             "deployedBy": deployed_by,
             "status": "Active",
             "action": action,
+            "evaluationRun": evaluation_run[:64],
         }
     )
     earlier = [
@@ -163,6 +171,7 @@ def checklist(
     rate_limits: Mapping[str, Any] | None = None,
     tested: ToolTesting | None = None,
     pii: Mapping[str, Any] | None = None,
+    evaluations: Sequence[Mapping[str, Any]] = (),
 ) -> list[ChecklistItem]:
     """The pre-production checklist (docs/apps-environments.md, "Pre-production checklist"): computed where
     the cluster tells, Manual where it cannot.
@@ -171,6 +180,8 @@ def checklist(
     ``rate_limits``: the Environment's ``spec.rateLimits``.
     ``tested``: the recorded tool test calls of the version and this environment's deployments of its tools.
     ``pii``: the Environment's ``spec.pii`` (None: PII protection not configured).
+    ``evaluations``: the version's ``status.evaluations`` (the Testing items and "Agents tested" read the
+    newest run in this environment: :mod:`dockyard_operator.evaluation_items`).
     """
     content = content or {}
     servers = content.get("mcpServers") or []
@@ -183,7 +194,10 @@ def checklist(
             )
         )
 
-    add("Configuration", "Agents tested", "Manual", MANUAL["Agents tested"])
+    evaluated = evaluation_items(
+        content, evaluations, tested.environment if tested else "", tested.version if tested else DRAFT
+    )
+    add("Configuration", "Agents tested", *evaluated["Agents tested"])
     add("Configuration", "Tools deployed and tested", *_tools_item(content, tool_jobs, version_found, tested))
     add(
         "Configuration",
@@ -194,7 +208,7 @@ def checklist(
     add("Configuration", "Guardrails enabled", *safeguards.guardrails_item(content, version_found))
     add("Configuration", "PII protection configured", *safeguards.pii_item(pii))
     for item in ("Diagnostics pass", "Key flows tested", "Edge cases tested", "Error handling tested"):
-        add("Testing", item, "Manual", MANUAL[item])
+        add("Testing", item, *evaluated[item])
     add(
         "Security",
         "API keys generated",
@@ -226,18 +240,8 @@ def checklist(
 
 _BY_HAND = "; until then check by hand"
 MANUAL: dict[str, str] = {
-    "Agents tested": "not computed yet: a passing evaluation run of each agent on this version would compute it"
-    + _BY_HAND,
     "Knowledge bases connected and indexed": "not computed yet: Dockyard manages no knowledge bases yet; the "
     "index state of each one the agents search would compute it" + _BY_HAND,
-    "Diagnostics pass": "not computed yet: a diagnostics run of this environment (its models, tools and MCP "
-    "servers answering) recorded on it would compute it" + _BY_HAND,
-    "Key flows tested": "not computed yet: evaluation runs of the key conversations on this version, recorded "
-    "with their results, would compute it" + _BY_HAND,
-    "Edge cases tested": "not computed yet: evaluation runs of edge-case conversations on this version, recorded "
-    "with their results, would compute it" + _BY_HAND,
-    "Error handling tested": "not computed yet: evaluation runs with failing models and tools on this version, "
-    "recorded with their results, would compute it" + _BY_HAND,
     "Analytics": "not computed yet: usage is recorded (GET .../usage, the console's Usage tab); seeing it "
     "flow for this version (turns and tokens since it went live) would compute it" + _BY_HAND,
     "Alerts": "not computed yet: alert rules on this environment's errors and latency, with a receiver, "

@@ -13,6 +13,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from dockyard_core import evaluations
 from dockyard_core.guardrails import compile_problems
 from dockyard_core.mcp import McpServerRef
 from dockyard_core.modelrefs import resolve_model
@@ -182,6 +183,7 @@ def version_problems(
             add(field, text)
     problems += _named_mcp_tool_problems(spec, tools, targets, answers)
     problems += guardrail_problems(spec.get("guardrails"), models)
+    problems += [Problem(p.field, p.message) for p in evaluations.compile_problems(spec.get("evaluations"), models)]
     return problems
 
 

@@ -540,7 +540,7 @@ def test_checklist_reports_what_the_cluster_knows_and_marks_the_rest_manual(
     assert {c["category"] for c in checklist} == {"Configuration", "Testing", "Security", "Monitoring"}
     states = {c["item"]: c["state"] for c in checklist}
     assert states["API keys generated"] == "NotDone"
-    assert states["Diagnostics pass"] == "Manual"
+    assert states["Diagnostics pass"] == "NotDone"  # no evaluation suite (docs/promotion.md)
     assert states["Alerts"] == "Manual"
     assert states["Tools deployed and tested"] == "Done"  # the draft uses no tools
     tool(api, namespace, "search", "1.0.0")

@@ -56,6 +56,7 @@ async def validate_appversion(body: kopf.Body, memo: Any, userinfo: kopf.UserInf
 async def validate_environment(body: kopf.Body, memo: Any, userinfo: kopf.UserInfo, **kw: Any) -> None:
     _refuse(admission.environment_pii_refusal(body))
     _refuse(await admission.environment_link_refusal(_kube(memo), body, kw.get("old")))
+    _refuse(await admission.environment_promotion_refusal(_kube(memo), body, kw.get("old")))
     _refuse(await admission.environment_oidc_secret_refusal(_kube(memo), body, kw.get("old"), userinfo))
 
 

@@ -37,6 +37,7 @@ from dockyard_core.resources.v1alpha1 import (
 from dockyard_operator import environment_health as health
 from dockyard_operator import environments as envs
 from dockyard_operator.context import Context
+from dockyard_operator.evaluation_items import evaluation_run_at
 from dockyard_operator.kube import Conflict, KubeApi
 from dockyard_operator.workqueue import Event, Outcome
 
@@ -95,13 +96,17 @@ def environments_tested(
 ) -> list[dict[str, Any]]:
     """The environments to reconcile after a watch event of App or AppVersion ``holder``: those of its app
     (its checklist item "Tools deployed and tested" reads them), when its recorded tool test calls
-    (status.toolTests) changed since last seen; none otherwise."""
+    (status.toolTests) or evaluation runs (status.evaluations: the Testing items) changed since last seen;
+    none otherwise."""
     state = ctx.state(EnvironmentState)
     meta = holder["metadata"]
     if deleted:
         state.tool_tests.pop(meta["uid"], None)
         return []
-    seen = json.dumps((holder.get("status") or {}).get("toolTests") or [], sort_keys=True)
+    status = holder.get("status") or {}
+    seen = json.dumps(status.get("toolTests") or [], sort_keys=True)
+    if status.get("evaluations"):
+        seen += json.dumps(status["evaluations"], sort_keys=True)
     if state.tool_tests.get(meta["uid"], "[]") == seen:
         state.tool_tests[meta["uid"]] = seen
         return []
@@ -167,7 +172,8 @@ async def reconcile_environment(
         action = notes.get(DEPLOY_ACTION_ANNOTATION) or "Deploy"
         new_history = history
         if content is not None and deployed_at is not None:
-            new_history = envs.next_history(history, version, deployed_at, deployed_by, action)
+            run = evaluation_run_at(((holder or {}).get("status") or {}).get("evaluations") or [], name)
+            new_history = envs.next_history(history, version, deployed_at, deployed_by, action, run)
 
         tool_jobs: dict[str, str | None] = {}
         revisions: dict[str, str] = {}
@@ -197,6 +203,7 @@ async def reconcile_environment(
             version_found=content is not None,
             rate_limits=spec.get("rateLimits"),
             pii=spec.get("pii"),
+            evaluations=((holder or {}).get("status") or {}).get("evaluations") or [],
             tested=envs.ToolTesting(
                 name, version, ((holder or {}).get("status") or {}).get("toolTests") or [], revisions
             ),
