@@ -108,6 +108,9 @@ class Prepared:
     env: EnvironmentView
     turn: Any
     message: str
+    evaluation: bool = False
+    """A case of an evaluation run (docs/promotion.md): no traffic, so neither the metrics nor the per-version
+    figures count it."""
 
 
 def answer_body(
@@ -202,6 +205,8 @@ class AppRuntime:
         nothing of the turn, counts an error and is raised (a :class:`DockyardError` for every expected one)."""
         usage = Usage()
         env, turn = prepared.env, prepared.turn
+        count: Any = _UNCOUNTED if prepared.evaluation else metrics  # an evaluation run's turn is no traffic
+        figures: Any = _UNCOUNTED if prepared.evaluation else self.figures
         started = time.monotonic()
         guard: TurnGuard | None = None
         try:
@@ -235,13 +240,13 @@ class AppRuntime:
             )
         except BaseException as exc:
             outcome = exc.code if isinstance(exc, DockyardError) else "error"
-            metrics.execute_outcome(env.namespace, env.name, outcome, time.monotonic() - started)
-            self.figures.turn(
+            count.execute_outcome(env.namespace, env.name, outcome, time.monotonic() - started)
+            figures.turn(
                 namespace=env.namespace, environment=env.name, version=turn.version,
                 seconds=time.monotonic() - started, tokens=(usage.tokens_in, usage.tokens_out), live=env.live,
                 outcome="cancelled" if isinstance(exc, asyncio.CancelledError) else outcome,
             )  # fmt: skip
-            metrics.tokens(env.namespace, env.name, usage.tokens_in, usage.tokens_out)
+            count.tokens(env.namespace, env.name, usage.tokens_in, usage.tokens_out)
             acted = guard.interventions if guard is not None else []
             with contextlib.suppress(Exception):  # releases the session and counts the error in one transaction
                 await asyncio.shield(
@@ -251,9 +256,9 @@ class AppRuntime:
                 )
             raise
         seconds = time.monotonic() - started
-        metrics.execute_outcome(env.namespace, env.name, "ok", seconds)
-        metrics.tokens(env.namespace, env.name, usage.tokens_in, usage.tokens_out)
-        self.figures.turn(
+        count.execute_outcome(env.namespace, env.name, "ok", seconds)
+        count.tokens(env.namespace, env.name, usage.tokens_in, usage.tokens_out)
+        figures.turn(
             namespace=env.namespace, environment=env.name, version=turn.version, seconds=seconds, outcome="ok",
             tokens=(usage.tokens_in, usage.tokens_out), live=env.live, message_id=message_id,
             answer=live_answer(result, seconds) if env.live is not None else None,
@@ -359,6 +364,19 @@ class AppRuntime:
 
 def _error_event(code: str, message: str, details: Any, status: int) -> dict[str, Any]:
     return {"error": {"code": code, "message": message, "details": details}, "status": status}
+
+
+class _Uncounted:
+    """What an evaluation run's turn reports to instead of the metrics and the per-version figures."""
+
+    def execute_outcome(self, *_: Any) -> None: ...
+
+    def tokens(self, *_: Any) -> None: ...
+
+    def turn(self, **_: Any) -> None: ...
+
+
+_UNCOUNTED = _Uncounted()
 
 
 def _why(exc: BaseException) -> str:
