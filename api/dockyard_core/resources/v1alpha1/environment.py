@@ -11,12 +11,20 @@ from dockyard_core import pii
 from dockyard_core.resources.base import DockyardModel, ListMap, ListSet, field_rules
 from dockyard_core.resources.cel import Rule, immutable
 from dockyard_core.resources.crdinfo import AGE, CrdInfo, PrinterColumn
+from dockyard_core.resources.v1alpha1.canary import (
+    CanaryOutcome,
+    CanarySpec,
+    CanaryStatus,
+    SloFigures,
+    SloSpec,
+    SloStatus,
+)
 from dockyard_core.resources.v1alpha1.common import Description, DisplayName, ObjectName, Resource, SemVer, StatusBase
 from dockyard_core.resources.v1alpha1.evaluations import Promotion
 
 EnvironmentPhase = Literal["Pending", "Deploying", "Active", "Failed"]
-HistoryStatus = Literal["Active", "Previous"]
-HistoryAction = Literal["Deploy", "Redeploy", "Rollback"]
+HistoryStatus = Literal["Active", "Previous", "Canary"]
+HistoryAction = Literal["Deploy", "Redeploy", "Rollback", "Promote", "AutoRollback", "Canary"]
 ChecklistCategory = Literal["Configuration", "Testing", "Security", "Monitoring"]
 ChecklistState = Literal["Done", "NotDone", "Manual"]
 
@@ -256,6 +264,12 @@ class EnvironmentSpec(DockyardModel):
     promotion: Promotion | None = None
     """What a version must pass before it is deployed here: an evaluation run at a pass rate, and an
     environment it must have passed first (docs/promotion.md); absent: no gate."""
+    canary: CanarySpec | None = None
+    """A canary: the share of new sessions that start on another version (each session keeps the version it
+    started on); absent: every new session starts on appVersion (docs/promotion.md)."""
+    slo: SloSpec | None = None
+    """Service levels watched during a canary and after a deploy; a breach moves new sessions back to the
+    previous working version on its own; absent: nothing watched."""
 
 
 class HistoryEntry(DockyardModel):
@@ -268,16 +282,26 @@ class HistoryEntry(DockyardModel):
     deployed_by: Annotated[str, Field(max_length=253)] = ""
     """Who deployed it (from the dockyard.dev/deployed-by annotation)."""
     status: HistoryStatus
-    """Active for the version deployed now, Previous for earlier ones."""
+    """Active for the version deployed now, Previous for earlier ones, Canary for the canary running now."""
     action: HistoryAction = "Deploy"
-    """What was asked: Deploy (another version linked), Redeploy (the Active version deployed again) or
-    Rollback (a previous working version chosen from the history)."""
+    """What was asked: Deploy (another version linked), Redeploy (the Active version deployed again),
+    Rollback (a previous working version chosen from the history), Promote (a canary's version made the
+    active one), AutoRollback (the SLO watcher went back to the previous working version) or Canary (a
+    canary started, or its weight changed)."""
     healthy: bool | None = None
     """Whether this deployment became healthy (the environment Active with it): true once it did; false
     when it failed, or was replaced before it did; unset while it is still being deployed."""
     evaluation_run: Annotated[str, Field(max_length=64)] = ""
     """The evaluation run behind this deployment: the version's newest run in this environment when it was
     deployed (empty: none; docs/promotion.md)."""
+    weight: Annotated[int, Field(ge=0, le=100)] | None = None
+    """A Canary entry's percent of new sessions."""
+    outcome: CanaryOutcome | None = None
+    """How a Canary entry ended: Promoted, Aborted, RolledBack (an SLO breach) or Reweighted (a new weight)."""
+    reason: Annotated[str, Field(max_length=1024)] = ""
+    """Why an automatic rollback happened: the breached SLO and its figures."""
+    figures: SloFigures | None = None
+    """The figures behind an automatic rollback."""
 
 
 class EnvironmentUrls(DockyardModel):
@@ -356,6 +380,10 @@ class EnvironmentStatus(StatusBase):
     """The pre-production checklist, recomputed on every reconcile."""
     usage: UsageSummary | None = None
     """Usage of the deployed app today and over 30 days (written by the facade)."""
+    canary: CanaryStatus | None = None
+    """The running canary, or how the last one ended (docs/promotion.md)."""
+    slo: SloStatus | None = None
+    """What the SLO watcher last measured per version (written by the facade)."""
 
 
 class Environment(Resource):
@@ -369,6 +397,9 @@ class Environment(Resource):
             PrinterColumn("Version", ".spec.appVersion", description="The linked app version"),
             PrinterColumn("Active", ".status.activeVersion", description="The version serving now"),
             PrinterColumn("Status", ".status.phase", description="Pending, Deploying, Active or Failed"),
+            PrinterColumn(
+                "Canary", ".status.canary.summary", description="The canary: version and weight, or how it ended"
+            ),
             PrinterColumn("URL", ".status.urls.webClientUrl", priority=1, description="Web client URL"),
             AGE,
         ),
