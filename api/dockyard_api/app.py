@@ -32,6 +32,7 @@ from dockyard_api.public.downloads import router as downloads
 from dockyard_api.public.imports import router as import_sessions
 from dockyard_api.public.imports.service import ImportService
 from dockyard_api.runtime import router as execute
+from dockyard_api.runtime import tracing
 from dockyard_api.runtime.service import AppRuntime, RuntimeSettings
 from dockyard_api.settings import ApiSettings
 from dockyard_api.store import ConversationStore, default_url
@@ -129,13 +130,16 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
                 with contextlib.suppress(asyncio.CancelledError):
                     await sweeper
             await kube.aclose()
+            tracing.stop()  # sends what is queued (at most 5 s)
 
+    provider = tracing.start()  # the OTEL_* variables turn traces on (docs/observability.md, "Traces")
     app = FastAPI(
         title="Dockyard",
         version=__version__,
         description="Moves AI applications and the models they use from development to live environments "
         "on Kubernetes. Public API: chunked model import, model and tool deployment, dock status.",
         lifespan=lifespan,
+        telemetry=tracing.fastapi_telemetry(provider),  # its HTTP server spans when on; none at all when off
     )
     install_error_handlers(app)
     app.add_middleware(RequestMiddleware)  # request id (header, logs, annotations) and request metrics

@@ -10,8 +10,11 @@ import re
 import uuid
 from contextvars import ContextVar
 
+from opentelemetry import propagate, trace
+
 REQUEST_ID_HEADER = "X-Request-Id"
 REQUEST_ID_ANNOTATION = "dockyard.dev/request-id"
+TRACEPARENT_ANNOTATION = "dockyard.dev/traceparent"
 _SANE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 current: ContextVar[str | None] = ContextVar("dockyard_request_id", default=None)
@@ -25,6 +28,14 @@ def new_id(offered: str | None = None) -> str:
 
 
 def as_annotation() -> dict[str, str]:
-    """``{dockyard.dev/request-id: <id>}`` inside a request, else ``{}``."""
+    """``{dockyard.dev/request-id: <id>}`` inside a request, else ``{}``; with the W3C traceparent of the
+    request's span (``dockyard.dev/traceparent``) when it is traced, which the operator's spans link to."""
     rid = current.get()
-    return {REQUEST_ID_ANNOTATION: rid} if rid else {}
+    out = {REQUEST_ID_ANNOTATION: rid} if rid else {}
+    span = trace.get_current_span()
+    if span.is_recording():
+        carrier: dict[str, str] = {}
+        propagate.inject(carrier)
+        if carrier.get("traceparent"):
+            out[TRACEPARENT_ANNOTATION] = carrier["traceparent"]
+    return out

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from dockyard_api.runtime import tracing
 from dockyard_api.runtime.errors import ModelBadResponseError
 from dockyard_api.runtime.model import Completion, ModelClient, OnDelta, ToolCall, Usage
 from dockyard_api.runtime.tools import Toolbox, ToolResult
@@ -116,7 +117,8 @@ class AgentRunner:
         await emit("agent", {"agent": agent.name})
         used: list[str] = []
         try:
-            result = await self._loop(agent, world, history, message, emit, stream, usage, guard, used)
+            with tracing.agent(agent.name, agent.model, None):
+                result = await self._loop(agent, world, history, message, emit, stream, usage, guard, used)
         except Blocked as blocked:
             result = TurnResult(blocked.message, agent.name, used, blocked=True)
         result.usage = usage
@@ -191,29 +193,30 @@ class AgentRunner:
 
         completion: Completion | None = None
         for step in range(self.max_steps):
-            last = step == self.max_steps - 1
-            body: dict[str, Any] = {**target.params, "messages": messages}
-            if toolbox.functions and not last:
-                body["tools"] = toolbox.openai()
-                body["tool_choice"] = "auto"
-            completion = await self.models.complete(target.base_url, body, what=target.what, on_delta=on_delta)
-            usage.add(completion)
-            if not completion.tool_calls or last:
-                break
-            # llama.cpp's server refuses an assistant tool-call message whose content is null: send "".
-            messages.append(
-                {
-                    "role": "assistant",
-                    "content": completion.content or "",
-                    "tool_calls": [
-                        {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-                        for c in completion.tool_calls
-                    ],
-                }
-            )
-            for call in completion.tool_calls:
-                result = await self._call(call, toolbox, emit, used, guard)
-                messages.append({"role": "tool", "tool_call_id": call.id, "content": result.content})
+            with tracing.step(step + 1):
+                last = step == self.max_steps - 1
+                body: dict[str, Any] = {**target.params, "messages": messages}
+                if toolbox.functions and not last:
+                    body["tools"] = toolbox.openai()
+                    body["tool_choice"] = "auto"
+                completion = await self.models.complete(target.base_url, body, what=target.what, on_delta=on_delta)
+                usage.add(completion)
+                if not completion.tool_calls or last:
+                    break
+                # llama.cpp's server refuses an assistant tool-call message whose content is null: send "".
+                messages.append(
+                    {
+                        "role": "assistant",
+                        "content": completion.content or "",
+                        "tool_calls": [
+                            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                            for c in completion.tool_calls
+                        ],
+                    }
+                )
+                for call in completion.tool_calls:
+                    result = await self._call(call, toolbox, emit, used, guard)
+                    messages.append({"role": "tool", "tool_call_id": call.id, "content": result.content})
         assert completion is not None
         if completion.tool_calls and not completion.content:
             raise ModelBadResponseError(
@@ -246,7 +249,9 @@ class AgentRunner:
         else:
             if call.name not in used:
                 used.append(call.name)
-            result = await function.call(arguments)
+            with tracing.tool(call.name, call.id) as span:
+                result = await function.call(arguments)
+                tracing.tool_done(span, result.ok)
             if guard is not None:  # what the model reads of the tool's answer
                 result = ToolResult(result.ok, await guard.tool_result(call.name, result.content))
         await emit("tool_result", {"id": call.id, "name": call.name, "ok": result.ok, "content": result.content})

@@ -17,7 +17,9 @@ from typing import Any
 import aiohttp
 import orjson
 
+from dockyard_api.runtime import tracing
 from dockyard_api.runtime.errors import ModelBadResponseError, ModelUnavailableError
+from dockyard_core.errors import DockyardError
 
 MAX_ANSWER_BYTES = 8 * 1024 * 1024
 """A chat completion larger than this is not one (a runaway or hostile endpoint)."""
@@ -102,7 +104,22 @@ class ModelClient:
         self, base_url: str, body: dict[str, Any], *, what: str, on_delta: OnDelta | None = None
     ) -> Completion:
         """One chat completion at ``base_url`` (``what`` names the endpoint in errors). With ``on_delta`` the
-        completion is streamed and each piece of text is handed to it as it comes."""
+        completion is streamed and each piece of text is handed to it as it comes. Traced as a ``chat`` span
+        (:mod:`~dockyard_api.runtime.tracing`) when tracing is on."""
+        with tracing.chat(base_url, body) as span:
+            try:
+                completion = await self._complete(base_url, body, what=what, on_delta=on_delta)
+            except DockyardError as exc:
+                tracing.failed(span, exc.code)
+                raise
+            if span is not None:
+                calls = [c.name for c in completion.tool_calls]
+                tracing.chat_done(span, completion.tokens_in, completion.tokens_out, completion.finish_reason, calls)
+            return completion
+
+    async def _complete(
+        self, base_url: str, body: dict[str, Any], *, what: str, on_delta: OnDelta | None
+    ) -> Completion:
         if on_delta is None:
             return await self._once(base_url, body, what=what, on_delta=None)
         if not (body.get("tools") and base_url in self._no_tool_streaming):
@@ -133,10 +150,10 @@ class ModelClient:
         if on_delta is not None:
             payload["stream"] = True
             payload["stream_options"] = {"include_usage": True}
+        headers = {"Content-Type": "application/json"}
+        tracing.inject(headers)  # the engine's own spans (vLLM) join the turn's trace
         try:
-            async with self.http().post(
-                url, data=orjson.dumps(payload), headers={"Content-Type": "application/json"}
-            ) as response:
+            async with self.http().post(url, data=orjson.dumps(payload), headers=headers) as response:
                 if response.status >= 300:
                     text = (await response.content.read(4096)).decode("utf-8", "replace")
                     raise ModelBadResponseError(

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 from dockyard_api import metrics
 from dockyard_api.auth import EnvironmentCaller
 from dockyard_api.cache import Informer
+from dockyard_api.runtime import tracing
 from dockyard_api.runtime.agent import AgentRunner, Blocked, Emit, TurnResult
 from dockyard_api.runtime.canary import Figures, live_answer
 from dockyard_api.runtime.config import AppLookup, EnvironmentView, RunnableContent, TurnWorld
@@ -209,6 +210,7 @@ class AppRuntime:
         figures: Any = _UNCOUNTED if prepared.evaluation else self.figures
         started = time.monotonic()
         guard: TurnGuard | None = None
+        traced = tracing.turn(env, turn.version, turn.session_id)  # None when tracing is off
         try:
             content = await self.lookup.content(env.namespace, env.app, turn.version)
             guard = await self._guard(prepared, content, usage)
@@ -240,6 +242,7 @@ class AppRuntime:
             )
         except BaseException as exc:
             outcome = exc.code if isinstance(exc, DockyardError) else "error"
+            tracing.turn_failed(traced, outcome)
             count.execute_outcome(env.namespace, env.name, outcome, time.monotonic() - started)
             figures.turn(
                 namespace=env.namespace, environment=env.name, version=turn.version,
@@ -263,7 +266,11 @@ class AppRuntime:
             tokens=(usage.tokens_in, usage.tokens_out), live=env.live, message_id=message_id,
             answer=live_answer(result, seconds) if env.live is not None else None,
         )  # fmt: skip
-        return answer_body(result, turn.session_id, message_id, interventions)
+        body = answer_body(result, turn.session_id, message_id, interventions)
+        if traced is not None:  # its attributes; the text only redacted by the environment's PII settings
+            pii, key = (guard.pii, guard.key) if guard is not None else (None, b"")
+            tracing.turn_done(traced, body, pii, key, prepared.message, result.response)
+        return body
 
     async def _guard(self, prepared: Prepared, content: RunnableContent, usage: Usage) -> TurnGuard | None:
         """The turn's guard: None when the version has no guardrails and the environment no PII settings."""

@@ -31,6 +31,7 @@ from mcp import ClientSession
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
+from dockyard_api.runtime import tracing
 from dockyard_core.mcp import McpServerRef
 
 log = logging.getLogger(__name__)
@@ -118,20 +119,11 @@ def http_function(
     async def call(arguments: dict[str, Any]) -> ToolResult:
         if not url:
             return ToolResult(False, f"tool {name} is not deployed in this environment (no endpoint)")
+        headers = {"Content-Type": "application/json"}
         try:
             async with asyncio.timeout(limits.timeout_seconds):
-                async with http.post(
-                    url, data=orjson.dumps(arguments), headers={"Content-Type": "application/json"}
-                ) as response:
-                    raw = await response.content.read(limits.max_bytes + 1)
-                    more = b""
-                    while raw and len(raw) + len(more) <= limits.max_bytes:
-                        piece = await response.content.read(limits.max_bytes + 1 - len(raw) - len(more))
-                        if not piece:
-                            break
-                        more += piece
-                    raw += more
-                    status = response.status
+                with tracing.tool_request("http", name, url, headers):  # traceparent: the tool joins the trace
+                    raw, status = await _post(http, url, arguments, headers, limits.max_bytes)
         except TimeoutError:
             return ToolResult(False, f"tool {name} did not answer within {limits.timeout_seconds:g}s")
         except aiohttp.ClientError as exc:
@@ -142,6 +134,23 @@ def http_function(
         return ToolResult(True, text)
 
     return Function(name, description or f"the {name} tool", object_schema(parameters), call)
+
+
+async def _post(
+    http: aiohttp.ClientSession, url: str, arguments: dict[str, Any], headers: dict[str, str], max_bytes: int
+) -> tuple[bytes, int]:
+    """POST the arguments as JSON: the answer's first ``max_bytes`` + 1 bytes and its status."""
+    async with http.post(url, data=orjson.dumps(arguments), headers=headers) as response:
+        raw = await response.content.read(max_bytes + 1)
+        more = b""
+        while raw and len(raw) + len(more) <= max_bytes:
+            piece = await response.content.read(max_bytes + 1 - len(raw) - len(more))
+            if not piece:
+                break
+            more += piece
+        raw += more
+        status = response.status
+        return raw, status
 
 
 # --- MCP tools -------------------------------------------------------------------------------------
@@ -161,8 +170,8 @@ class McpClient:
         self.list_ttl_seconds = list_ttl_seconds
         self._listings: dict[McpServerRef, tuple[float, list[McpTool]]] = {}
 
-    def _connect(self, server: McpServerRef, timeout: float) -> Any:
-        headers = dict(server.headers)
+    def _connect(self, server: McpServerRef, timeout: float, extra: dict[str, str] | None = None) -> Any:
+        headers = {**dict(server.headers), **(extra or {})}
         if server.transport == "sse":
             return sse_client(server.url, headers=headers, timeout=timeout, sse_read_timeout=timeout)
         client = httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(timeout))
@@ -191,10 +200,14 @@ class McpClient:
         return tools
 
     async def call_tool(self, server: McpServerRef, tool: str, arguments: dict[str, Any], limits: Limits) -> ToolResult:
+        headers: dict[str, str] = {}
         try:
-            with anyio.fail_after(limits.timeout_seconds):
+            with (
+                anyio.fail_after(limits.timeout_seconds),
+                tracing.tool_request("mcp", tool, server.url, headers),  # traceparent: the server joins the trace
+            ):
                 async with (
-                    self._connect(server, limits.timeout_seconds) as streams,
+                    self._connect(server, limits.timeout_seconds, headers) as streams,
                     ClientSession(
                         streams[0], streams[1], read_timeout_seconds=timedelta(seconds=limits.timeout_seconds)
                     ) as session,

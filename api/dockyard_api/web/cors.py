@@ -72,7 +72,7 @@ class CorsMiddleware:
                 [
                     *cors,
                     (b"access-control-allow-methods", b"GET, POST, OPTIONS"),
-                    (b"access-control-allow-headers", b"Authorization, Content-Type, Accept"),
+                    (b"access-control-allow-headers", b"Authorization, Content-Type, Accept, traceparent, tracestate"),
                     (b"access-control-max-age", b"600"),
                 ],
             )

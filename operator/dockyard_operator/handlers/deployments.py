@@ -20,6 +20,7 @@ import kopf
 from dockyard_core.devices import GPU_RESOURCE, INSTANCE_TYPE_LABEL
 from dockyard_core.resources import GROUP
 from dockyard_core.resources.v1alpha1 import VERSION
+from dockyard_operator import tracing
 from dockyard_operator.context import Context, Views, snapshot
 from dockyard_operator.handlers.events import post_event, post_events
 from dockyard_operator.kube import Conflict, Gone
@@ -68,14 +69,21 @@ async def reconcile_queued(ctx: Context, reconcile: Any, body: Body) -> Outcome:
     assert ctx.workloads is not None
     if not ctx.workloads.synced:  # after a start: not before the workloads' first list is in
         await ctx.workloads.wait_synced()
-    try:
-        outcome: Outcome = await reconcile(ctx, body, ctx.views)
-        post_events(body, outcome.events)
-    except Conflict:  # the object changed meanwhile: its watch event brings the new version, and a reconcile
-        return Outcome(result="conflict")
-    except Gone:  # deleted meanwhile (or its namespace): its DELETED event forgets it
-        return Outcome(result="gone")
-    return outcome
+    with tracing.object_span(f"reconcile {body.get('kind')}", body) as span:
+        try:
+            outcome: Outcome = await reconcile(ctx, body, ctx.views)
+            post_events(body, outcome.events)
+        except Conflict:  # the object changed meanwhile: its watch event brings the new version, and a reconcile
+            tracing.result(span, "conflict")
+            return Outcome(result="conflict")
+        except Gone:  # deleted meanwhile (or its namespace): its DELETED event forgets it
+            tracing.result(span, "gone")
+            return Outcome(result="gone")
+        except Exception:
+            tracing.result(span, "error")
+            raise
+        tracing.result(span, outcome.result)
+        return outcome
 
 
 def _watch(memo: kopf.Memo, queue: WorkQueue, event: kopf.RawEvent, body: kopf.Body, kw: dict[str, Any]) -> None:

@@ -29,7 +29,7 @@ from dockyard_core.import_status import IMPORT_SESSION_LABEL
 from dockyard_core.modelstore import SESSION_ID_RE, ModelStore
 from dockyard_core.resources.v1alpha1 import DOCK_STATUS_ID_LABEL, DockJob, ModelStorage
 from dockyard_core.s3store import S3ModelStore
-from dockyard_operator import monitoring
+from dockyard_operator import monitoring, tracing
 from dockyard_operator.importing.results import Imported, ImportFailed, Limits
 from dockyard_operator.importing.run import import_into, staging_dirs
 from dockyard_operator.kube import Conflict, KubeApi
@@ -92,13 +92,15 @@ class Importer:
                 sha256 = (model["metadata"].get("annotations") or {}).get(import_status.UPLOAD_SHA256_ANNOTATION)
                 self.post(model, Event("Normal", "ImportRunning", f"import job {job.dock_status_id}: processing"))
                 monitoring.job_started(model, job.dock_status_id, job.job_type, job.action)
-                try:
-                    outcome = await self._files(
-                        import_into, self.store, namespace, name, session_id, job.dock_status_id, self.limits,
-                        sha256=sha256, work=self.store.root / "imports",
-                    )  # fmt: skip
-                except ImportFailed as failure:
-                    outcome = failure
+                with tracing.object_span(f"import {name}", model, **{"dockyard.job.id": job.dock_status_id}) as span:
+                    try:
+                        outcome = await self._files(
+                            import_into, self.store, namespace, name, session_id, job.dock_status_id, self.limits,
+                            sha256=sha256, work=self.store.root / "imports",
+                        )  # fmt: skip
+                    except ImportFailed as failure:
+                        outcome = failure
+                    tracing.result(span, "FAILED" if isinstance(outcome, ImportFailed) else "SUCCESS")
             await self._record(namespace, name, uid, job, outcome, session_id)
 
     async def _record(

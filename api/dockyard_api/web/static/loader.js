@@ -358,12 +358,20 @@
       out.node.classList.toggle("blk", reply.guard === "block");
       self.log.scrollTop = self.log.scrollHeight;
     }
+    // one W3C trace per turn (docs/observability.md, "Traces"): the facade's spans of the turn join it
+    function traceparent() {
+      var b = new Uint8Array(24), h = "";
+      (window.crypto || window.msCrypto).getRandomValues(b);
+      for (var i = 0; i < b.length; i++) h += (b[i] < 16 ? "0" : "") + b[i].toString(16);
+      return "00-" + h.slice(0, 32) + "-" + h.slice(32) + "-01";
+    }
     function call(token) {
       var body = { message: text, session_id: d.sessionId || null, stream: true };
       if (self.o.apiKey) body.metadata = { user_id: d.visitor };
       return fetch(BASE + "/v1/apps/" + encodeURIComponent(self.o.appId) + "/execute", {
         method: "POST", credentials: "omit",
-        headers: { Authorization: "Bearer " + token, "Content-Type": "application/json", Accept: "text/event-stream" },
+        headers: { Authorization: "Bearer " + token, "Content-Type": "application/json", Accept: "text/event-stream",
+          traceparent: traceparent() },
         body: JSON.stringify(body)
       }).catch(function (err) { return self.o.apiKey ? self.keyRefused() : Promise.reject(err); });
     }
