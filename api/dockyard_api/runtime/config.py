@@ -28,6 +28,7 @@ from dockyard_api.runtime.canary import Canary, LiveEvaluation, read_canary, rea
 from dockyard_api.runtime.endpoints import EndpointResolver
 from dockyard_api.runtime.errors import AppNotRunnableError, ModelUnavailableError
 from dockyard_api.runtime.model import ModelClient
+from dockyard_api.runtime.retrieval import KnowledgeSearch
 from dockyard_api.runtime.tools import Limits, McpClient, Toolbox, http_function
 from dockyard_api.runtime.variables import render, variables
 from dockyard_core.errors import DockyardError, NotFoundError
@@ -89,6 +90,10 @@ class RunnableContent:
     """spec.guardrails compiled once with the content (None: no policies)."""
     guardrails_error: GuardrailsError | None = None
     """Why spec.guardrails does not compile (a draft may hold what a version is refused for)."""
+    knowledge_bases: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """The knowledge bases each agent searches (spec.agents[].knowledgeBases), by agent name."""
+    knowledge_base_versions: dict[str, str] = field(default_factory=dict)
+    """spec.knowledgeBaseVersions: the pinned version of each knowledge base."""
 
 
 def parse_content(spec: dict[str, Any], version: str) -> RunnableContent:
@@ -117,7 +122,10 @@ def parse_content(spec: dict[str, Any], version: str) -> RunnableContent:
         guardrails, error = compile_guardrails(spec.get("guardrails")), None
     except GuardrailsError as exc:
         guardrails, error = None, exc
-    return RunnableContent(version, agents, tools, servers, guardrails, error)
+    knowledge = {str(a.get("name", "")): tuple(str(k) for k in a.get("knowledgeBases") or ())
+                 for a in spec.get("agents") or () if a.get("knowledgeBases")}  # fmt: skip
+    pinned = {str(k["name"]): str(k["version"]) for k in spec.get("knowledgeBaseVersions") or () if "name" in k}
+    return RunnableContent(version, agents, tools, servers, guardrails, error, knowledge, pinned)
 
 
 def model_params(mdep: dict[str, Any]) -> dict[str, Any]:
@@ -156,6 +164,8 @@ class AppLookup:
         self._headers: dict[tuple[str, str], tuple[float, tuple[tuple[str, str], ...]]] = {}
         self._variables: dict[tuple[str, str], tuple[str, dict[str, str], PiiPolicy | None, str]] = {}
         self._agents: dict[tuple[str, str, str], tuple[RunnableContent, str, tuple[AgentSpec, ...]]] = {}
+        self.knowledge: KnowledgeSearch | None = None
+        """The knowledge index's reader (None: agents are offered no knowledge-base search)."""
 
     async def environment(self, namespace: str, name: str) -> EnvironmentView:
         env = await self.informers["environments"].get(namespace, name)
@@ -333,4 +343,25 @@ class TurnWorld:
                 listed = [t for t in listed if f"{ref.name}/{t.name}" in agent.mcp_tools]
             for function in self.mcp.functions(ref, listed, self.limits):
                 box.add(function)
+        await self._knowledge(box, agent)
         return box
+
+    async def _knowledge(self, box: Toolbox, agent: AgentSpec) -> None:
+        """The search function of each knowledge base the agent lists (:mod:`~dockyard_api.runtime.retrieval`)."""
+        search, namespace = self.lookup.knowledge, self.env.namespace
+        for name in self.content.knowledge_bases.get(agent.name, ()):
+            version = self.content.knowledge_base_versions.get(name)
+            kb = await self.lookup.informers["knowledgebases"].get(namespace, f"{name}-{version}") if version else None
+            if kb is None or search is None:
+                log.warning(
+                    "knowledge base %s-%s of agent %s is not searchable: not offered", name, version, agent.name
+                )
+                continue
+            model = ((kb.get("spec") or {}).get("embedding") or {}).get("modelDeployment")
+            url = None
+            if model:
+                try:
+                    url = await self.lookup.resolver.base_url(namespace, str(model))
+                except ModelUnavailableError as exc:  # keywords only while the embedding model is away
+                    log.warning("embedding model of knowledge base %s: %s", name, exc.message)
+            box.add(search.function(kb, url))

@@ -62,6 +62,22 @@ class GuardrailAction(BaseModel):
     tool: str | None = Field(default=None, description="the tool (toolArguments and toolResults only)")
 
 
+class Source(BaseModel):
+    """A passage a knowledge-base search of the turn returned (docs/knowledge-bases.md): where it is, not its text."""
+
+    knowledgeBase: str = Field(description="the knowledge base (KnowledgeBase spec.name)")
+    version: str = Field(description="its version the app version pins")
+    document: str = Field(description="the document's name")
+    title: str = Field(description="the document's title")
+    source: str = Field(description="where the document came from (its file name)")
+    chunk: int = Field(description="the chunk's ordinal in the document")
+    headingPath: list[str] = Field(description="the headings above the passage")
+    page: int | None = Field(description="the PDF page, null for other documents")
+    start: int = Field(description="offset of the passage in the document's text")
+    end: int = Field(description="end offset")
+    score: float = Field(description="the search's score (RRF for hybrid search)")
+
+
 class ExecuteAnswer(BaseModel):
     """The answer: the reply, the session, the agent that answered, the tools used, tokens, the stored reply's id."""
 
@@ -74,4 +90,8 @@ class ExecuteAnswer(BaseModel):
     guardrails: list[GuardrailAction] = Field(
         default_factory=list,
         description="what the guardrails and the PII protection did, in order (docs/guardrails.md); empty: nothing",
+    )
+    sources: list[Source] = Field(
+        default_factory=list,
+        description="the knowledge-base passages the turn's searches returned (docs/knowledge-bases.md); empty: none",
     )

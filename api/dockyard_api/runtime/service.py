@@ -35,6 +35,7 @@ from dockyard_api.runtime.endpoints import MODEL_DEPLOYMENT_LABEL, EndpointMode,
 from dockyard_api.runtime.errors import AppNotRunnableError, ModelTimeoutError
 from dockyard_api.runtime.guard import TurnGuard
 from dockyard_api.runtime.model import ModelClient, Usage
+from dockyard_api.runtime.retrieval import KnowledgeSearch, turn_sources
 from dockyard_api.runtime.tools import Limits, McpClient
 from dockyard_core.errors import DockyardError, NotFoundError, RateLimitedError
 from dockyard_core.interventions import Intervention
@@ -43,7 +44,7 @@ from dockyard_core.pii import pii_key
 
 log = logging.getLogger(__name__)
 
-KINDS = ("environments", "apps", "appversions", "modeldeployments", "tools", "tooldeployments")
+KINDS = ("environments", "apps", "appversions", "modeldeployments", "tools", "tooldeployments", "knowledgebases")
 
 
 class Store(Protocol):
@@ -99,6 +100,8 @@ class RuntimeSettings:
     tool_timeout_seconds: float = 20.0
     tool_max_bytes: int = 64 * 1024
     model_connections: int = 256
+    knowledge_index: str = ""
+    """The knowledge index's URL (docs/knowledge-bases.md); empty: agents get no knowledge-base search."""
 
 
 @dataclass
@@ -115,7 +118,11 @@ class Prepared:
 
 
 def answer_body(
-    result: TurnResult, session_id: str, message_id: str, interventions: Sequence[Intervention] = ()
+    result: TurnResult,
+    session_id: str,
+    message_id: str,
+    interventions: Sequence[Intervention] = (),
+    sources: Sequence[dict[str, Any]] = (),
 ) -> dict[str, Any]:
     """The execute answer (docs/deployed-app-api.md, 'Answer'): the JSON of
     :class:`~dockyard_api.runtime.schemas.ExecuteAnswer`, built as a dict and serialised once with orjson
@@ -128,6 +135,7 @@ def answer_body(
         "tokens": {"input": result.usage.tokens_in, "output": result.usage.tokens_out},
         "message_id": message_id,
         "guardrails": [i.as_json() for i in interventions],
+        "sources": list(sources),
     }
 
 
@@ -144,6 +152,8 @@ class AppRuntime:
             self.informers["pods"] = pods
         resolver = EndpointResolver(settings.endpoint_mode, self.informers["modeldeployments"], pods)
         self.lookup = AppLookup(kube, self.informers, resolver)
+        if settings.knowledge_index:
+            self.lookup.knowledge = KnowledgeSearch(settings.knowledge_index)
         self.models = ModelClient(max_connections=settings.model_connections)
         self.mcp = McpClient()
         self.runner = AgentRunner(self.models, max_steps=settings.max_steps)
@@ -159,6 +169,8 @@ class AppRuntime:
         for informer in self.informers.values():
             await informer.stop()
         await self.models.aclose()
+        if self.lookup.knowledge is not None:
+            await self.lookup.knowledge.aclose()
 
     # --- a turn ------------------------------------------------------------------------------------
 
@@ -209,6 +221,7 @@ class AppRuntime:
         count: Any = _UNCOUNTED if prepared.evaluation else metrics  # an evaluation run's turn is no traffic
         figures: Any = _UNCOUNTED if prepared.evaluation else self.figures
         started = time.monotonic()
+        sources = turn_sources()  # what the turn's knowledge-base searches return (docs/knowledge-bases.md)
         guard: TurnGuard | None = None
         traced = tracing.turn(env, turn.version, turn.session_id)  # None when tracing is off
         try:
@@ -266,7 +279,7 @@ class AppRuntime:
             tokens=(usage.tokens_in, usage.tokens_out), live=env.live, message_id=message_id,
             answer=live_answer(result, seconds) if env.live is not None else None,
         )  # fmt: skip
-        body = answer_body(result, turn.session_id, message_id, interventions)
+        body = answer_body(result, turn.session_id, message_id, interventions, sources)
         if traced is not None:  # its attributes; the text only redacted by the environment's PII settings
             pii, key = (guard.pii, guard.key) if guard is not None else (None, b"")
             tracing.turn_done(traced, body, pii, key, prepared.message, result.response)

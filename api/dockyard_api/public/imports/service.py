@@ -24,6 +24,7 @@ from typing import Any
 import anyio
 
 from dockyard_api.public.imports.chunks import ChunkUpload
+from dockyard_api.public.imports.documents import DocumentImports, is_document
 from dockyard_api.public.imports.models import (
     ImportModels,
     check_checksum,
@@ -76,6 +77,7 @@ class ImportService:
         self.models = ImportModels(kube)
         self.sessions = Sessions(self.store, self.models)
         self.sweeper = Sweeper(self.store, self.models, settings.session_lifetime_seconds)
+        self.documents = DocumentImports(self.store, settings.knowledge_files(), settings.session_lifetime_seconds)
 
     # -- start --
 
@@ -85,7 +87,10 @@ class ImportService:
         return Upload.model_validate(body, context=self.limits.context())
 
     async def start(self, namespace: str, environment: str, upload: Upload) -> SessionStarted:
-        """Start a session for ``upload`` (validated with :meth:`upload_of`)."""
+        """Start a session for ``upload`` (validated with :meth:`upload_of`); a document's (fileContext
+        document or dataset) has no Model (:mod:`~dockyard_api.public.imports.documents`)."""
+        if is_document(upload):
+            return await self.documents.start(namespace, environment, upload)
         await files(self.store.ensure)
         at = clock.now()
         expires = at + timedelta(seconds=self.settings.session_lifetime_seconds)
@@ -239,6 +244,8 @@ class ImportService:
             if meta.expired():
                 await self.sessions.open(namespace, environment, session_id)  # raises 410
             await files(self._check_received, meta)
+        if is_document(meta.upload):
+            return await self.documents.complete(meta, sha256)
         for _ in range(5):
             model = await self.models.find(namespace, meta.model_id)
             if model is None or session_of(model) != session_id:

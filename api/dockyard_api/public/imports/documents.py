@@ -1,0 +1,139 @@
+"""Documents through the public chunked import (docs/knowledge-bases.md, "Documents: import"): a session whose
+``fileContext`` is ``document`` (or SPEC's ``dataset``) is a knowledge-base document, not a model.
+
+It uses the same session directory of the model store (chunks, resume, abort, expiry) but no Model: the
+completion assembles the chunks into ``<model store>/knowledge/files/<namespace>/<fileId>``, parses the
+file at once (in a thread) and answers the job record, SUCCESS or FAILED with the reason (a document
+that cannot be read is never attached; the knowledge base's index stays as it is). The file is attached
+to a knowledge base version by ``POST /api/public/knowledge-bases/{name}/{version}/documents``. The
+session's metadata stays, completed, until it expires, so a second completion answers the same record.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import uuid
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from dockyard_api.public.imports.models import ChecksumConflict, model_id_for
+from dockyard_api.public.imports.sessions import files
+from dockyard_api.public.schemas import JobRecord, SessionStarted
+from dockyard_core import clock
+from dockyard_core.clock import iso
+from dockyard_core.knowledge.parsing import DocumentError, parse_document
+from dockyard_core.modelstore import ModelStore, SessionMeta
+from dockyard_core.upload import Upload
+
+DOCUMENT_CONTEXTS = frozenset({"document", "dataset"})
+"""fileContext values that make an import a knowledge-base document."""
+
+
+def is_document(upload: Upload) -> bool:
+    return upload.file_context.strip().lower() in DOCUMENT_CONTEXTS
+
+
+def record_path(root: Path, namespace: str, file_id: str) -> Path:
+    """The document's import record (name, size, media type, sha256, outcome) beside its bytes."""
+    return root / namespace / f"{file_id}.json"
+
+
+def read_record(root: Path, namespace: str, file_id: str) -> dict[str, Any] | None:
+    """The import record of a document file, None when there is none."""
+    try:
+        found: dict[str, Any] = json.loads(record_path(root, namespace, file_id).read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+    return found
+
+
+def _answer(record: dict[str, Any]) -> JobRecord:
+    answer = JobRecord.model_construct(
+        dock_status_id=record["dockStatusId"],
+        dock_status_id_sample_spelling=record["dockStatusId"],
+        model_id=record["fileId"],
+        job_type="MODELS",
+        action="EXPORT",
+        status=record["status"],
+    )
+    if record["status"] == "FAILED":
+        answer = answer.model_copy(update={"reason": "InvalidDocument", "message": record["reason"]})
+    return answer
+
+
+class DocumentImports:
+    """The document part of the import service."""
+
+    def __init__(self, store: ModelStore, root: Path, session_lifetime_seconds: float) -> None:
+        self.store = store
+        self.root = root
+        self.lifetime = session_lifetime_seconds
+
+    async def start(self, namespace: str, environment: str, upload: Upload) -> SessionStarted:
+        await files(self.store.ensure)
+        at = clock.now()
+        expires = at + timedelta(seconds=self.lifetime)
+        meta = SessionMeta(
+            session_id=uuid.uuid4().hex,
+            namespace=namespace,
+            environment=environment,
+            model_id=model_id_for(upload.file_name),
+            upload=upload,
+            created_at=at,
+            expires_at=expires,
+        )
+        await files(self.store.create, meta)
+        return SessionStarted(session_id=meta.session_id, model_id=meta.model_id, expiration_date=iso(expires))
+
+    async def complete(self, meta: SessionMeta, sha256: str | None) -> JobRecord:
+        """Assemble, check and parse the document (once); its record."""
+        if meta.dock_status_id:
+            found = await files(read_record, self.root, meta.namespace, meta.model_id)
+            if found is not None:
+                return _answer(found)
+        record = await files(self._assemble, meta, sha256)
+        await files(self.store.mark_completed, meta, record["dockStatusId"])
+        await files(shutil.rmtree, self.store.chunks_dir(meta.session_id), True)
+        return _answer(record)
+
+    def _assemble(self, meta: SessionMeta, sha256: str | None) -> dict[str, Any]:
+        """The file work of a completion (in a thread): the chunks in order into the document's file, its
+        SHA-256 checked, parsed; the record written last."""
+        target = self.root / meta.namespace / meta.model_id
+        target.parent.mkdir(parents=True, exist_ok=True)
+        digest = hashlib.sha256()
+        partial = target.with_suffix(".part")
+        with partial.open("wb") as out:
+            for number in range(meta.upload.total_chunks):
+                with self.store.chunk_path(meta.session_id, number).open("rb") as chunk:
+                    while block := chunk.read(1 << 20):
+                        digest.update(block)
+                        out.write(block)
+        expected = sha256 or meta.upload.sha256
+        if expected and digest.hexdigest() != expected:
+            partial.unlink()
+            raise ChecksumConflict(
+                f"the file's SHA-256 is {digest.hexdigest()}, not {expected}: upload it again",
+                {"sha256": expected, "received": digest.hexdigest()},
+            )
+        record: dict[str, Any] = {
+            "dockStatusId": str(uuid.uuid4()),
+            "fileId": meta.model_id,
+            "fileName": meta.upload.file_name,
+            "size": meta.upload.file_size,
+            "sha256": digest.hexdigest(),
+            "completedAt": iso(clock.now()),
+        }
+        try:
+            parsed = parse_document(partial.read_bytes(), filename=meta.upload.file_name, name=meta.upload.file_name)
+        except DocumentError as exc:
+            partial.unlink()
+            record.update(status="FAILED", reason=exc.reason)
+        else:
+            partial.replace(target)
+            record.update(status="SUCCESS", mediaType=parsed.media_type, title=parsed.title, reason="")
+        record_path(self.root, meta.namespace, meta.model_id).write_text(json.dumps(record))
+        return record
