@@ -172,7 +172,7 @@ async def environment_promotion_refusal(
         return None
     request = str((body["metadata"].get("annotations") or {}).get(DEPLOY_REQUEST_ANNOTATION) or "")
     old_request = (((old or {}).get("metadata") or {}).get("annotations") or {}).get(DEPLOY_REQUEST_ANNOTATION)
-    if request.startswith("Rollback ") and request != old_request:
+    if request.startswith(("Rollback ", "AutoRollback ")) and request != old_request:  # back to a working version
         return None
     namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
     found = await kube.get("appversions", namespace, f"{spec['appRef']}-{version}")
@@ -252,8 +252,8 @@ def deployment_stamp(
     if version_changed or requested:
         if not version_changed:
             action = "Redeploy"
-        elif requested and str(request).split(" ", 1)[0] == "Rollback":
-            action = "Rollback"
+        elif requested and str(request).split(" ", 1)[0] in ("Rollback", "Promote", "AutoRollback"):
+            action = str(request).split(" ", 1)[0]
         else:
             action = "Deploy"
         return {

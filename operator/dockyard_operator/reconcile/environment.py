@@ -34,6 +34,7 @@ from dockyard_core.resources.v1alpha1 import (
     READY,
     HistoryEntry,
 )
+from dockyard_operator import canary
 from dockyard_operator import environment_health as health
 from dockyard_operator import environments as envs
 from dockyard_operator.context import Context
@@ -166,6 +167,7 @@ async def reconcile_environment(
 
         status = env.get("status") or {}
         history = [HistoryEntry.model_validate(h) for h in status.get("history") or []]
+        history, canaries = canary.split_history(history)  # a canary is no deployment (docs/promotion.md)
         notes = meta.get("annotations") or {}
         deployed_at = _parse_time(notes.get(DEPLOYED_AT_ANNOTATION)) or _parse_time(meta.get("creationTimestamp"))
         deployed_by = notes.get(DEPLOYED_BY_ANNOTATION) or "unknown (no admission record)"
@@ -179,6 +181,11 @@ async def reconcile_environment(
         revisions: dict[str, str] = {}
         if content is not None:
             wanted = envs.tool_deployments(env, content)
+            if (spec.get("canary") or {}).get("appVersion"):  # the canary's sessions call its tool versions
+                other = await kube.get("appversions", namespace, envs.version_object(app, spec["canary"]["appVersion"]))
+                have = {t["metadata"]["name"] for t in wanted}
+                more = envs.tool_deployments(env, (other or {}).get("spec") or {})
+                wanted += [t for t in more if t["metadata"]["name"] not in have]
             for tdep in wanted:
                 try:
                     await kube.apply(tdep)
@@ -215,6 +222,7 @@ async def reconcile_environment(
         phase, reason, message = judged.phase, judged.reason, judged.message
         added = new_history is not history
         new_history = envs.record_health(new_history, version, phase)
+        new_history, canary_state = canary.with_canaries(new_history, canaries, spec, notes, action, now())
         new_status = {
             "observedGeneration": meta.get("generation"),
             "phase": phase,
@@ -228,6 +236,7 @@ async def reconcile_environment(
             "curlScript": envs.curl_script(urls.api_base, app),
             "embedCode": envs.embed_code(urls.widget_script, app),
             "history": [h.model_dump(mode="json", by_alias=True) for h in new_history],
+            **({"canary": canary_state} if canary_state is not None else {}),
             "checklist": [c.model_dump(mode="json", by_alias=True) for c in items],
             "conditions": _conditions(status.get("conditions") or [], phase, reason, message, meta.get("generation")),
         }

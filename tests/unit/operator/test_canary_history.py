@@ -6,9 +6,10 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from dockyard_core.resources.v1alpha1 import HistoryEntry
+from dockyard_core.resources.v1alpha1 import DEPLOY_ACTION_ANNOTATION, DEPLOY_REQUEST_ANNOTATION, HistoryEntry
 from dockyard_operator import canary
 from dockyard_operator import environments as envs
+from dockyard_operator.admission import deployment_stamp
 
 T0 = datetime(2026, 11, 26, 8, 0, tzinfo=UTC)
 
@@ -99,3 +100,14 @@ def test_an_automatic_rollback_after_a_deploy_is_recorded_with_its_reason() -> N
     assert top.reason.startswith("version 1.1.0: p95 latency")
     assert top.figures is not None
     assert top.figures.p95_latency_seconds == 9.0
+
+
+def test_the_webhook_records_promote_and_automatic_rollback_as_asked() -> None:
+    old = {"spec": {"appVersion": "1.0.0"}}
+    for request, action in (("Promote 1a", "Promote"), ("AutoRollback 2b", "AutoRollback"), ("Other 3", "Deploy")):
+        body = {"spec": {"appVersion": "1.1.0"}}
+        notes = {DEPLOY_REQUEST_ANNOTATION: request}
+        stamp = deployment_stamp(
+            operation="UPDATE", old=old, body=body, notes=notes, old_notes={}, username="u", now=T0
+        )
+        assert stamp[DEPLOY_ACTION_ANNOTATION] == action
