@@ -24,6 +24,7 @@ from dockyard_core.resources.v1alpha1.tool import tool_deployment_name
 from dockyard_core.tooltests import untested, wanted
 from dockyard_operator import safeguards
 from dockyard_operator.evaluation_items import evaluation_items
+from dockyard_operator.knowledge_items import knowledge_item
 from dockyard_operator.safeguards import names as _names
 
 DRAFT = "draft"
@@ -172,6 +173,7 @@ def checklist(
     tested: ToolTesting | None = None,
     pii: Mapping[str, Any] | None = None,
     evaluations: Sequence[Mapping[str, Any]] = (),
+    knowledge_bases: Mapping[str, Mapping[str, Any] | None] | None = None,
 ) -> list[ChecklistItem]:
     """The pre-production checklist (docs/apps-environments.md, "Pre-production checklist"): computed where
     the cluster tells, Manual where it cannot.
@@ -182,6 +184,8 @@ def checklist(
     ``pii``: the Environment's ``spec.pii`` (None: PII protection not configured).
     ``evaluations``: the version's ``status.evaluations`` (the Testing items and "Agents tested" read the
     newest run in this environment: :mod:`dockyard_operator.evaluation_items`).
+    ``knowledge_bases``: the KnowledgeBases the version pins, by object name (None: missing;
+    :mod:`dockyard_operator.knowledge_items`).
     """
     content = content or {}
     servers = content.get("mcpServers") or []
@@ -202,8 +206,7 @@ def checklist(
     add(
         "Configuration",
         "Knowledge bases connected and indexed",
-        "Manual",
-        MANUAL["Knowledge bases connected and indexed"],
+        *knowledge_item(content, knowledge_bases or {}, version_found),
     )
     add("Configuration", "Guardrails enabled", *safeguards.guardrails_item(content, version_found))
     add("Configuration", "PII protection configured", *safeguards.pii_item(pii))
@@ -240,8 +243,6 @@ def checklist(
 
 _BY_HAND = "; until then check by hand"
 MANUAL: dict[str, str] = {
-    "Knowledge bases connected and indexed": "not computed yet: Dockyard manages no knowledge bases yet; the "
-    "index state of each one the agents search would compute it" + _BY_HAND,
     "Analytics": "not computed yet: usage is recorded (GET .../usage, the console's Usage tab); seeing it "
     "flow for this version (turns and tokens since it went live) would compute it" + _BY_HAND,
     "Alerts": "not computed yet: alert rules on this environment's errors and latency, with a receiver, "
