@@ -39,6 +39,7 @@ from dockyard_operator import environment_health as health
 from dockyard_operator import environments as envs
 from dockyard_operator.context import Context
 from dockyard_operator.evaluation_items import evaluation_run_at
+from dockyard_operator.knowledge_items import pinned_knowledge_bases
 from dockyard_operator.kube import Conflict, KubeApi
 from dockyard_operator.workqueue import Event, Outcome
 
@@ -203,6 +204,7 @@ async def reconcile_environment(
         ctx.state(EnvironmentState).models[meta["uid"]] = frozenset(users)
         models = {m: health.model_state(found.get(m)) for m in users}
         keys = await key_secrets(kube, namespace, name)
+        knowledge = {kb: await kube.get("knowledgebases", namespace, kb) for kb in pinned_knowledge_bases(content)}
         items = envs.checklist(
             content=content,
             tool_jobs=tool_jobs,
@@ -211,6 +213,7 @@ async def reconcile_environment(
             rate_limits=spec.get("rateLimits"),
             pii=spec.get("pii"),
             evaluations=((holder or {}).get("status") or {}).get("evaluations") or [],
+            knowledge_bases=knowledge,
             tested=envs.ToolTesting(
                 name, version, ((holder or {}).get("status") or {}).get("toolTests") or [], revisions
             ),
