@@ -21,6 +21,7 @@ from dockyard_api.errors import install_error_handlers
 from dockyard_api.management.apps import router as apps
 from dockyard_api.management.catalog import router as catalog
 from dockyard_api.management.environments import router as environments
+from dockyard_api.management.evaluations import router as evaluations
 from dockyard_api.management.keys import router as keys
 from dockyard_api.management.tooltests import router as tooltests
 from dockyard_api.management.usage import router as usage
@@ -157,6 +158,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     app.include_router(environments.router)
     app.include_router(keys.router)
     app.include_router(tooltests.router)
+    app.include_router(evaluations.router)
     app.include_router(downloads.router)
     app.include_router(usage.router)
     app.include_router(catalog.router)

@@ -24,8 +24,10 @@ from dockyard_api.auth import Authenticator, EnvironmentCaller, bearer
 from dockyard_api.cache import Informer
 from dockyard_api.console.session import Sealer
 from dockyard_api.management.apps.service import AppService
+from dockyard_api.management.canary.service import CanaryService
 from dockyard_api.management.catalog.service import CatalogService
 from dockyard_api.management.environments.service import EnvironmentService
+from dockyard_api.management.evaluations.service import EvaluationService
 from dockyard_api.management.keys.service import KeyService
 from dockyard_api.management.services import Management
 from dockyard_api.management.tooltests.service import ToolTestService
@@ -62,6 +64,7 @@ __all__ = [
     "AppsDep",
     "Auth",
     "CallerRepositories",
+    "CanaryDep",
     "CatalogDep",
     "ConversationDb",
     "Deploys",
@@ -70,6 +73,7 @@ __all__ = [
     "DownloadTokenKey",
     "EnvName",
     "EnvironmentsDep",
+    "EvaluationsDep",
     "Imports",
     "KeyId",
     "KeysDep",
@@ -276,6 +280,10 @@ async def get_key_service(repos: CallerRepositories, auth: Auth) -> KeyService:
     return KeyService(repos, auth)
 
 
+async def get_canary_service(repos: CallerRepositories, auth: Auth) -> CanaryService:
+    return CanaryService(repos, auth)
+
+
 async def get_catalog_service(repos: CallerRepositories) -> CatalogService:
     return CatalogService(repos)
 
@@ -288,12 +296,20 @@ async def get_tool_test_service(repos: CallerRepositories, auth: Auth, runtime: 
     return ToolTestService(repos, auth, runtime)
 
 
+async def get_evaluation_service(
+    repos: CallerRepositories, auth: Auth, runtime: RuntimeDep, store: ConversationDb
+) -> EvaluationService:
+    return EvaluationService(repos, auth, runtime, store)
+
+
 AppsDep = Annotated[AppService, Depends(get_app_service)]
 EnvironmentsDep = Annotated[EnvironmentService, Depends(get_environment_service)]
 KeysDep = Annotated[KeyService, Depends(get_key_service)]
 CatalogDep = Annotated[CatalogService, Depends(get_catalog_service)]
+CanaryDep = Annotated[CanaryService, Depends(get_canary_service)]
 UsageDep = Annotated[UsageService, Depends(get_usage_service)]
 ToolTestsDep = Annotated[ToolTestService, Depends(get_tool_test_service)]
+EvaluationsDep = Annotated[EvaluationService, Depends(get_evaluation_service)]
 
 
 def management_of(state: AppState, user: User) -> Management:

@@ -11,8 +11,10 @@ from dataclasses import dataclass
 
 from dockyard_api.auth import Authenticator
 from dockyard_api.management.apps.service import AppService
+from dockyard_api.management.canary.service import CanaryService
 from dockyard_api.management.catalog.service import CatalogService
 from dockyard_api.management.environments.service import EnvironmentService
+from dockyard_api.management.evaluations.service import EvaluationService
 from dockyard_api.management.keys.service import KeyService
 from dockyard_api.management.tooltests.service import ToolTestService
 from dockyard_api.management.usage.service import UsageService
@@ -29,8 +31,10 @@ class Management:
     environments: EnvironmentService
     keys: KeyService
     catalog: CatalogService
+    canary: CanaryService
     usage: UsageService
     tooltests: ToolTestService
+    evaluations: EvaluationService
 
     @classmethod
     def of(cls, repos: Repositories, auth: Authenticator, store: ConversationStore, runtime: AppRuntime) -> Management:
@@ -42,6 +46,8 @@ class Management:
             environments=EnvironmentService(repos, auth),
             keys=KeyService(repos, auth),
             catalog=CatalogService(repos),
+            canary=CanaryService(repos, auth),
             usage=UsageService(store, auth, repos.user),
             tooltests=ToolTestService(repos, auth, runtime),
+            evaluations=EvaluationService(repos, auth, runtime, store),
         )

@@ -7,6 +7,7 @@ PostgreSQL when ``DOCKYARD_API_DATABASE_URL`` is set (any number of replicas). A
 """
 
 from dockyard_api.store.database import default_url
+from dockyard_api.store.evaluations import EvaluationRuns, StoredRun
 from dockyard_api.store.records import Counters, RateLimits, StoredIntervention, StoredMessage, Turn, UsageReport
 from dockyard_api.store.store import ConversationStore
 from dockyard_core.errors import DatabaseUnavailableError, RateLimitedError
@@ -15,10 +16,12 @@ __all__ = [
     "ConversationStore",
     "Counters",
     "DatabaseUnavailableError",
+    "EvaluationRuns",
     "RateLimitedError",
     "RateLimits",
     "StoredIntervention",
     "StoredMessage",
+    "StoredRun",
     "Turn",
     "UsageReport",
     "default_url",

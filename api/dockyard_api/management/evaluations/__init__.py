@@ -1,0 +1,1 @@
+"""Management: evaluation runs of an app version against an environment (docs/promotion.md)."""
