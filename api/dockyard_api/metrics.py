@@ -4,7 +4,7 @@ Requests are counted by route TEMPLATE (``/e/{namespace}/{environment}/api/publi
 never the concrete path: bounded cardinality), method and status, with a latency histogram. The
 functions below are what the request handlers call; the deployed-app runtime and its rate limiter call
 :func:`execute_outcome`, :func:`tokens` and :func:`rate_limited`, its guardrails :func:`guardrail_intervention`
-and :func:`pii_redactions`.
+and :func:`pii_redactions`, the conversation database :func:`store_up`.
 
 An environment's namespace is the label ``environment_namespace``: Prometheus adds ``namespace`` (the
 facade pod's) to every series it scrapes.
@@ -85,7 +85,17 @@ PII_REDACTIONS = Counter(
     "(EMAIL_ADDRESS, ...) and stage", ["environment_namespace", "environment", "entity", "stage"], registry=REGISTRY,
 )  # fmt: skip
 
+STORE_UP = Gauge(
+    "dockyard_api_store_up", "1 while the conversation database answers (its last heartbeat, every 2 s, "
+    "succeeded), 0 while it does not", registry=REGISTRY,
+)  # fmt: skip
+
 UNMATCHED = "<unmatched>"
+
+
+def store_up(up: bool) -> None:
+    """The conversation database answered (or not) this process's last heartbeat."""
+    STORE_UP.set(1 if up else 0)
 
 
 def upload_chunk(size: int) -> None:

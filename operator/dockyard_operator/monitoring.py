@@ -5,7 +5,10 @@
   first trigger to the start of the reconcile that serves it;
 - dock jobs: outcomes (SUCCESS / FAILED) and the time from start to that outcome, by job type, action
   and device type (``none`` for tools and imports);
-- autoscaler decisions by reason (ScaleUp, ScaleDown, Holding, WithinBounds, Clamped, NoMetrics).
+- autoscaler decisions by reason (ScaleUp, ScaleDown, Holding, WithinBounds, Clamped, NoMetrics);
+- each ModelDeployment's and ToolDeployment's latest dock job: its status (and reason) and when it started,
+  read from the work queues when scraped (the alerts "deployment failed" and "deployment stuck");
+- when the admission webhook's certificate expires, read from its file when scraped.
 
 The log line of every job start and outcome carries ``request_id``: the facade's request id from the
 object's ``dockyard.dev/request-id`` annotation.
@@ -17,6 +20,7 @@ import logging
 import weakref
 from collections.abc import Iterator, Mapping
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
@@ -79,6 +83,10 @@ class _Queue(Protocol):
 
     def running(self) -> int: ...
 
+    def keys(self, namespace: str | None = None) -> list[tuple[str, str]]: ...
+
+    def body(self, key: tuple[str, str]) -> Mapping[str, Any] | None: ...
+
 
 class _QueueCollector(Collector):
     """Depth and running reconciles of every live work queue, read when scraped."""
@@ -92,15 +100,92 @@ class _QueueCollector(Collector):
             labels=["kind"],
         )  # fmt: skip
         running = GaugeMetricFamily("dockyard_operator_workqueue_running", "Reconciles running now", labels=["kind"])
+        job_status = GaugeMetricFamily(
+            "dockyard_operator_deployment_job_status",
+            "The status of each deployment's latest dock job (1 for its status and reason: IN_PROGRESS, SUCCESS, "
+            "FAILED)",
+            labels=["kind", "deployment_namespace", "deployment", "status", "reason"],
+        )
+        job_start = GaugeMetricFamily(
+            "dockyard_operator_deployment_job_start_time_seconds",
+            "When each deployment's latest dock job started (Unix time)",
+            labels=["kind", "deployment_namespace", "deployment"],
+        )
         for queue in list(self.queues):
             depth.add_metric([queue.kind], queue.depth())
             running.add_metric([queue.kind], queue.running())
+            for key in queue.keys(None):  # every namespace
+                job = ((queue.body(key) or {}).get("status") or {}).get("job") or {}
+                if not job.get("status"):
+                    continue
+                job_status.add_metric([queue.kind, *key, str(job["status"]), str(job.get("reason") or "")], 1)
+                started = _timestamp(job.get("startTime"))
+                if started is not None:
+                    job_start.add_metric([queue.kind, *key], started)
         yield depth
         yield running
+        yield job_status
+        yield job_start
+
+
+def _timestamp(value: Any) -> float | None:
+    if isinstance(value, datetime):
+        return value.timestamp()
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+class _CertificateCollector(Collector):
+    """When the admission webhook's certificate expires, read from its PEM file when scraped (again only when
+    the file changed: cert-manager or the chart may replace it while the operator runs)."""
+
+    def __init__(self) -> None:
+        self.path: Path | None = None
+        self._read: tuple[float, float] | None = None
+        """(the file's mtime, its certificate's notAfter as Unix time)."""
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "dockyard_operator_webhook_certificate_expiry_timestamp_seconds",
+            "When the certificate of the operator's admission webhooks expires (Unix time)",
+        )
+        expiry = self.expiry()
+        if expiry is not None:
+            family.add_metric([], expiry)
+        yield family
+
+    def expiry(self) -> float | None:
+        if self.path is None:
+            return None
+        try:
+            mtime = self.path.stat().st_mtime
+            if self._read is None or self._read[0] != mtime:
+                from cryptography import x509
+
+                cert = x509.load_pem_x509_certificate(self.path.read_bytes())
+                self._read = (mtime, cert.not_valid_after_utc.timestamp())
+        except (OSError, ValueError):
+            logging.getLogger("dockyard.operator.monitoring").warning(
+                "cannot read the webhook certificate %s", self.path, exc_info=True
+            )
+            return None
+        return self._read[1]
 
 
 QUEUES = _QueueCollector()
 REGISTRY.register(QUEUES)
+CERTIFICATE = _CertificateCollector()
+REGISTRY.register(CERTIFICATE)
+
+
+def watch_certificate(path: str | Path) -> None:
+    """The admission webhook's certificate file, whose expiry is exported."""
+    CERTIFICATE.path = Path(path)
+    CERTIFICATE._read = None
 
 
 def register_queue(queue: _Queue) -> None:

@@ -88,6 +88,18 @@ class OperatorSettings(ModelStoreSettings):
         default=10.0, gt=0, description="how often environments are re-checked (tool deployments, keys)"
     )
 
+    # --- what the checklist's Monitoring items read (docs/observability.md, "In the checklist") ---
+    log_format: str = Field(default="plain", description="the operator's log format (also --log-format's default)")
+    facade_log_format: str = Field(default="", description="the facade's log format, as the chart sets it")
+    log_shipping: str = Field(default="", description="where the cluster ships container logs, as configured")
+    alert_rules: str = Field(
+        default="",
+        description='where Dockyard\'s alert rules are: "PrometheusRule <namespace>/<name>", "elsewhere" or ""',
+    )
+    prometheus_url: str = Field(
+        default="", description="the Prometheus that loads the rules (its HTTP API); empty: not read"
+    )
+
     # --- model import (the job that chunked uploads become) ---
     import_concurrency: int = Field(default=2, ge=1, description="imports processed at the same time")
     import_retry_interval_seconds: float = Field(

@@ -25,6 +25,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from dockyard_api import metrics
 from dockyard_api.store import migrate
 from dockyard_api.store.schema import instances, rate_windows
 from dockyard_api.store.statements import Statements
@@ -114,6 +115,7 @@ class Database:
             if not isinstance(exc, DockyardError):  # run() recorded the reason of a DockyardError
                 self._last_error = _reason(exc)
             log.warning("conversation database not ready: %s (retrying)", self._last_error)
+            metrics.store_up(False)
         self._task = asyncio.create_task(self._maintain())
 
     def _own_sqlite_file(self) -> None:
@@ -155,6 +157,7 @@ class Database:
 
         await self.run(register)
         self._ready = True
+        metrics.store_up(True)
         log.info("conversation database ready (%s)", self.url.render_as_string(hide_password=True))
 
     async def _maintain(self) -> None:
@@ -166,11 +169,13 @@ class Database:
                     await self._prepare()
                     continue
                 await self.run(self._heartbeat)
+                metrics.store_up(True)
                 await self._after_heartbeat()
                 if time.monotonic() - last_sweep > 60:
                     await self.run(_sweep)
                     last_sweep = time.monotonic()
             except Exception as exc:  # keep the heartbeat alive whatever happened
+                metrics.store_up(False)
                 if not isinstance(exc, DockyardError):
                     self._last_error = _reason(exc)
                 log.warning("conversation database: %s", self._last_error)

@@ -21,7 +21,7 @@ from dockyard_core.kubeclient import AsyncKube, KubeError
 from dockyard_core.kubepaths import object_path
 from dockyard_core.resources import GROUP
 from dockyard_core.resources.v1alpha1 import VERSION
-from dockyard_operator import health
+from dockyard_operator import health, monitoring
 from dockyard_operator.context import API_CONCURRENCY, Context
 from dockyard_operator.handlers.deployments import reconcile_queued
 from dockyard_operator.handlers.events import post_event
@@ -113,6 +113,7 @@ def _webhook_server(settings: kopf.OperatorSettings, memo: kopf.Memo, config: Op
         memo.webhook_dir = tempfile.mkdtemp(prefix="dockyard-webhook-")
         cert, key = self_signed(Path(memo.webhook_dir), host)
         certfile, keyfile, cafile = str(cert), str(key), str(cert)
+    monitoring.watch_certificate(certfile)  # its expiry is a metric (the alert "certificate expires soon")
     settings.admission.server = kopf.WebhookServer(
         addr=config.webhook_host,
         port=config.webhook_port,

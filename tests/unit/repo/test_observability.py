@@ -239,3 +239,81 @@ def test_every_metric_of_the_grafana_dashboard_exists() -> None:
             known |= {family.name + suffix for suffix in ("", "_total", "_bucket", "_count", "_sum")}
     assert len(queried) >= 15
     assert queried <= known, sorted(queried - known)
+
+
+def test_the_store_heartbeat_is_a_metric() -> None:
+    metrics.store_up(False)
+    assert sample(metrics.exposition()[0].decode(), "dockyard_api_store_up") == 0
+    metrics.store_up(True)
+    assert sample(metrics.exposition()[0].decode(), "dockyard_api_store_up") == 1
+
+
+def test_each_deployments_latest_job_is_a_metric() -> None:
+    async def run() -> str:
+        async def reconcile(body: Any) -> Outcome:
+            return Outcome(result="success")
+
+        queue = WorkQueue("JobKind", reconcile, batch_window=0.0)
+        started = "2026-11-26T08:00:00Z"
+        job = {"status": "FAILED", "reason": "NoMatchingNode", "startTime": started}
+        queue.observe({"metadata": {"namespace": "team", "name": "llama"}, "status": {"job": job}})
+        queue.observe({"metadata": {"namespace": "team", "name": "fresh"}})  # no job yet: not exported
+        text = monitoring.exposition()[0].decode()
+        await queue.close()
+        return text
+
+    text = asyncio.run(run())
+    labels = {"kind": "JobKind", "deployment_namespace": "team", "deployment": "llama"}
+    assert sample(text, "dockyard_operator_deployment_job_status", **labels, status="FAILED",
+                  reason="NoMatchingNode") == 1  # fmt: skip
+    assert (
+        sample(text, "dockyard_operator_deployment_job_start_time_seconds", **labels)
+        == datetime(2026, 11, 26, 8, tzinfo=UTC).timestamp()
+    )
+    assert sample(text, "dockyard_operator_deployment_job_status", deployment="fresh") is None
+
+
+def test_the_webhook_certificate_expiry_is_read_from_its_file(tmp_path: Any) -> None:
+    from dockyard_operator.webhook_tls import self_signed
+
+    cert, _ = self_signed(tmp_path / "a", "127.0.0.1", days=3)
+    monitoring.watch_certificate(cert)
+    expiry = sample(
+        monitoring.exposition()[0].decode(), "dockyard_operator_webhook_certificate_expiry_timestamp_seconds"
+    )
+    assert expiry is not None
+    assert abs(expiry - (datetime.now(UTC) + timedelta(days=3)).timestamp()) < 60
+    renewed, _ = self_signed(tmp_path / "b", "127.0.0.1", days=90)  # replaced in place (cert-manager)
+    cert.write_bytes(renewed.read_bytes())
+    import os
+
+    os.utime(cert, (1, 1))  # another mtime than the first read's
+    later = sample(
+        monitoring.exposition()[0].decode(), "dockyard_operator_webhook_certificate_expiry_timestamp_seconds"
+    )
+    assert later is not None
+    assert later - expiry > 80 * 86400
+
+
+def test_the_rule_file_is_generated_from_its_source() -> None:
+    from pathlib import Path
+
+    from dockyard_core import alertrules
+
+    shipped = (Path(__file__).parents[3] / "charts/dockyard/files/alerts.yaml").read_text()
+    assert shipped == alertrules.render(), (
+        "run: python -m dockyard_core.alertrules --output charts/dockyard/files/alerts.yaml"
+    )
+    short = alertrules.groups(for_override="2s")
+    assert {r.get("for") for g in short["groups"] for r in g["rules"]} == {"2s"}
+    queried = {
+        n
+        for g in short["groups"]
+        for r in g["rules"]
+        for n in __import__("re").findall(r"\b(dockyard_[a-z_]+)\b", r["expr"])
+    }
+    known: set[str] = set()
+    for registry in (metrics.REGISTRY, monitoring.REGISTRY):
+        for family in registry.collect():
+            known |= {family.name + suffix for suffix in ("", "_total", "_bucket", "_count", "_sum")}
+    assert queried <= known, sorted(queried - known)
