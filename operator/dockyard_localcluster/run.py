@@ -133,6 +133,7 @@ def run(cluster: LocalCluster) -> int:
     # model pods answer: the engine runner starts real engines on the host (Contract 1), and the
     # facade's app runtime finds them through the pods' dockyard.dev/local-endpoint annotations
     env.setdefault("DOCKYARD_OPERATOR_LOCAL_ENGINES", "true")
+    env.setdefault("DOCKYARD_OPERATOR_KNOWLEDGE_RUNS", "local")  # indexing runs as host processes (kwok runs no pod)
     env.setdefault("DOCKYARD_API_ENDPOINT_MODE", "local")
     env.setdefault("DOCKYARD_LOCAL_ENGINES_LOG_DIR", str(state / "engines"))
     tool_port = int(os.environ.get("DOCKYARD_DEMO_TOOL_PORT", "18090"))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 
+from typing import Literal
+
 from pydantic import AliasChoices, Field
 from pydantic_settings import SettingsConfigDict
 
@@ -138,6 +140,12 @@ class OperatorSettings(ModelStoreSettings):
     )
     knowledge_job_service_account: str = Field(
         default="", description="service account of indexing Jobs (may get knowledgebases and patch their status)"
+    )
+    knowledge_runs: Literal["job", "local"] = Field(
+        default="job",
+        description="how indexing runs of knowledge bases run: job (a Kubernetes Job from Dockyard's image) or "
+        "local (the same command as a host process of the operator's machine: the local control plane, whose "
+        "kwok pods run nothing; make run sets it)",
     )
     knowledge_interval_seconds: float = Field(
         default=15.0, gt=0, description="how often knowledge bases waiting for a run (embedding model) are looked at"

@@ -1,7 +1,7 @@
 """A KnowledgeBase version's reconcile (kopf-free; docs/knowledge-bases.md, "The job"): when its documents
 or a reindex request moved past what the last run indexed, start an indexing run (status Indexing) —
-a Kubernetes Job from Dockyard's image, or on the local control plane (``local_engines``: kwok's pods
-run nothing) the same command as a host process, as the local engine runner runs engines. The run writes
+a Kubernetes Job from Dockyard's image, or on the local control plane (``knowledge_runs: local``: kwok's
+pods run nothing) the same command as a host process, as the local engine runner runs engines. The run writes
 the status itself (documents, chunks, bytes, last indexed, errors, phase Ready or Failed); a run that
 dies without writing it (the Job failed, the process exited non-zero) is marked Failed here."""
 
@@ -59,19 +59,18 @@ def indexing_settings(ctx: Context) -> IndexingSettings:
 
 
 async def embedding_endpoint(ctx: Context, namespace: str, name: str) -> str | None:
-    """Where the embedding ModelDeployment answers: its Service (status.endpoint), or on the local control
-    plane the host engine of one of its Ready pods; None while it has none."""
-    if ctx.settings.local_engines:
-        pods = await ctx.kube.list_objects("pods", namespace, labels=f"{MODEL_DEPLOYMENT_LABEL}={name}")
-        for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
-            url = (pod["metadata"].get("annotations") or {}).get(LOCAL_ENDPOINT_ANNOTATION)
-            ready = any(
-                c.get("type") == "Ready" and c.get("status") == "True"
-                for c in (pod.get("status") or {}).get("conditions") or []
-            )
-            if url and ready:
-                return str(url).rstrip("/")
-        return None
+    """Where the embedding ModelDeployment answers: the host engine of one of its Ready pods when the local
+    engine runner annotated one (the local control plane), else its Service (status.endpoint); None while
+    it has neither."""
+    pods = await ctx.kube.list_objects("pods", namespace, labels=f"{MODEL_DEPLOYMENT_LABEL}={name}")
+    for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
+        url = (pod["metadata"].get("annotations") or {}).get(LOCAL_ENDPOINT_ANNOTATION)
+        ready = any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in (pod.get("status") or {}).get("conditions") or []
+        )
+        if url and ready:
+            return str(url).rstrip("/")
     mdep = await ctx.kube.get("modeldeployments", namespace, name)
     endpoint = ((mdep or {}).get("status") or {}).get("endpoint")
     return str(endpoint).rstrip("/") if endpoint else None
@@ -110,7 +109,7 @@ async def reconcile_knowledge_base(ctx: Context, kb: Mapping[str, Any]) -> list[
     started = {"phase": "Indexing", "job": name, "message": "", "buildingGeneration": None}
     if not await _status(ctx.kube, kb, started):
         return []
-    if ctx.settings.local_engines:
+    if ctx.settings.knowledge_runs == "local":
         _start_local(ctx, kb, env)
         where = "as a host process (local control plane)"
     else:
