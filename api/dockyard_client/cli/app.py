@@ -14,7 +14,7 @@ from dockyard_client import __version__
 from dockyard_client.config import resolve
 from dockyard_client.errors import ConfigurationError
 
-from . import chat, deploy, environments, evaluations, importing, jobs, keys, tools, versions
+from . import chat, deploy, environments, evaluations, importing, jobs, keys, knowledge, tools, versions
 from .exits import EPILOG_EXIT, EXIT_USAGE, fail
 from .state import CONTEXT, State
 
@@ -44,6 +44,7 @@ app.add_typer(deploy.deploy_app, name="deploy")
 app.add_typer(environments.env_app, name="env")
 app.add_typer(evaluations.eval_app, name="eval")
 app.add_typer(keys.keys_app, name="keys")
+app.add_typer(knowledge.kb_app, name="kb")
 app.add_typer(tools.tool_app, name="tool")
 app.add_typer(versions.versions_app, name="versions")
 
