@@ -71,6 +71,15 @@ CASES: dict[str, dict[str, Any]] = {
         }
     },
     "webhook-ignore": {"webhook": {"failurePolicy": "Ignore", "timeoutSeconds": 5}},
+    "tracing": {
+        "tracing": {
+            "endpoint": "http://otel-collector.monitoring:4318",
+            "sampleRatio": 0.25,
+            "captureContent": True,
+            "resourceAttributes": {"deployment.environment.name": "prod"},
+            "headersSecret": {"name": "otlp-auth"},
+        }
+    },
     "metrics": {
         "metrics": {
             "serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
@@ -192,6 +201,8 @@ BAD_VALUES = [
     ("runtimeCatalog.runtimes.vllm.engine=tgi", "/runtimeCatalog/runtimes/vllm/engine"),
     ("runtimeCatalog.runtimes.vllm.gpu=1", "/runtimeCatalog/runtimes/vllm"),
     ("userRoles.enabled=yes", "/userRoles/enabled"),
+    ("tracing.sampleRatio=2", "/tracing/sampleRatio"),
+    ("tracing.endpoint=collector:4318", "/tracing/endpoint"),
 ]
 
 
