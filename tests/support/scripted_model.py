@@ -303,6 +303,8 @@ class RunningMcp:
     url: str
     """The MCP endpoint (Streamable HTTP), ``http://127.0.0.1:<port>/mcp``."""
     calls: list[tuple[str, dict[str, Any]]]
+    headers: list[dict[str, str]] = field(default_factory=list)
+    """The headers of every HTTP request the server received (e.g. a traceparent)."""
 
 
 @contextlib.contextmanager
@@ -332,7 +334,15 @@ def mcp_server(tools: dict[str, Callable[..., Any]], *, name: str = "scripted") 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    config = uvicorn.Config(server.streamable_http_app(), host="127.0.0.1", port=port, log_level="warning")
+    app = server.streamable_http_app()
+    headers: list[dict[str, str]] = []
+
+    async def recording(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            headers.append({k.decode(): v.decode() for k, v in scope["headers"]})
+        await app(scope, receive, send)
+
+    config = uvicorn.Config(recording, host="127.0.0.1", port=port, log_level="warning")
     web_server = uvicorn.Server(config)
     thread = threading.Thread(target=web_server.run, name="mcp-server", daemon=True)
     thread.start()
@@ -342,7 +352,7 @@ def mcp_server(tools: dict[str, Callable[..., Any]], *, name: str = "scripted") 
             raise RuntimeError("the MCP server did not start")
         time.sleep(0.02)
     try:
-        yield RunningMcp(f"http://127.0.0.1:{port}/mcp", calls)
+        yield RunningMcp(f"http://127.0.0.1:{port}/mcp", calls, headers)
     finally:
         web_server.should_exit = True
         thread.join(timeout=10)

@@ -1,0 +1,138 @@
+"""The runtime's spans (dockyard_api.runtime.tracing) of a turn's agent loop against the REAL scripted model server,
+an HTTP tool and an MCP server, captured by the SDK's in-memory exporter: the tree, the GenAI attributes, the
+traceparent each server received; and with tracing off, nothing (no span, no header)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from dockyard_api.runtime import tracing
+from dockyard_api.runtime.agent import AgentRunner, AgentSpec
+from dockyard_api.runtime.model import ModelClient
+from dockyard_core.mcp import McpServerRef
+from tests.support.scripted_model import Call, Reply, ScriptedModel, mcp_server, scripted_model
+from tests.unit.api.test_runtime_agent import World
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[ScriptedModel]:
+    with scripted_model() as running:
+        yield running
+
+
+@pytest.fixture
+def model(server: ScriptedModel) -> ScriptedModel:
+    server.reset()
+    server.tools.clear()
+    return server
+
+
+@pytest.fixture
+def spans(monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemorySpanExporter]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    monkeypatch.setattr(tracing, "TRACER", provider.get_tracer("test"))
+    yield exporter
+    provider.shutdown()
+
+
+def run(world: World, agents: list[AgentSpec], message: str = "hi") -> Any:
+    async def go() -> Any:
+        client = ModelClient()
+        world.client = client
+        try:
+            return await AgentRunner(client).run(agents, world, [], message)
+        finally:
+            await client.aclose()
+
+    return asyncio.run(go())
+
+
+def parent(header: str) -> tuple[int, int]:
+    found = re.fullmatch(r"00-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}", header)
+    assert found, header
+    return int(found.group(1), 16), int(found.group(2), 16)
+
+
+def by_name(finished: tuple[ReadableSpan, ...], name: str) -> ReadableSpan:
+    (span,) = [s for s in finished if s.name == name]
+    return span
+
+
+def test_an_agent_turn_is_a_tree_of_spans_and_every_server_gets_the_traceparent(
+    model: ScriptedModel, spans: InMemorySpanExporter
+) -> None:
+    def lookup(city: str) -> str:
+        """Forecast for a city."""
+        return f"{city}: rain"
+
+    weather = model.tool("weather", lambda args: {"celsius": 12})
+    with mcp_server({"forecast": lookup}) as mcp:
+        world = World(model.url, http_tools={"weather": weather}, mcp=[McpServerRef("desk", mcp.url)])
+        model.script(
+            Reply(calls=[Call("weather", {"city": "Oslo"}, id="c1"), Call("desk__forecast", {"city": "Oslo"}, id="c2")],
+                  usage=(30, 5)),
+            Reply(text="12 degrees and rain.", usage=(45, 9)),
+        )  # fmt: skip
+        result = run(world, [AgentSpec("helper", "You help.", "tiny", ("weather",))])
+    assert result.response == "12 degrees and rain."
+    finished = spans.get_finished_spans()
+    agent = by_name(finished, "invoke_agent helper")
+    step1, step2 = by_name(finished, "step 1"), by_name(finished, "step 2")
+    assert step1.parent is not None
+    assert step1.parent.span_id == agent.context.span_id
+    chats = [s for s in finished if s.name == "chat tiny"]
+    assert [c.parent.span_id for c in chats if c.parent] == [step1.context.span_id, step2.context.span_id]
+    http_tool, mcp_tool = by_name(finished, "execute_tool weather"), by_name(finished, "execute_tool desk__forecast")
+    http_request, mcp_request = by_name(finished, "POST weather"), by_name(finished, "tools/call forecast")
+    assert http_request.parent is not None
+    assert http_request.parent.span_id == http_tool.context.span_id
+    assert mcp_request.parent is not None
+    assert mcp_request.parent.span_id == mcp_tool.context.span_id
+    assert len({s.context.trace_id for s in finished}) == 1
+
+    assert dict(chats[0].attributes or {}) | {} == {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": "openai",
+        "server.address": "127.0.0.1",
+        "server.port": int(model.url.rsplit(":", 1)[1]),
+        "gen_ai.request.model": "tiny",
+        "gen_ai.request.max_tokens": 64,
+        "gen_ai.request.temperature": 0.2,
+        "gen_ai.request.top_p": 0.9,
+        "dockyard.tools_offered": ("weather", "desk__forecast"),
+        "gen_ai.usage.input_tokens": 30,
+        "gen_ai.usage.output_tokens": 5,
+        "gen_ai.response.finish_reasons": ("tool_calls",),
+        "dockyard.tool_calls": ("weather", "desk__forecast"),
+    }
+    assert http_tool.attributes is not None
+    assert http_tool.attributes["gen_ai.tool.call.id"] == "c1"
+    assert mcp_request.attributes is not None
+    assert mcp_request.attributes["mcp.method.name"] == "tools/call"
+
+    # what each server received: the traceparent of the span that called it
+    trace_id = agent.context.trace_id
+    assert [parent(r.headers["traceparent"]) for r in model.requests] == [(trace_id, c.context.span_id) for c in chats]
+    (to_tool,) = model.tool_requests
+    assert parent(to_tool.headers["traceparent"]) == (trace_id, http_request.context.span_id)
+    sent = {parent(h["traceparent"]) for h in mcp.headers if "traceparent" in h}
+    assert sent == {(trace_id, mcp_request.context.span_id)}, mcp.headers
+
+
+def test_off_no_span_and_no_traceparent(model: ScriptedModel) -> None:
+    assert tracing.TRACER is None
+    assert tracing.chat("http://m", {}) is tracing.NOOP
+    assert tracing.tool("t", "c") is tracing.NOOP
+    model.script(Reply(text="hello"))
+    run(World(model.url), [AgentSpec("solo", "", "tiny")])
+    assert "traceparent" not in {k.lower() for k in model.requests[0].headers}
