@@ -4,6 +4,7 @@ and the usage counters with their report."""
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import date, datetime
@@ -42,6 +43,8 @@ class Turn:
     key_id: str
     token: str = field(repr=False)
     session_pk: int = field(repr=False)
+    started: float = field(default_factory=time.monotonic, repr=False, compare=False)
+    """When the turn took the session (``time.monotonic()``): its latency is measured from here."""
 
 
 @dataclass(frozen=True)

@@ -98,10 +98,13 @@ messages = Table(
     Column("tokens_in", Integer, nullable=False, default=0),
     Column("tokens_out", Integer, nullable=False, default=0),
     Column("created_at", UtcDateTime, nullable=False),
+    Column("latency_ms", Integer, nullable=True),
     UniqueConstraint("id", name="uq_dockyard_messages_id"),
     UniqueConstraint("session_pk", "seq", name="uq_dockyard_messages_seq"),
 )
-"""The messages of finished turns: a user message and the reply, always stored together."""
+"""The messages of finished turns: a user message and the reply, always stored together. The reply's
+``latency_ms`` is the turn's time from taking the session to storing it (null: the user message, or a turn
+stored before Alembic 0005)."""
 
 usage_daily = Table(
     "dockyard_usage_daily",

@@ -279,6 +279,7 @@ class ConversationStore(Database):
         self._check_ready()
         now = utcnow()
         reply_id = f"msg_{uuid.uuid4().hex}"
+        latency_ms = max(0, round((time.monotonic() - turn.started) * 1000))  # kept with the reply (analytics)
 
         def tx(conn: Connection) -> None:
             released = conn.execute(self._sql.finish, {"b_pk": turn.session_pk, "b_token": turn.token, "b_now": now})
@@ -303,6 +304,7 @@ class ConversationStore(Database):
                         "tools_used": None,
                         "tokens_in": 0,
                         "tokens_out": 0,
+                        "latency_ms": None,
                     },
                     {
                         **common,
@@ -314,6 +316,7 @@ class ConversationStore(Database):
                         "tools_used": list(tools_used),
                         "tokens_in": tokens_in,
                         "tokens_out": tokens_out,
+                        "latency_ms": latency_ms,
                     },
                 ],
             )
