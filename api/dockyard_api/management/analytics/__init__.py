@@ -1,0 +1,1 @@
+"""Analytics of an environment per app version and day (from the conversation database)."""
