@@ -22,6 +22,7 @@ import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import parse_qsl
 
 from opentelemetry import propagate
 from opentelemetry.metrics import Counter, NoOpMeter, NoOpMeterProvider
@@ -145,11 +146,27 @@ def start(service: str, version: str, on_drop: OnDrop, environ: Mapping[str, str
     if env.get("OTEL_SERVICE_NAME"):
         resource = resource.merge(Resource({"service.name": env["OTEL_SERVICE_NAME"]}))
     provider = SdkProvider(resource=resource)
+    provider.add_span_processor(query_scrubber())  # first: the batch processor gets the span scrubbed
     with _sdk_counters():
         exporter = OTLPSpanExporter(endpoint=settings.endpoint, meter_provider=meters)
         provider.add_span_processor(BatchSpanProcessor(exporter, meter_provider=meters))
     log.info("tracing on: the spans of %s go to %s", service, settings.endpoint)
     return Tracing(provider, provider.get_tracer("dockyard", version), settings)
+
+
+def query_scrubber() -> Any:
+    """A span processor that keeps only the names of a URL's query parameters (``url.query``, which the web
+    framework's server spans record: an OIDC callback's code, a token someone put in a URL)."""
+    from opentelemetry.sdk.trace import SpanProcessor
+
+    class ScrubQuery(SpanProcessor):
+        def on_start(self, span: Any, parent_context: Any = None) -> None:
+            query = (span.attributes or {}).get("url.query")
+            if query:
+                names = [name for name, _ in parse_qsl(str(query), keep_blank_values=True)]
+                span.set_attribute("url.query", "&".join(f"{name}=REDACTED" for name in names))
+
+    return ScrubQuery()
 
 
 @dataclass(frozen=True)

@@ -86,3 +86,19 @@ def test_off_no_sdk_is_loaded_by_the_facade() -> None:
     )
     env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("OTEL_")}
     subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=120)
+
+
+def test_a_url_query_keeps_only_its_parameter_names() -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(tracing.query_scrubber())
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    with provider.get_tracer("t").start_as_current_span("GET /cb", attributes={"url.query": "code=abc&state=x&e="}):
+        pass
+    (span,) = exporter.get_finished_spans()
+    assert span.attributes is not None
+    assert span.attributes["url.query"] == "code=REDACTED&state=REDACTED&e=REDACTED"
