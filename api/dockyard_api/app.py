@@ -32,6 +32,7 @@ from dockyard_api.public.dock_status import router as dock_status
 from dockyard_api.public.downloads import router as downloads
 from dockyard_api.public.imports import router as import_sessions
 from dockyard_api.public.imports.service import ImportService
+from dockyard_api.public.knowledge import router as knowledge
 from dockyard_api.runtime import router as execute
 from dockyard_api.runtime import tracing
 from dockyard_api.runtime.service import AppRuntime, RuntimeSettings
@@ -68,6 +69,7 @@ def runtime_settings(settings: ApiSettings) -> RuntimeSettings:
         tool_timeout_seconds=settings.execute_tool_timeout_seconds,
         tool_max_bytes=settings.execute_tool_max_bytes,
         model_connections=settings.execute_model_connections,
+        knowledge_index=settings.knowledge_index_url(),
     )
 
 
@@ -152,6 +154,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     app.include_router(deploy.router, prefix=ENVIRONMENT_PREFIX)
     app.include_router(dock_status.router, prefix=ENVIRONMENT_PREFIX)
     app.include_router(import_sessions.router, prefix=ENVIRONMENT_PREFIX)
+    app.include_router(knowledge.router, prefix=ENVIRONMENT_PREFIX)
     app.include_router(execute.router, prefix=ENVIRONMENT_PREFIX)
     web.install(app, ENVIRONMENT_PREFIX)  # web client page, widget loader.js and tokens, CORS
     app.include_router(apps.router)
