@@ -19,6 +19,7 @@ from dockyard_api.console import router as console
 from dockyard_api.deps import AppState
 from dockyard_api.errors import install_error_handlers
 from dockyard_api.management.apps import router as apps
+from dockyard_api.management.canary import router as canary
 from dockyard_api.management.catalog import router as catalog
 from dockyard_api.management.environments import router as environments
 from dockyard_api.management.evaluations import router as evaluations
@@ -32,6 +33,7 @@ from dockyard_api.public.dock_status import router as dock_status
 from dockyard_api.public.downloads import router as downloads
 from dockyard_api.public.imports import router as import_sessions
 from dockyard_api.public.imports.service import ImportService
+from dockyard_api.rollout.start import rollout
 from dockyard_api.public.knowledge import router as knowledge
 from dockyard_api.runtime import router as execute
 from dockyard_api.runtime import tracing
@@ -102,6 +104,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         await store.start()  # migrates; a database that is away is retried in the background
         runtime = AppRuntime(kube, runtime_settings(settings), signing_key=web_service.keys.key)
         runtime.start()
+        recorder, watcher = rollout(settings, kube, store, runtime)
         summaries = None
         if settings.usage_summary_seconds > 0:
             summaries = asyncio.create_task(summarise_forever(store, kube, settings.usage_summary_seconds))
@@ -124,6 +127,8 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
                 summaries.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await summaries
+            await watcher.aclose()
+            await recorder.aclose()
             await runtime.aclose()
             await store.close()
             if models is not None:
@@ -164,6 +169,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     app.include_router(evaluations.router)
     app.include_router(downloads.router)
     app.include_router(usage.router)
+    app.include_router(canary.router)
     app.include_router(catalog.router)
     console.install(app)  # the web console for people (/console/)
     return app

@@ -24,6 +24,7 @@ from dockyard_api.auth import Authenticator, EnvironmentCaller, bearer
 from dockyard_api.cache import Informer
 from dockyard_api.console.session import Sealer
 from dockyard_api.management.apps.service import AppService
+from dockyard_api.management.canary.service import CanaryService
 from dockyard_api.management.catalog.service import CatalogService
 from dockyard_api.management.environments.service import EnvironmentService
 from dockyard_api.management.evaluations.service import EvaluationService
@@ -63,6 +64,7 @@ __all__ = [
     "AppsDep",
     "Auth",
     "CallerRepositories",
+    "CanaryDep",
     "CatalogDep",
     "ConversationDb",
     "Deploys",
@@ -278,6 +280,10 @@ async def get_key_service(repos: CallerRepositories, auth: Auth) -> KeyService:
     return KeyService(repos, auth)
 
 
+async def get_canary_service(repos: CallerRepositories, auth: Auth) -> CanaryService:
+    return CanaryService(repos, auth)
+
+
 async def get_catalog_service(repos: CallerRepositories) -> CatalogService:
     return CatalogService(repos)
 
@@ -300,6 +306,7 @@ AppsDep = Annotated[AppService, Depends(get_app_service)]
 EnvironmentsDep = Annotated[EnvironmentService, Depends(get_environment_service)]
 KeysDep = Annotated[KeyService, Depends(get_key_service)]
 CatalogDep = Annotated[CatalogService, Depends(get_catalog_service)]
+CanaryDep = Annotated[CanaryService, Depends(get_canary_service)]
 UsageDep = Annotated[UsageService, Depends(get_usage_service)]
 ToolTestsDep = Annotated[ToolTestService, Depends(get_tool_test_service)]
 EvaluationsDep = Annotated[EvaluationService, Depends(get_evaluation_service)]

@@ -114,6 +114,24 @@ class ApiSettings(ModelStoreSettings):
         ge=0,
         description="how often the usage summary on Environments' status (kubectl describe) is refreshed; 0: never",
     )
+    slo_watch_seconds: float = Field(
+        default=2.0,
+        ge=0,
+        description="how often the SLO watcher (in the replica holding the Lease dockyard-slo-watcher) checks the "
+        "environments with spec.slo; 0: no watcher in this replica (docs/promotion.md)",
+    )
+    slo_lease_namespace: str = Field(
+        default="",
+        description="the namespace of the SLO watcher's Lease; empty: the facade pod's namespace (default outside "
+        "a cluster)",
+    )
+    turn_outcomes_flush_seconds: float = Field(
+        default=0.5,
+        gt=0,
+        le=60,
+        description="how often each replica writes its finished turns' outcomes (per version: the SLO watcher's "
+        "figures, usage per version) to the conversation database",
+    )
 
     # --- deployed-app runtime: POST {api_base_url}/v1/apps/{app_id}/execute (api/dockyard_api/runtime/) ---
     endpoint_mode: Literal["cluster", "local"] = Field(

@@ -1,7 +1,7 @@
-"""The console's environment pages: create one, its tabs (overview, history, keys, access, embed,
+"""The console's environment pages: create one, its tabs (overview, history, canary, keys, access, embed,
 settings, checklist, usage, guardrails), the status the page polls, and its actions (deploy, roll back, delete,
-generate and revoke API keys, change the settings, allow a site to embed the widget). Each calls the
-management services as the signed-in person (:mod:`.common`)."""
+generate and revoke API keys, change the settings, allow a site to embed the widget; the canary's are in
+:mod:`.canary`). Each calls the management services as the signed-in person (:mod:`.common`)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from dockyard_api.deps import AppName, EnvName, KeyId, NamespaceParam
 from dockyard_api.management.schemas import Deploy, EnvironmentCreate, EnvironmentSettings, KeyCreate, Rollback
 from dockyard_core.errors import DockyardError
 
-TABS = ("overview", "history", "keys", "access", "embed", "settings", "checklist", "usage", "guardrails")
+TABS = ("overview", "history", "canary", "keys", "access", "embed", "settings", "checklist", "usage", "guardrails")
 INTERVENTIONS_SHOWN = 20
 """The last interventions the Guardrails tab shows (the API lists up to 500)."""
 
@@ -169,7 +169,7 @@ Action = Callable[[Ctx, dict[str, Any]], Awaitable[tuple[str, dict[str, Any]]]]
 """A form action: what it did as (the page to go to, the flash message to show there)."""
 
 
-async def _env_action(
+async def env_action(
     request: Request, namespace: str, environment: str, section: str, tab: str, action: Action
 ) -> Response:
     ctx = await context(request, namespace)
@@ -194,7 +194,7 @@ async def environment_deploy(request: Request, namespace: NamespaceParam, enviro
         done = await ctx.services.environments.deploy(namespace, environment, body)
         return f"{ctx.base}/environments/{environment}", {"ok": done.answer.message}
 
-    return await _env_action(request, namespace, environment, "deploy", "overview", act)
+    return await env_action(request, namespace, environment, "deploy", "overview", act)
 
 
 @routes.post("/ns/{namespace}/environments/{environment}/rollback", response_class=HTMLResponse)
@@ -205,7 +205,7 @@ async def environment_rollback(request: Request, namespace: NamespaceParam, envi
         done = await ctx.services.environments.rollback(namespace, environment, body)
         return f"{ctx.base}/environments/{environment}?tab=history", {"ok": done.message}
 
-    return await _env_action(request, namespace, environment, "rollback", "history", act)
+    return await env_action(request, namespace, environment, "rollback", "history", act)
 
 
 @routes.post("/ns/{namespace}/environments/{environment}/delete", response_class=HTMLResponse)
@@ -218,7 +218,7 @@ async def environment_delete(request: Request, namespace: NamespaceParam, enviro
         done = await environments.delete_environment(namespace, environment, typed or None)
         return f"{ctx.base}/apps/{env.app}", {"ok": f"Environment {env.name} deleted: {done.message}."}
 
-    return await _env_action(request, namespace, environment, "delete", "overview", act)
+    return await env_action(request, namespace, environment, "delete", "overview", act)
 
 
 @routes.post("/ns/{namespace}/environments/{environment}/apikeys", response_class=HTMLResponse)
@@ -230,7 +230,7 @@ async def key_create(request: Request, namespace: NamespaceParam, environment: E
         flash = {"ok": f"API key {created.name!r} generated.", "key": created.key, "keyName": created.name}
         return f"{ctx.base}/environments/{environment}?tab=keys", flash
 
-    return await _env_action(request, namespace, environment, "keys", "keys", act)
+    return await env_action(request, namespace, environment, "keys", "keys", act)
 
 
 @routes.post("/ns/{namespace}/environments/{environment}/apikeys/{key_id}/revoke", response_class=HTMLResponse)
@@ -240,7 +240,7 @@ async def key_revoke(request: Request, namespace: NamespaceParam, environment: E
         await ctx.services.keys.revoke_key(namespace, environment, key_id)
         return f"{ctx.base}/environments/{environment}?tab=keys", {"ok": "API key revoked: it no longer works."}
 
-    return await _env_action(request, namespace, environment, "keys", "keys", act)
+    return await env_action(request, namespace, environment, "keys", "keys", act)
 
 
 async def _change_settings(

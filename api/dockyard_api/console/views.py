@@ -144,7 +144,11 @@ def history_rows(env: dict[str, Any]) -> list[dict[str, Any]]:
                 "status": status,
                 "action": entry.get("action") or "Deploy",
                 "healthy": entry.get("healthy"),
+                "weight": entry.get("weight"),
+                "outcome": entry.get("outcome"),
+                "reason": entry.get("reason") or "",
                 "canRollback": status == "Previous"
+                and entry.get("action") != "Canary"  # a canary is no deployment to go back to
                 and entry.get("healthy") is not False
                 and entry.get("version") not in (active, env.get("appVersion")),
             }

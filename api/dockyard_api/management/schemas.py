@@ -21,6 +21,7 @@ from pydantic.alias_generators import to_camel
 
 from dockyard_core.jobs import JobRecord
 from dockyard_core.resources.v1alpha1 import Agent, McpServer, ToolVersionRef
+from dockyard_core.resources.v1alpha1.canary import CanarySpec, CanaryStatus, SloSpec, SloStatus
 from dockyard_core.resources.v1alpha1.common import (
     DNS_LABEL_PATTERN,
     Condition,
@@ -277,6 +278,14 @@ class EnvironmentView(View):
     pii: PiiSettings | None = None
     """PII protection (docs/guardrails.md); null: not configured."""
     history: list[HistoryEntry]
+    canary: CanarySpec | None = None
+    """The canary (docs/promotion.md); null: none running."""
+    canary_state: CanaryStatus | None = None
+    """The running canary as the operator saw it, or how the last one ended."""
+    slo: SloSpec | None = None
+    """The SLOs watched during a canary and after a deploy; null: none."""
+    slo_state: SloStatus | None = None
+    """What the SLO watcher last measured per version."""
     checklist: list[ChecklistItem]
     conditions: list[Condition]
     configuration: dict[str, Any]
@@ -445,6 +454,16 @@ class UsageKeyView(View):
     tokens_out: int
 
 
+class UsageVersionView(View):
+    """One app version's turns over the period (docs/promotion.md): a canary's and the active version's apart."""
+
+    version: str
+    requests: int
+    errors: int
+    tokens_in: int
+    tokens_out: int
+
+
 class UsageReportView(View):
     """An environment's usage over [from, to] (UTC days): totals, the days with usage, and per API key."""
 
@@ -455,3 +474,5 @@ class UsageReportView(View):
     totals: UsageCountersView
     days: list[UsageDayView]
     keys: list[UsageKeyView]
+    versions: list[UsageVersionView] = Field(default_factory=list)
+    """Per app version (the version each turn's session is pinned to)."""

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from dockyard_api.auth import Authenticator
 from dockyard_api.management.apps.service import AppService
+from dockyard_api.management.canary.service import CanaryService
 from dockyard_api.management.catalog.service import CatalogService
 from dockyard_api.management.environments.service import EnvironmentService
 from dockyard_api.management.evaluations.service import EvaluationService
@@ -30,6 +31,7 @@ class Management:
     environments: EnvironmentService
     keys: KeyService
     catalog: CatalogService
+    canary: CanaryService
     usage: UsageService
     tooltests: ToolTestService
     evaluations: EvaluationService
@@ -44,6 +46,7 @@ class Management:
             environments=EnvironmentService(repos, auth),
             keys=KeyService(repos, auth),
             catalog=CatalogService(repos),
+            canary=CanaryService(repos, auth),
             usage=UsageService(store, auth, repos.user),
             tooltests=ToolTestService(repos, auth, runtime),
             evaluations=EvaluationService(repos, auth, runtime, store),

@@ -15,9 +15,15 @@ from dataclasses import asdict
 from datetime import UTC, date, datetime, timedelta
 
 from dockyard_api.auth import Authenticator
-from dockyard_api.management.schemas import UsageCountersView, UsageDayView, UsageKeyView, UsageReportView
+from dockyard_api.management.schemas import (
+    UsageCountersView,
+    UsageDayView,
+    UsageKeyView,
+    UsageReportView,
+    UsageVersionView,
+)
 from dockyard_api.management.usage.schemas import InterventionList, InterventionView
-from dockyard_api.store import ConversationStore
+from dockyard_api.store import ConversationStore, outcomes
 from dockyard_api.store.interventions import LIST_LIMIT
 from dockyard_api.store.records import StoredIntervention, UsageReport
 from dockyard_core.errors import InvalidError
@@ -80,7 +86,10 @@ class UsageService:
                 f"at most {MAX_DAYS} days at once", [{"field": "query.from", "message": "range too long"}]
             )
         report = await self.store.usage(namespace=namespace, environment=environment, since=since, until=until)
-        return usage_view(report)
+        view = usage_view(report)
+        found = await self.store.run(lambda conn: outcomes.usage(conn, namespace, environment, since, until))
+        view.versions = [UsageVersionView(version=v, **asdict(c)) for v, c in sorted(found.items())]
+        return view
 
     async def interventions(self, namespace: str, environment: str, limit: int = 50) -> InterventionList:
         """The environment's ``limit`` newest interventions (1 to LIST_LIMIT), newest first."""
