@@ -22,7 +22,7 @@ from dockyard_core.resources.v1alpha1 import (
 )
 from dockyard_core.resources.v1alpha1.tool import tool_deployment_name
 from dockyard_core.tooltests import untested, wanted
-from dockyard_operator import safeguards
+from dockyard_operator import observability, safeguards
 from dockyard_operator.evaluation_items import evaluation_items
 from dockyard_operator.knowledge_items import knowledge_item
 from dockyard_operator.safeguards import names as _names
@@ -174,6 +174,7 @@ def checklist(
     pii: Mapping[str, Any] | None = None,
     evaluations: Sequence[Mapping[str, Any]] = (),
     knowledge_bases: Mapping[str, Mapping[str, Any] | None] | None = None,
+    observed: observability.Observed | None = None,
 ) -> list[ChecklistItem]:
     """The pre-production checklist (docs/apps-environments.md, "Pre-production checklist"): computed where
     the cluster tells, Manual where it cannot.
@@ -186,6 +187,8 @@ def checklist(
     newest run in this environment: :mod:`dockyard_operator.evaluation_items`).
     ``knowledge_bases``: the KnowledgeBases the version pins, by object name (None: missing;
     :mod:`dockyard_operator.knowledge_items`).
+    ``observed``: what the Monitoring items read (:mod:`dockyard_operator.observability`; None: nothing
+    configured, no usage).
     """
     content = content or {}
     servers = content.get("mcpServers") or []
@@ -236,21 +239,15 @@ def checklist(
         if limits
         else "set spec.rateLimits (requestsPerMinute, tokensPerDay) to limit calls of the deployed app",
     )
-    for item in ("Analytics", "Alerts", "Logging"):
-        add("Monitoring", item, "Manual", MANUAL[item])
+    watched = observed or observability.Observed(observability.MonitoringFacts(), "", "", None, None, None)
+    for item, (state, detail) in observability.monitoring_items(watched).items():
+        add("Monitoring", item, state, detail)
     return items
 
 
-_BY_HAND = "; until then check by hand"
-MANUAL: dict[str, str] = {
-    "Analytics": "not computed yet: usage is recorded (GET .../usage, the console's Usage tab); seeing it "
-    "flow for this version (turns and tokens since it went live) would compute it" + _BY_HAND,
-    "Alerts": "not computed yet: alert rules on this environment's errors and latency, with a receiver, "
-    "would compute it" + _BY_HAND,
-    "Logging": "not computed yet: the facade's and operator's logs reaching a store for this environment "
-    "would compute it" + _BY_HAND,
-}
-"""What would compute each item Dockyard cannot compute yet (docs/apps-environments.md)."""
+MANUAL: dict[str, str] = {}
+"""What would compute each item Dockyard cannot compute yet (docs/apps-environments.md): none left; "Access
+controls" stays Manual (who may manage the app is Kubernetes RBAC, decided outside Dockyard)."""
 
 
 TEST_HOW = "test-call each: dockyard tool test, POST .../environments/{env}/tooltests or the console's Test"

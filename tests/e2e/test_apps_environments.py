@@ -541,7 +541,8 @@ def test_checklist_reports_what_the_cluster_knows_and_marks_the_rest_manual(
     states = {c["item"]: c["state"] for c in checklist}
     assert states["API keys generated"] == "NotDone"
     assert states["Diagnostics pass"] == "NotDone"  # no evaluation suite (docs/promotion.md)
-    assert states["Alerts"] == "Manual"
+    assert states["Alerts"] == "NotDone"  # no alert rules installed (docs/observability.md)
+    assert states["Access controls"] == "Manual"
     assert states["Tools deployed and tested"] == "Done"  # the draft uses no tools
     tool(api, namespace, "search", "1.0.0")
     patch(api, namespace, "apps", "bot", {"spec": {"toolVersions": [{"name": "search", "version": "1.0.0"}]}})

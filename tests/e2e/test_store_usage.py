@@ -109,7 +109,7 @@ def test_rate_limits_usage_statistics_and_their_survival_after_delete(
         return found if found and found["today"]["requests"] == answered_calls else None
 
     shown = wait_for(summary, timeout=30, what="status.usage")
-    assert set(shown) == {"day", "today", "last30Days", "updatedAt"}
+    assert set(shown) == {"day", "today", "last30Days", "updatedAt", "versions"}
     assert shown["last30Days"]["tokensIn"] == totals["tokensIn"]
 
     # delete the environment: the statistics stay

@@ -2,7 +2,8 @@
 
 Every ``usage_summary_seconds`` (default 60) each facade replica asks the database which environments
 had usage since its last pass and merge-patches ``status.usage`` of those (today's counters and the
-last 30 days). Cost: one indexed query per pass plus one status PATCH per environment that was used;
+last 30 days, and per app version: calls, errors, tokens and the last day with a call, from
+``dockyard_usage_versions``). Cost: one indexed query per pass plus one status PATCH per environment that was used;
 an idle environment costs nothing. Several replicas write the same figures (read from the shared
 database), so the result does not depend on which one wrote last. A deleted environment is skipped (its
 statistics stay in the database and the usage endpoint keeps answering for it).
@@ -11,11 +12,15 @@ statistics stay in the database and the usage endpoint keeps answering for it).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
+from sqlalchemy import Connection, func, select
+
 from dockyard_api.store.records import UsageReport
+from dockyard_api.store.schema import usage_versions
 from dockyard_api.store.store import ConversationStore
 from dockyard_core.errors import DockyardError, NotFoundError
 from dockyard_core.kubeclient import AsyncKube
@@ -25,10 +30,47 @@ from dockyard_core.resources.v1alpha1.environment import Environment
 log = logging.getLogger("dockyard.store.summary")
 
 
-def summary(report: UsageReport, now: datetime) -> dict[str, Any]:
-    """``status.usage`` (UsageSummary) from a 30-day report ending today."""
+VERSIONS_SHOWN = 20
+
+
+def versions(conn: Connection, namespace: str, environment: str, since: date, until: date) -> list[dict[str, Any]]:
+    """Per app version over [since, until]: calls, errors, tokens and the last day with a call, the most
+    recently used first (at most VERSIONS_SHOWN)."""
+    c = usage_versions.c
+    query = (
+        select(
+            c.version,
+            func.sum(c.requests).label("requests"),
+            func.sum(c.errors).label("errors"),
+            func.sum(c.tokens_in).label("tokens_in"),
+            func.sum(c.tokens_out).label("tokens_out"),
+            func.max(c.day).label("last_day"),
+        )
+        .where(c.namespace == namespace, c.environment == environment, c.day >= since, c.day <= until)
+        .group_by(c.version)
+        .order_by(func.max(c.day).desc(), c.version.desc())
+        .limit(VERSIONS_SHOWN)
+    )
+    return [
+        {
+            "version": r.version,
+            "requests": int(r.requests or 0),
+            "errors": int(r.errors or 0),
+            "tokensIn": int(r.tokens_in or 0),
+            "tokensOut": int(r.tokens_out or 0),
+            "lastDay": (
+                r.last_day if isinstance(r.last_day, date) else date.fromisoformat(str(r.last_day))
+            ).isoformat(),
+        }
+        for r in conn.execute(query)
+    ]
+
+
+def summary(report: UsageReport, now: datetime, by_version: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """``status.usage`` (UsageSummary) from a 30-day report ending today (and its figures per version)."""
     today = report.days.get(report.until)
     return {
+        "versions": by_version or [],
         "day": report.until.isoformat(),
         "today": (
             today.view() if today else {"requests": 0, "errors": 0, "rateLimited": 0, "tokensIn": 0, "tokensOut": 0}
@@ -44,11 +86,13 @@ async def write_summaries(store: ConversationStore, kube: AsyncKube, since: date
     environments = Repository(kube, Environment).objects  # the answers are not read: no model to validate
     written = 0
     for namespace, environment in await store.environments_used_since(since):
-        report = await store.usage(
-            namespace=namespace, environment=environment, since=now.date() - timedelta(days=29), until=now.date()
-        )
+        since_day = now.date() - timedelta(days=29)
+        report = await store.usage(namespace=namespace, environment=environment, since=since_day, until=now.date())
+        by_version = await store.run(functools.partial(versions, namespace=namespace, environment=environment,
+                                                       since=since_day, until=now.date()))  # fmt: skip
+        usage = summary(report, now, by_version)
         try:
-            await environments.merge(namespace, environment, {"status": {"usage": summary(report, now)}}, sub="status")
+            await environments.merge(namespace, environment, {"status": {"usage": usage}}, sub="status")
             written += 1
         except NotFoundError:  # the environment is gone; its statistics stay in the database
             pass

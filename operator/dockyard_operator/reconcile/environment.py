@@ -34,7 +34,7 @@ from dockyard_core.resources.v1alpha1 import (
     READY,
     HistoryEntry,
 )
-from dockyard_operator import canary
+from dockyard_operator import canary, observability
 from dockyard_operator import environment_health as health
 from dockyard_operator import environments as envs
 from dockyard_operator.context import Context
@@ -216,6 +216,14 @@ async def reconcile_environment(
             knowledge_bases=knowledge,
             tested=envs.ToolTesting(
                 name, version, ((holder or {}).get("status") or {}).get("toolTests") or [], revisions
+            ),
+            observed=observability.Observed(
+                facts=await ctx.state(observability.MonitoringState).facts(ctx.settings),
+                namespace=namespace,
+                environment=name,
+                version=version if content is not None else None,
+                live_since=new_history[0].deployed_at if new_history and new_history[0].version == version else None,
+                usage=status.get("usage"),
             ),
         )
         urls = envs.urls(ctx.settings.public_url, namespace, name)

@@ -130,3 +130,35 @@ def test_bad_queries_are_refused_naming_the_field(args: dict[str, Any], field: s
     with pytest.raises(InvalidError) as refused:
         asyncio.run(service.environment_analytics("team", "bot-prod", **args))
     assert refused.value.details[0]["field"] == field  # type: ignore[index]
+
+
+def test_the_status_summary_lists_versions_most_recent_first(tmp_path: Path) -> None:
+    from dockyard_api.store.summary import versions
+
+    async def main() -> list[dict[str, Any]]:
+        store = ConversationStore(f"sqlite:///{tmp_path / 'dockyard.db'}")
+        await store.start()
+        try:
+            now = datetime.now(UTC)
+            earlier = now - timedelta(days=3)
+
+            def record(conn: Any) -> None:
+                old = Outcome(**WHERE, version="1.0.0", at=earlier, seconds=1, outcome="ok", tokens_in=5)
+                write(conn, [old], "sqlite", earlier)
+                ok = Outcome(**WHERE, version="1.1.0", at=now, seconds=1, outcome="ok", tokens_out=7)
+                failed = Outcome(**WHERE, version="1.1.0", at=now, seconds=1, outcome="upstream_error")
+                write(conn, [ok, failed], "sqlite", now)
+
+            await store.run(record)
+            return await store.run(functools.partial(versions, **WHERE, since=now.date() - timedelta(days=29),
+                                                     until=now.date()))  # fmt: skip
+        finally:
+            await store.close()
+
+    found = asyncio.run(main())
+    today = datetime.now(UTC).date()
+    assert found == [
+        {"version": "1.1.0", "requests": 2, "errors": 1, "tokensIn": 0, "tokensOut": 7, "lastDay": today.isoformat()},
+        {"version": "1.0.0", "requests": 1, "errors": 0, "tokensIn": 5, "tokensOut": 0,
+         "lastDay": (today - timedelta(days=3)).isoformat()},
+    ]  # fmt: skip

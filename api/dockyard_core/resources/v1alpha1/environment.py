@@ -343,6 +343,23 @@ class UsageCounters(DockyardModel):
     """Model output tokens."""
 
 
+class VersionUsageSummary(DockyardModel):
+    """One app version's calls over the last 30 days (the version each call's session is pinned to)."""
+
+    version: Annotated[str, Field(max_length=32)]
+    """The app version (a semantic version, or draft)."""
+    requests: Annotated[int, Field(ge=0)] = 0
+    """Calls answered (successes and errors)."""
+    errors: Annotated[int, Field(ge=0)] = 0
+    """Calls that ended in an error."""
+    tokens_in: Annotated[int, Field(ge=0)] = 0
+    """Model input tokens."""
+    tokens_out: Annotated[int, Field(ge=0)] = 0
+    """Model output tokens."""
+    last_day: Annotated[str, Field(max_length=10)] = ""
+    """The last UTC day with a call of this version (YYYY-MM-DD)."""
+
+
 class UsageSummary(DockyardModel):
     """A summary of the usage statistics (the full figures, per day and API key: GET
     /api/v1/namespaces/{namespace}/environments/{name}/usage). Written by the facade at most once a minute
@@ -356,6 +373,9 @@ class UsageSummary(DockyardModel):
     """Usage over the 30 days ending that day."""
     updated_at: datetime
     """When the summary was computed."""
+    versions: Annotated[list[VersionUsageSummary], Field(max_length=20)] = Field(default_factory=list)
+    """Per app version over the last 30 days, the most recently used first (at most 20): what the checklist
+    item "Analytics" reads for the active version."""
 
 
 class EnvironmentStatus(StatusBase):
