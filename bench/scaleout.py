@@ -114,7 +114,8 @@ def model_process(delay_ms: float) -> Iterator[str]:
 
 
 def tree_cpu(root: int) -> float:
-    """CPU seconds of a process and its living descendants (PostgreSQL's backends)."""
+    """CPU seconds of a process and its descendants, living and exited: each one's own time, plus the time
+    of the children it has reaped (PostgreSQL's postmaster reaps the backends that ended)."""
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -126,8 +127,11 @@ def tree_cpu(root: int) -> float:
     total, todo = 0.0, [root]
     while todo:
         pid = todo.pop()
-        used = cpu_seconds(pid)
-        total += 0.0 if used != used else used  # NaN: gone meanwhile
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        total += sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")  # utime stime cutime cstime
         todo += children.get(pid, [])
     return total
 
@@ -224,11 +228,16 @@ async def throughput(bot: Client, replicas: int, turns: int, concurrency: int) -
         return time.perf_counter() - start, latencies, errors
 
 
-async def sessions_check(bot: Client, sessions: int, turns: int) -> list[str]:
-    """Each session's turns alternate replicas; each answer must list the session's user messages so far."""
+async def sessions_check(bot: Client, sessions: int, turns: int) -> tuple[list[str], int]:
+    """Each session's turns alternate replicas; each answer must list the session's user messages so far.
+    Then two turns of the session at once, one on each replica: one turn at a time holds across them, so
+    the one answered second carries the first one's message (a 409 after the busy wait is allowed, and
+    counted). Returns the problems and the number of 409s."""
     problems: list[str] = []
+    busy = 0
 
     async def one(http: aiohttp.ClientSession, s: int) -> None:
+        nonlocal busy
         session_id = None
         sent: list[str] = []
         for t in range(turns):
@@ -243,10 +252,25 @@ async def sessions_check(bot: Client, sessions: int, turns: int) -> list[str]:
             if answer["session_id"] != session_id or answer["response"] != "seen:" + "|".join(sent):
                 problems.append(f"session {s} turn {t} on replica {(s + t) % 2}: {answer['response'][:200]!r}")
                 return
+        pair = [f"s{s}-a", f"s{s}-b"]
+        both = await asyncio.gather(*(bot.call(http, r, {"message": m, "session_id": session_id})
+                                      for r, m in enumerate(pair)))  # fmt: skip
+        answered = [(m, a["response"]) for m, (st, a) in zip(pair, both, strict=True) if st == 200]
+        busy += sum(1 for st, _ in both if st == 409)
+        if any(st not in (200, 409) for st, _ in both):
+            problems.append(f"session {s}, two turns at once: {[(st, str(a)[:120]) for st, a in both]}")
+        elif len(answered) == 2:
+            firsts = ["seen:" + "|".join([*sent, m]) for m in pair]
+            seconds = ["seen:" + "|".join([*sent, *pair[::-1]]), "seen:" + "|".join([*sent, *pair])]
+            got = [text for _, text in answered]
+            if got not in ([firsts[0], seconds[1]], [seconds[0], firsts[1]]):
+                problems.append(f"session {s}, two turns at once on both replicas: {got}")
+        elif answered and answered[0][1] != "seen:" + "|".join([*sent, answered[0][0]]):
+            problems.append(f"session {s}, one of two turns at once answered: {answered[0][1]!r}")
 
-    async with session(sessions) as http:
+    async with session(2 * sessions) as http:
         await asyncio.gather(*(one(http, s) for s in range(sessions)))
-    return problems
+    return problems, busy
 
 
 async def rate_limit_check(limited: Client, per_minute: int) -> tuple[int, int, int, int]:
@@ -360,7 +384,7 @@ async def measure(args: argparse.Namespace, urls: list[str], procs: list[subproc
                   f"{runs[replicas][-1][1]:6.1f} ms  p99 {runs[replicas][-1][2]:6.1f} ms  facade CPU {facade_cpu:.2f} "
                   f"ms/turn  PostgreSQL CPU {pg_cpu:.2f} ms/turn  errors {errors}  load {loads[-1]:.1f}",
                   flush=True)  # fmt: skip
-    problems = await sessions_check(bot, args.sessions, args.session_turns)
+    problems, busy = await sessions_check(bot, args.sessions, args.session_turns)
     await until_answered(limited, 2)
     earlier, answered, refused, other = await rate_limit_check(limited, args.rate_limit)
     await asyncio.sleep(0.5)
@@ -390,7 +414,8 @@ async def measure(args: argparse.Namespace, urls: list[str], procs: list[subproc
     lines.append(f"rate limit {args.rate_limit}/min over both replicas, {2 * args.rate_limit} calls: "
                  f"{answered} answered (+ {earlier} readiness calls in the same minute), {refused} refused "
                  f"(429), {other} other; usage of {LIMITED_ENV}: {limited_got} (want {limited_want})")  # fmt: skip
-    lines.append(f"sessions: {args.sessions} x {args.session_turns} turns alternating replicas: "
+    lines.append(f"sessions: {args.sessions} x {args.session_turns} turns alternating replicas, then two at once on "
+                 f"both ({busy} answered 409 after the busy wait): "
                  f"{'every history complete' if not problems else '; '.join(problems[:5])}")  # fmt: skip
     lines.append(f"usage of bot-draft during the run: {usage_delta} (turns sent: {want})")
     if cpus >= 8:
