@@ -52,6 +52,10 @@ ARCHIVE_EXTENSIONS = ("tar", "tar.gz", "tgz", "zip")
 WEIGHT_EXTENSIONS = ("safetensors", "gguf", "bin", "pt", "pth")
 """Single model files; stored as they are."""
 SUPPORTED_EXTENSIONS = ARCHIVE_EXTENSIONS + WEIGHT_EXTENSIONS
+DOCUMENT_CONTEXTS = ("document", "dataset")
+"""fileContext values of a knowledge-base document (docs/knowledge-bases.md): not a model."""
+DOCUMENT_EXTENSIONS = ("txt", "text", "md", "markdown", "html", "htm", "pdf")
+"""What a document may be: text, Markdown, HTML, PDF."""
 
 MAX_FILE_NAME_BYTES = 255
 MAX_TOTAL_CHUNKS = 1_000_000
@@ -87,16 +91,17 @@ def check_file_name(value: str) -> str:
     return value
 
 
-def normalize_extension(value: str) -> str:
-    """``tar``, ``.TAR.GZ`` -> ``tar``, ``tar.gz``; only :data:`SUPPORTED_EXTENSIONS` pass."""
+def normalize_extension(value: str, supported: tuple[str, ...] = SUPPORTED_EXTENSIONS) -> str:
+    """``tar``, ``.TAR.GZ`` -> ``tar``, ``tar.gz``; only ``supported`` (a model's :data:`SUPPORTED_EXTENSIONS`,
+    a document's :data:`DOCUMENT_EXTENSIONS`) pass."""
     check_text(value, "fileExtension", 32)
     ext = value.strip().lower().removeprefix(".")
     if not EXTENSION_RE.match(ext):
         raise InvalidUpload("fileExtension must be letters and digits, e.g. tar or tar.gz", {"field": "fileExtension"})
-    if ext not in SUPPORTED_EXTENSIONS:
+    if ext not in supported:
         raise InvalidUpload(
             f"fileExtension {ext!r} is not supported",
-            {"field": "fileExtension", "supported": list(SUPPORTED_EXTENSIONS)},
+            {"field": "fileExtension", "supported": list(supported)},
         )
     return ext
 
@@ -172,7 +177,10 @@ class Upload(BaseModel):
         together), then the limits when the context gives them."""
         check_text(self.file_context, "fileContext", 64)
         check_file_name(self.file_name)
-        self.file_extension = normalize_extension(self.file_extension)
+        document = self.file_context.strip().lower() in DOCUMENT_CONTEXTS
+        self.file_extension = normalize_extension(
+            self.file_extension, DOCUMENT_EXTENSIONS if document else SUPPORTED_EXTENSIONS
+        )
         limits = (info.context or {}).get(LIMITS_CONTEXT)
         if limits is not None:
             check_sizes(self.file_size, self.total_chunks, limits.max_chunk_bytes, limits.max_file_bytes)

@@ -26,10 +26,7 @@ from dockyard_core import clock
 from dockyard_core.clock import iso
 from dockyard_core.knowledge.parsing import DocumentError, parse_document
 from dockyard_core.modelstore import ModelStore, SessionMeta
-from dockyard_core.upload import Upload
-
-DOCUMENT_CONTEXTS = frozenset({"document", "dataset"})
-"""fileContext values that make an import a knowledge-base document."""
+from dockyard_core.upload import DOCUMENT_CONTEXTS, Upload
 
 
 def is_document(upload: Upload) -> bool:
