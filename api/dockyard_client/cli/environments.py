@@ -9,6 +9,7 @@ import typer
 
 from dockyard_client.client import DockyardClient
 
+from .canary import canary_app
 from .output import err, fields, print_json, table
 from .state import CONTEXT, JsonFlag, YesFlag, confirm, management
 
@@ -21,6 +22,7 @@ env_app = typer.Typer(
     rich_markup_mode=None,
     no_args_is_help=True,
 )
+env_app.add_typer(canary_app, name="canary")
 
 
 def _env_row(e: Any) -> list[Any]:
