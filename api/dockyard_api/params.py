@@ -61,3 +61,7 @@ SessionId = Annotated[str, Path(description="sessionId returned by the start cal
 """An import session's ``sessionId``."""
 DockStatusId = Annotated[str, Path(min_length=1, max_length=128)]
 """A dock job's ``dockStatusId`` (a label value; an id that no label could hold is simply not found)."""
+RunId = Annotated[
+    str, Path(min_length=1, max_length=64, pattern=r"^[0-9a-f]{1,64}$", description="an evaluation run's id")
+]
+"""An evaluation run's id (docs/promotion.md)."""

@@ -33,7 +33,7 @@ evaluation_runs = Table(
     Column("app", String(253), nullable=False),
     Column("version", String(32), nullable=False),
     Column("shadow", Boolean, nullable=False),
-    Column("state", String(16), nullable=False),
+    Column("phase", String(16), nullable=False),
     Column("started_by", String(253), nullable=False),
     Column("started_at", UtcDateTime, nullable=False),
     Column("deadline_at", UtcDateTime, nullable=False),
@@ -56,7 +56,7 @@ class StoredRun:
     app: str
     version: str
     shadow: bool
-    state: str
+    phase: str
     """running, passed (every case), failed (a case failed), error (the run could not run), interrupted."""
     started_by: str
     started_at: datetime
@@ -69,9 +69,9 @@ class StoredRun:
 
 
 def _row(r: Any, now: datetime) -> StoredRun:
-    state = r.state
-    if state == "running" and r.deadline_at < now:
-        state = "interrupted"
+    phase = r.phase
+    if phase == "running" and r.deadline_at < now:
+        phase = "interrupted"
     return StoredRun(
         r.id,
         r.namespace,
@@ -79,7 +79,7 @@ def _row(r: Any, now: datetime) -> StoredRun:
         r.app,
         r.version,
         bool(r.shadow),
-        state,
+        phase,
         r.started_by,
         r.started_at,
         r.finished_at,
@@ -118,7 +118,7 @@ class EvaluationRuns:
             "app": app,
             "version": version,
             "shadow": shadow,
-            "state": "running",
+            "phase": "running",
             "started_by": by[:253],
             "started_at": now,
             "deadline_at": now + timedelta(seconds=bound_seconds),
@@ -141,13 +141,13 @@ class EvaluationRuns:
         )
         await self.db.run(lambda conn: conn.execute(query))
 
-    async def finish(self, run_id: str, state: str, results: list[dict[str, Any]], error: str = "") -> None:
+    async def finish(self, run_id: str, phase: str, results: list[dict[str, Any]], error: str = "") -> None:
         passed = sum(1 for r in results if r.get("passed"))
         query = (
             update(evaluation_runs)
             .where(evaluation_runs.c.id == run_id)
             .values(
-                state=state,
+                phase=phase,
                 done=len(results),
                 passed=passed,
                 results=list(results),
@@ -191,7 +191,7 @@ class EvaluationRuns:
                 c.namespace == run.namespace,
                 c.environment == run.environment,
                 c.started_at < run.started_at,
-                c.state.in_(("passed", "failed")),
+                c.phase.in_(("passed", "failed")),
             )
             .order_by(c.started_at.desc())
             .limit(1)

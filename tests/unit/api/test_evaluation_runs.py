@@ -28,7 +28,7 @@ def test_runs_are_kept_with_their_results_listed_and_diffed(tmp_path: Path) -> N
             common: dict[str, Any] = {"namespace": "ns", "environment": "bot-draft", "app": "bot", "by": "alice"}
             await runs.create(run_id="a1", version="draft", shadow=False, total=2, bound_seconds=600, **common)
             first = await runs.get("ns", "bot-draft", "a1")
-            assert (first.state, first.done, first.results) == ("running", 0, [])
+            assert (first.phase, first.done, first.results) == ("running", 0, [])
             await runs.progress("a1", [_result("one", True)])
             assert (await runs.get("ns", "bot-draft", "a1")).done == 1
             await runs.finish("a1", "failed", [_result("one", True), _result("two", False)])
@@ -52,7 +52,7 @@ def test_runs_are_kept_with_their_results_listed_and_diffed(tmp_path: Path) -> N
                 await runs.get("ns", "other", "a1")  # another environment's run is not found
             # a run whose replica stopped reads interrupted after its deadline
             await runs.create(run_id="c3", version="draft", shadow=False, total=1, bound_seconds=-1, **common)
-            assert (await runs.get("ns", "bot-draft", "c3")).state == "interrupted"
+            assert (await runs.get("ns", "bot-draft", "c3")).phase == "interrupted"
         finally:
             await store.close()
 

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query, status
+from fastapi import APIRouter, Query, status
 
-from dockyard_api.deps import EnvName, EvaluationsDep, NamespaceParam
+from dockyard_api.deps import EnvName, EvaluationsDep, NamespaceParam, RunId
 from dockyard_api.management.evaluations.schemas import EvaluationRunList, EvaluationRunView, EvaluationStart
 
 router = APIRouter(prefix="/api/v1/namespaces/{namespace}", tags=["environments and API keys"])
-RunId = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[0-9a-f]{1,64}$")]
 
 
 @router.post(

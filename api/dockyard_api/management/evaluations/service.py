@@ -52,7 +52,7 @@ def run_view(run: StoredRun, previous: StoredRun | None = None) -> EvaluationRun
         app=run.app,
         version=run.version,
         shadow=run.shadow,
-        state=run.state,
+        state=run.phase,
         started_by=run.started_by,
         started_at=run.started_at,
         finished_at=run.finished_at,
@@ -130,7 +130,7 @@ class EvaluationService(CallerService):
             if unknown:
                 raise InvalidError(f"unknown case(s): {unknown[0]['message']}", unknown)
             cases = [c for c in cases if c["name"] in set(body.cases)]
-        running = [r for r in await self.runs.list(namespace, name, limit=20) if r.state == "running"]
+        running = [r for r in await self.runs.list(namespace, name, limit=20) if r.phase == "running"]
         if running:
             raise ConflictError(
                 f"evaluation run {running[0].id} of version {running[0].version} is still running in {name}: "
@@ -172,11 +172,13 @@ class EvaluationService(CallerService):
 
     async def wait(self, namespace: str, environment: str, run_id: str, timeout: float) -> EvaluationRunView:
         """The run once it is no longer running, or as it is after ``timeout`` seconds (for the CLI)."""
+        env = await self.environment(namespace, environment)
+        name = env.metadata.name or environment
         deadline = asyncio.get_running_loop().time() + timeout
         while True:
-            view = await self.get(namespace, environment, run_id)
-            if view.state != "running" or asyncio.get_running_loop().time() >= deadline:
-                return view
+            run = await self.runs.get(namespace, name, run_id)
+            if run.phase != "running" or asyncio.get_running_loop().time() >= deadline:
+                return run_view(run, await self.runs.previous(run))
             await asyncio.sleep(0.5)
 
     async def _content(self, namespace: str, env: Environment, version: str) -> AppContent:
@@ -206,8 +208,8 @@ class EvaluationService(CallerService):
             why = exc.message if isinstance(exc, DockyardError) else f"{type(exc).__name__}: {exc}"
             await self.runs.finish(plan.run_id, "error", results, why or "timed out")
             return
-        state = "passed" if all(r["passed"] for r in results) else "failed"
-        await self.runs.finish(plan.run_id, state, results)
+        phase = "passed" if all(r["passed"] for r in results) else "failed"
+        await self.runs.finish(plan.run_id, phase, results)
         entry = evaluations.summary(
             run=plan.run_id,
             environment=plan.environment,
@@ -226,7 +228,7 @@ class EvaluationService(CallerService):
             f"evaluation run {plan.run_id} of version {plan.version} in {plan.environment} by {entry['by']}: "
             f"{entry['passed']}/{entry['total']} cases passed" + (f"; {failed}" if failed else "")
         )
-        reason, kind = ("EvaluationPassed", "Normal") if state == "passed" else ("EvaluationFailed", "Warning")
+        reason, kind = ("EvaluationPassed", "Normal") if phase == "passed" else ("EvaluationFailed", "Warning")
         await record_event(self.repos.kube, env.to_manifest(), reason=reason, message=message[:1000], type_=kind)
 
     async def _record(self, plan: Plan, entry: dict[str, Any]) -> None:

@@ -25,7 +25,7 @@ def upgrade() -> None:
         sa.Column("app", sa.String(253), nullable=False),
         sa.Column("version", sa.String(32), nullable=False),
         sa.Column("shadow", sa.Boolean(), nullable=False),
-        sa.Column("state", sa.String(16), nullable=False),
+        sa.Column("phase", sa.String(16), nullable=False),
         sa.Column("started_by", sa.String(253), nullable=False),
         sa.Column("started_at", sa.DateTime(timezone=False), nullable=False),
         sa.Column("deadline_at", sa.DateTime(timezone=False), nullable=False),
