@@ -60,7 +60,10 @@ def _show(run: dict[str, Any]) -> None:
 
 @eval_app.command(
     "run",
-    epilog="\b\nExit status: 0 when every case passed, 1 when a case failed (or the run could not run), 7 when\n"
+    epilog="\b\nExamples:\n  dockyard eval run demo-staging\n"
+    "  dockyard eval run demo-production --version 1.2.0 --json\n"
+    "  dockyard eval run demo-draft --case refund-policy --case greeting\n\n"
+    "\bExit status: 0 when every case passed, 1 when a case failed (or the run could not run), 7 when\n"
     "--wait ran out first, and the usual codes when the run was refused (no suite: 5, not allowed: 3).",
 )
 def eval_run(
@@ -104,7 +107,9 @@ def eval_run(
     management(ctx, json_output, run)
 
 
-@eval_app.command("list")
+@eval_app.command(
+    "list", epilog="\b\nExamples:\n  dockyard eval list demo-staging\n  dockyard eval list demo-staging --json"
+)
 def eval_list(
     ctx: typer.Context,
     environment: Annotated[str, typer.Argument(metavar="ENV")],
@@ -135,7 +140,11 @@ def eval_list(
     management(ctx, json_output, run)
 
 
-@eval_app.command("show")
+@eval_app.command(
+    "show",
+    epilog="\b\nExamples:\n  dockyard eval show demo-staging 3f2a9c0d1e2b4a5c\n"
+    "  dockyard eval show demo-staging 3f2a9c0d1e2b4a5c --json",
+)
 def eval_show(
     ctx: typer.Context,
     environment: Annotated[str, typer.Argument(metavar="ENV")],
