@@ -136,6 +136,18 @@ def tree_cpu(root: int) -> float:
     return total
 
 
+async def pg_sessions(url: str) -> int:
+    """Connections established to the server so far (pg_stat_database.sessions, PostgreSQL 14+): the
+    connections the replicas' pools opened during a phase."""
+    import asyncpg
+
+    conn = await asyncpg.connect(url.replace("postgresql+asyncpg://", "postgresql://"))
+    try:
+        return int(await conn.fetchval("SELECT coalesce(sum(sessions), 0) FROM pg_stat_database"))
+    finally:
+        await conn.close()
+
+
 # --- setup -------------------------------------------------------------------------------------------
 
 
@@ -353,7 +365,7 @@ def main() -> None:
                 urls.append(url)
                 procs.append(proc)
             assert pg.proc is not None
-            report = asyncio.run(measure(args, urls, procs, pg.proc.pid, ns, key, limited_key, token))
+            report = asyncio.run(measure(args, urls, procs, pg.proc.pid, database, ns, key, limited_key, token))
         client.CoreV1Api(api).delete_namespace(ns)
     finally:
         if not args.keep:
@@ -362,7 +374,7 @@ def main() -> None:
 
 
 async def measure(args: argparse.Namespace, urls: list[str], procs: list[subprocess.Popen[bytes]], pg_pid: int,
-                  ns: str, key: str, limited_key: str, token: str) -> list[str]:  # fmt: skip
+                  database: str, ns: str, key: str, limited_key: str, token: str) -> list[str]:  # fmt: skip
     bot = Client(urls, ns, key)
     limited = Client(urls, ns, limited_key, LIMITED_ENV)
     await until_answered(bot, 2)
@@ -374,7 +386,9 @@ async def measure(args: argparse.Namespace, urls: list[str], procs: list[subproc
     for round_ in range(1, args.rounds + 1):
         for replicas in (1, 2):
             facade_cpu, pg_cpu = sum(cpu_seconds(p.pid) for p in procs), tree_cpu(pg_pid)
+            connections = await pg_sessions(database)
             seconds, latencies, errors = await throughput(bot, replicas, args.turns, args.concurrency)
+            connections = await pg_sessions(database) - connections - 1  # less this reading's own
             facade_cpu = (sum(cpu_seconds(p.pid) for p in procs) - facade_cpu) * 1000 / args.turns
             pg_cpu = (tree_cpu(pg_pid) - pg_cpu) * 1000 / args.turns
             rps = args.turns / seconds
@@ -382,7 +396,8 @@ async def measure(args: argparse.Namespace, urls: list[str], procs: list[subproc
             runs[replicas].append((rps, percentile(latencies, 50), percentile(latencies, 99), facade_cpu, pg_cpu))
             print(f"  round {round_} {replicas} replica{'s' if replicas > 1 else ' '} {rps:7.1f} turns/s  p50 "
                   f"{runs[replicas][-1][1]:6.1f} ms  p99 {runs[replicas][-1][2]:6.1f} ms  facade CPU {facade_cpu:.2f} "
-                  f"ms/turn  PostgreSQL CPU {pg_cpu:.2f} ms/turn  errors {errors}  load {loads[-1]:.1f}",
+                  f"ms/turn  PostgreSQL CPU {pg_cpu:.2f} ms/turn  connections opened {connections}  errors {errors}  "
+                  f"load {loads[-1]:.1f}",
                   flush=True)  # fmt: skip
     problems, busy = await sessions_check(bot, args.sessions, args.session_turns)
     await until_answered(limited, 2)
