@@ -84,7 +84,10 @@ CASES: dict[str, dict[str, Any]] = {
         "metrics": {
             "serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
             "grafanaDashboard": {"enabled": True},
-        }
+            "prometheusRule": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
+            "alerting": {"prometheusUrl": "http://prometheus-operated.monitoring:9090"},
+        },
+        "logging": {"shippedTo": "Fluent Bit to Loki"},
     },
     "catalogs-and-namespaces": {
         "deviceCatalog": [dataclasses.asdict(DEVICES["g5.xlarge"]), dataclasses.asdict(DEVICES["g6e.xlarge"])],

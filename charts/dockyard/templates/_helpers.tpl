@@ -297,3 +297,26 @@ as floats, and 67108864 would otherwise become "6.7108864e+07").
 {{- . | toString | quote -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+"true" when the PrometheusRule of the alert rules is rendered: metrics.prometheusRule.enabled true, or "auto"
+and the API server serves monitoring.coreos.com/v1 PrometheusRule.
+*/}}
+{{- define "dockyard.prometheusRule.enabled" -}}
+{{- $on := toString .Values.metrics.prometheusRule.enabled -}}
+{{- if or (eq $on "true") (and (eq $on "auto") (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1/PrometheusRule")) -}}
+true
+{{- end -}}
+{{- end }}
+
+{{/*
+Where the alert rules are, for the operator's checklist item "Alerts": "PrometheusRule <namespace>/<name>",
+"elsewhere" (metrics.alerting.rulesLoadedElsewhere) or "".
+*/}}
+{{- define "dockyard.alertRules" -}}
+{{- if include "dockyard.prometheusRule.enabled" . -}}
+PrometheusRule {{ .Release.Namespace }}/{{ include "dockyard.fullname" . }}-alerts
+{{- else if .Values.metrics.alerting.rulesLoadedElsewhere -}}
+elsewhere
+{{- end -}}
+{{- end }}
