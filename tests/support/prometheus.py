@@ -95,9 +95,11 @@ def run_prometheus(
     rule_files: Sequence[Path] = (),
     interval: str = "1s",
     alertmanagers: Sequence[str] = (),
+    port: int | None = None,
 ) -> Iterator[RunningPrometheus]:
     """Prometheus on 127.0.0.1 scraping ``scrape`` (job name -> ``host:port`` targets, path /metrics) every
-    ``interval``, evaluating ``rule_files`` as often, and sending alerts to ``alertmanagers`` (``host:port``)."""
+        ``interval``, evaluating ``rule_files`` as often, and sending alerts to ``alertmanagers`` (``host:port``);
+    on ``port`` (default: a free one)."""
     workdir.mkdir(parents=True, exist_ok=True)
     config: dict[str, Any] = {
         "global": {"scrape_interval": interval, "evaluation_interval": interval, "scrape_timeout": interval},
@@ -109,7 +111,7 @@ def run_prometheus(
     if alertmanagers:
         config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": list(alertmanagers)}]}]}
     (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
-    port = free_port()
+    port = port or free_port()
     log = workdir / "prometheus.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
