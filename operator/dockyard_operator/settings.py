@@ -137,8 +137,15 @@ class OperatorSettings(ModelStoreSettings):
         description="the model store's PersistentVolumeClaim, mounted into knowledge-base indexing Jobs at "
         "model_store (the chart sets it); empty: no volume (an index and documents elsewhere)",
     )
+    knowledge_job_namespace: str = Field(
+        default="",
+        description="where indexing Jobs run: Dockyard's own namespace, whose model-store claim they mount (the "
+        "chart sets it); empty: the KnowledgeBase's namespace",
+    )
     knowledge_job_service_account: str = Field(
-        default="", description="service account of indexing Jobs (may get knowledgebases and patch their status)"
+        default="",
+        description="the service account of indexing Jobs, which may get knowledgebases and patch their status "
+        "(the chart's <release>-indexer); empty: the namespace's default account",
     )
     knowledge_runs: Literal["job", "local"] = Field(
         default="job",

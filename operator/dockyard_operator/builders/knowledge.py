@@ -13,6 +13,9 @@ from dockyard_operator.kube import owner_reference
 
 JOB_MODULE = "dockyard_core.knowledge.job"
 STORE_VOLUME = "model-store"
+KB_NAMESPACE_LABEL = "dockyard.dev/knowledge-base-namespace"
+"""Label of an indexing Job: the namespace of the KnowledgeBase it indexes (a Job in Dockyard's own namespace
+cannot be owned by it)."""
 
 
 @dataclass(frozen=True)
@@ -26,6 +29,8 @@ class IndexingSettings:
     store_claim: str = ""
     store_path: str = ""
     service_account: str = ""
+    namespace: str = ""
+    """Where the Jobs run (empty: the KnowledgeBase's namespace)."""
 
 
 def wanted_spec(kb: Mapping[str, Any]) -> str:
@@ -82,10 +87,16 @@ def run_environment(
 def indexing_job(kb: Mapping[str, Any], settings: IndexingSettings, env: Mapping[str, str]) -> dict[str, Any]:
     """The batch/v1 Job of one run: Dockyard's image, ``python -m dockyard_core.knowledge.job``, the model
     store's claim mounted where the facade reads it, no retries (a failed run is reported in the status
-    and waits for the next change), owned by the KnowledgeBase (deleted with it)."""
+    and waits for the next change), labelled with its KnowledgeBase; in the KnowledgeBase's namespace it is
+    owned by it (deleted with it), in Dockyard's own (``settings.namespace``, where the store's claim is)
+    it goes an hour after it finished."""
     meta = kb["metadata"]
     name = run_name(kb)
-    labels = {KB_LABEL: meta["name"], "app.kubernetes.io/managed-by": "dockyard"}
+    namespace = settings.namespace or meta["namespace"]
+    labels = {KB_LABEL: meta["name"], KB_NAMESPACE_LABEL: meta["namespace"], "app.kubernetes.io/managed-by": "dockyard"}
+    owner = (
+        {"ownerReferences": [owner_reference("KnowledgeBase", dict(meta))]} if namespace == meta["namespace"] else {}
+    )
     container: dict[str, Any] = {
         "name": "index",
         "image": settings.image,
@@ -103,12 +114,7 @@ def indexing_job(kb: Mapping[str, Any], settings: IndexingSettings, env: Mapping
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {
-            "name": name,
-            "namespace": meta["namespace"],
-            "labels": labels,
-            "ownerReferences": [owner_reference("KnowledgeBase", dict(meta))],
-        },
+        "metadata": {"name": name, "namespace": namespace, "labels": labels, **owner},
         "spec": {
             "backoffLimit": 0,
             "ttlSecondsAfterFinished": 3600,

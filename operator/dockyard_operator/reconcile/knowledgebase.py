@@ -8,6 +8,7 @@ dies without writing it (the Job failed, the process exited non-zero) is marked 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import sys
@@ -17,8 +18,10 @@ from typing import Any
 
 from dockyard_core import clock
 from dockyard_core.clock import iso
+from dockyard_core.resources.v1alpha1 import KB_LABEL
 from dockyard_operator.builders.knowledge import (
     JOB_MODULE,
+    KB_NAMESPACE_LABEL,
     IndexingSettings,
     indexing_job,
     needs_run,
@@ -55,6 +58,7 @@ def indexing_settings(ctx: Context) -> IndexingSettings:
         store_claim=s.knowledge_job_store_claim,
         store_path=str(s.model_store),
         service_account=s.knowledge_job_service_account,
+        namespace=s.knowledge_job_namespace,
     )
 
 
@@ -113,19 +117,27 @@ async def reconcile_knowledge_base(ctx: Context, kb: Mapping[str, Any]) -> list[
         _start_local(ctx, kb, env)
         where = "as a host process (local control plane)"
     else:
-        created = await ctx.kube.create("jobs", meta["namespace"], indexing_job(kb, settings, env))
+        job = indexing_job(kb, settings, env)
+        created = await ctx.kube.create("jobs", job["metadata"]["namespace"], job)
         where = f"as Job {name}" + ("" if created else " (it existed)")
     what = "rebuild into a new generation" if env["DOCKYARD_KB_REBUILD"] == "1" else "index"
     return [Event("Normal", "IndexingStarted", f"{what} {len(spec.get('documents') or [])} document(s) {where}")]
 
 
 def _start_local(ctx: Context, kb: Mapping[str, Any], env: Mapping[str, str]) -> None:
+    """Run after the version's previous run (a run writes its status just before its process exits, so the
+    next run may be asked for while the previous task still winds down): one run at a time per version."""
     state = ctx.state(KnowledgeState)
     uid = kb["metadata"]["uid"]
-    running = state.processes.get(uid)
-    if running is not None and not running.done():
-        return
-    state.processes[uid] = asyncio.create_task(_run_local(ctx, dict(kb), dict(env)))
+    previous = state.processes.get(uid)
+
+    async def after_previous() -> None:
+        if previous is not None and not previous.done():
+            with contextlib.suppress(Exception):
+                await previous
+        await _run_local(ctx, dict(kb), dict(env))
+
+    state.processes[uid] = asyncio.create_task(after_previous())
 
 
 async def _run_local(ctx: Context, kb: dict[str, Any], env: dict[str, str]) -> None:
@@ -165,10 +177,10 @@ async def job_finished(kube: KubeApi, job: Mapping[str, Any]) -> None:
     failed = next((c for c in conditions if c.get("type") == "Failed" and c.get("status") == "True"), None)
     if failed is None:
         return
-    owner = next((o for o in job["metadata"].get("ownerReferences") or [] if o.get("kind") == "KnowledgeBase"), None)
-    if owner is None:
+    labels = job["metadata"].get("labels") or {}
+    if not labels.get(KB_LABEL) or not labels.get(KB_NAMESPACE_LABEL):
         return
-    kb = {"metadata": {"namespace": job["metadata"]["namespace"], "name": owner["name"]}}
+    kb = {"metadata": {"namespace": labels[KB_NAMESPACE_LABEL], "name": labels[KB_LABEL]}}
     at = iso(clock.now())
     await run_failed(kube, kb, job["metadata"]["name"], f"Job {job['metadata']['name']} failed at {at}: "
                      f"{failed.get('reason', '')} {failed.get('message', '')}".strip())  # fmt: skip

@@ -3,6 +3,7 @@ deletion guard's holders and the AppVersion's knowledge-base problems (each nami
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from dockyard_core.resources.v1alpha1 import KB_LABEL, KB_REINDEX_ANNOTATION
@@ -20,7 +21,7 @@ from dockyard_operator.knowledge_rules import kb_holders, kb_version_problems
 SETTINGS = IndexingSettings(
     index_url="postgresql://kb@db/kb", files_dir="/var/lib/dockyard/models/knowledge/files",
     image="ghcr.io/dockyard-dev/dockyard:0.1.0", store_claim="dockyard-model-store",
-    store_path="/var/lib/dockyard/models", service_account="dockyard-indexer",
+    store_path="/var/lib/dockyard/models", service_account="dockyard-indexer", namespace="dockyard-system",
 )  # fmt: skip
 
 
@@ -64,8 +65,13 @@ def test_the_run_environment_and_its_job() -> None:
     assert job["metadata"]["name"] == run_name(kb) == env["DOCKYARD_KB_JOB"]
     assert len(job["metadata"]["name"]) <= 63
     assert "." not in job["metadata"]["name"]
+    assert job["metadata"]["namespace"] == "dockyard-system"  # where the model store's claim is
     assert job["metadata"]["labels"][KB_LABEL] == "harbour-rules-1.0.0"
-    assert job["metadata"]["ownerReferences"][0]["kind"] == "KnowledgeBase"
+    assert job["metadata"]["labels"]["dockyard.dev/knowledge-base-namespace"] == "shop"
+    assert "ownerReferences" not in job["metadata"]  # no owner across namespaces
+    own = indexing_job(kb, replace(SETTINGS, namespace=""), env)
+    assert own["metadata"]["namespace"] == "shop"
+    assert own["metadata"]["ownerReferences"][0]["kind"] == "KnowledgeBase"
     assert job["spec"]["backoffLimit"] == 0
     pod = job["spec"]["template"]["spec"]
     assert pod["restartPolicy"] == "Never"
