@@ -385,18 +385,21 @@ async def measure(args: argparse.Namespace, urls: list[str], procs: list[subproc
     runs: dict[int, list[tuple[float, float, float, float, float]]] = {1: [], 2: []}
     for round_ in range(1, args.rounds + 1):
         for replicas in (1, 2):
-            facade_cpu, pg_cpu = sum(cpu_seconds(p.pid) for p in procs), tree_cpu(pg_pid)
+            each = [cpu_seconds(p.pid) for p in procs]
+            facade_cpu, pg_cpu = sum(each), tree_cpu(pg_pid)
             connections = await pg_sessions(database)
             seconds, latencies, errors = await throughput(bot, replicas, args.turns, args.concurrency)
             connections = await pg_sessions(database) - connections - 1  # less this reading's own
-            facade_cpu = (sum(cpu_seconds(p.pid) for p in procs) - facade_cpu) * 1000 / args.turns
+            each = [cpu_seconds(p.pid) - before for p, before in zip(procs, each, strict=True)]
+            facade_cpu = sum(each) * 1000 / args.turns
             pg_cpu = (tree_cpu(pg_pid) - pg_cpu) * 1000 / args.turns
             rps = args.turns / seconds
             loads.append(os.getloadavg()[0])
             runs[replicas].append((rps, percentile(latencies, 50), percentile(latencies, 99), facade_cpu, pg_cpu))
             print(f"  round {round_} {replicas} replica{'s' if replicas > 1 else ' '} {rps:7.1f} turns/s  p50 "
                   f"{runs[replicas][-1][1]:6.1f} ms  p99 {runs[replicas][-1][2]:6.1f} ms  facade CPU {facade_cpu:.2f} "
-                  f"ms/turn  PostgreSQL CPU {pg_cpu:.2f} ms/turn  connections opened {connections}  errors {errors}  "
+                  f"ms/turn (CPU-s by replica {' + '.join(f'{c:.1f}' for c in each)} in {seconds:.1f} s)  "
+                  f"PostgreSQL CPU {pg_cpu:.2f} ms/turn  connections opened {connections}  errors {errors}  "
                   f"load {loads[-1]:.1f}",
                   flush=True)  # fmt: skip
     problems, busy = await sessions_check(bot, args.sessions, args.session_turns)
