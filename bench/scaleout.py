@@ -9,7 +9,8 @@ the replicas in turn (client-side round robin, one aiohttp session).
 
 Measured, rounds alternated (one replica, then both, ``--rounds`` times), each call a new session as in
 ``bench.execute``: turns/s (median of rounds) of one replica and of two, their ratio, the facades' CPU
-seconds per turn (both processes, /proc) and PostgreSQL's (the server and its backends).
+seconds per turn (both processes, /proc; each one's CPU seconds too), PostgreSQL's (the server and its
+backends, those that ended included) and the connections opened to it during the phase.
 
 Checked across the replicas (a failure is a product bug):
 
