@@ -64,14 +64,14 @@ def evaluation_items(
     reached_tools = set(run.get("toolsReached") or [])
     missing_agents = [a for a in agents if a not in reached_agents]
     missing_tools = [t for t in tools if not _reached(t, reached_tools)]
-    errors = int(run.get("errors") or 0)
+    broken = [str(f["case"]) for f in failures if str(f.get("reason") or "").startswith("the turn failed")]
     problems = []
     if missing_agents:
         problems.append(f"no case answered by agent(s) {', '.join(missing_agents)}")
     if missing_tools:
         problems.append(f"no case called tool(s) {', '.join(missing_tools[:10])}")
-    if errors and not counts.get("errorHandling"):
-        problems.append(f"{errors} case(s) ended in an error")
+    if broken:  # an error a case expects (expect.noError: false) passes and is no failure
+        problems.append(f"case(s) {', '.join(broken[:10])} ended in an unexpected error")
     if problems:
         out["Diagnostics pass"] = ("NotDone", f"{rid}: " + "; ".join(problems))
     else:

@@ -85,3 +85,9 @@ def test_checklist_has_no_manual_testing_items() -> None:
         ("Diagnostics pass", "Key flows tested", "Edge cases tested", "Error handling tested"), "Done"
     )
     assert next(i for i in items if i.item == "Agents tested").state == "Done"
+
+
+def test_an_unexpected_error_fails_diagnostics() -> None:
+    failure = {"case": "lookup", "category": "keyFlow", "reason": "the turn failed: model_unavailable: down"}
+    items = evaluation_items(CONTENT, [_run(passed=2, errors=1, failures=[failure])], "bot-prod", "1.0.0")
+    assert items["Diagnostics pass"] == ("NotDone", "run r1: case(s) lookup ended in an unexpected error")
