@@ -18,6 +18,7 @@ from dockyard_api.cache import Informer
 from dockyard_api.console import router as console
 from dockyard_api.deps import AppState
 from dockyard_api.errors import install_error_handlers
+from dockyard_api.management.analytics import router as analytics
 from dockyard_api.management.apps import router as apps
 from dockyard_api.management.canary import router as canary
 from dockyard_api.management.catalog import router as catalog
@@ -33,8 +34,8 @@ from dockyard_api.public.dock_status import router as dock_status
 from dockyard_api.public.downloads import router as downloads
 from dockyard_api.public.imports import router as import_sessions
 from dockyard_api.public.imports.service import ImportService
-from dockyard_api.rollout.start import rollout
 from dockyard_api.public.knowledge import router as knowledge
+from dockyard_api.rollout.start import rollout
 from dockyard_api.runtime import router as execute
 from dockyard_api.runtime import tracing
 from dockyard_api.runtime.service import AppRuntime, RuntimeSettings
@@ -169,6 +170,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     app.include_router(evaluations.router)
     app.include_router(downloads.router)
     app.include_router(usage.router)
+    app.include_router(analytics.router)
     app.include_router(canary.router)
     app.include_router(catalog.router)
     console.install(app)  # the web console for people (/console/)

@@ -23,6 +23,7 @@ from fastapi import Depends, FastAPI, Header, Request
 from dockyard_api.auth import Authenticator, EnvironmentCaller, bearer
 from dockyard_api.cache import Informer
 from dockyard_api.console.session import Sealer
+from dockyard_api.management.analytics.service import AnalyticsService
 from dockyard_api.management.apps.service import AppService
 from dockyard_api.management.canary.service import CanaryService
 from dockyard_api.management.catalog.service import CatalogService
@@ -58,6 +59,7 @@ from dockyard_core.kubeclient import AsyncKube, User
 from dockyard_core.repository import Repositories
 
 __all__ = [
+    "AnalyticsDep",
     "AppCaller",
     "AppId",
     "AppName",
@@ -294,6 +296,10 @@ async def get_usage_service(user: KubeUser, auth: Auth, store: ConversationDb) -
     return UsageService(store, auth, user)
 
 
+async def get_analytics_service(user: KubeUser, auth: Auth, store: ConversationDb) -> AnalyticsService:
+    return AnalyticsService(store, auth, user)
+
+
 async def get_tool_test_service(repos: CallerRepositories, auth: Auth, runtime: RuntimeDep) -> ToolTestService:
     return ToolTestService(repos, auth, runtime)
 
@@ -310,6 +316,7 @@ KeysDep = Annotated[KeyService, Depends(get_key_service)]
 CatalogDep = Annotated[CatalogService, Depends(get_catalog_service)]
 CanaryDep = Annotated[CanaryService, Depends(get_canary_service)]
 UsageDep = Annotated[UsageService, Depends(get_usage_service)]
+AnalyticsDep = Annotated[AnalyticsService, Depends(get_analytics_service)]
 ToolTestsDep = Annotated[ToolTestService, Depends(get_tool_test_service)]
 EvaluationsDep = Annotated[EvaluationService, Depends(get_evaluation_service)]
 

@@ -1,6 +1,6 @@
 """The console's environment pages: create one, its tabs (overview, history, canary, keys, access, embed,
-settings, checklist, usage, guardrails), the status the page polls, and its actions (deploy, roll back, delete,
-generate and revoke API keys, change the settings, allow a site to embed the widget; the canary's are in
+settings, checklist, usage, analytics, guardrails), the status the page polls, and its actions (deploy, roll
+back, delete, generate and revoke API keys, change the settings, allow a site to embed the widget; the canary's are in
 :mod:`.canary`). Each calls the management services as the signed-in person (:mod:`.common`)."""
 
 from __future__ import annotations
@@ -12,13 +12,16 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import ValidationError
 
-from dockyard_api.console import guardrails, settings, views
+from dockyard_api.console import analytics, guardrails, settings, views
 from dockyard_api.console.common import Ctx, SignInRequired, context, form, page, redirect, render
 from dockyard_api.deps import AppName, EnvName, KeyId, NamespaceParam
 from dockyard_api.management.schemas import Deploy, EnvironmentCreate, EnvironmentSettings, KeyCreate, Rollback
 from dockyard_core.errors import DockyardError
 
-TABS = ("overview", "history", "canary", "keys", "access", "embed", "settings", "checklist", "usage", "guardrails")
+TABS = (
+    "overview", "history", "canary", "keys", "access", "embed", "settings", "checklist", "usage", "analytics",
+    "guardrails",
+)  # fmt: skip
 INTERVENTIONS_SHOWN = 20
 """The last interventions the Guardrails tab shows (the API lists up to 500)."""
 
@@ -105,6 +108,8 @@ async def _env_view(
             values["chart"] = views.usage_chart(views.dense_days(report))
         except DockyardError as exc:
             values["usage"], values["usageError"], values["chart"] = None, exc.message, ""
+    if tab == "analytics":
+        values.update(await analytics.analytics_values(ctx, env))
     if tab == "guardrails":
         values.update(await _guardrails_values(ctx, env))
     return render(ctx, "environment.html", status_code, **values)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dockyard_api.auth import Authenticator
+from dockyard_api.management.analytics.service import AnalyticsService
 from dockyard_api.management.apps.service import AppService
 from dockyard_api.management.canary.service import CanaryService
 from dockyard_api.management.catalog.service import CatalogService
@@ -33,6 +34,7 @@ class Management:
     catalog: CatalogService
     canary: CanaryService
     usage: UsageService
+    analytics: AnalyticsService
     tooltests: ToolTestService
     evaluations: EvaluationService
 
@@ -48,6 +50,7 @@ class Management:
             catalog=CatalogService(repos),
             canary=CanaryService(repos, auth),
             usage=UsageService(store, auth, repos.user),
+            analytics=AnalyticsService(store, auth, repos.user),
             tooltests=ToolTestService(repos, auth, runtime),
             evaluations=EvaluationService(repos, auth, runtime, store),
         )
