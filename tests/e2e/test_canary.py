@@ -14,8 +14,10 @@ from typing import Any
 import httpx
 import pytest
 from kubernetes import client
+from typer.testing import CliRunner
 
 from dockyard_api.runtime.canary import on_canary
+from dockyard_client.cli.app import app as cli_app
 from dockyard_core import apikeys
 from tests.support.cluster import E2ECluster
 from tests.support.dockyard import get_or_empty
@@ -134,7 +136,7 @@ def env_obj(api: client.ApiClient, namespace: str, env: str) -> dict[str, Any]:
     return get_or_empty(api, namespace, "environments", env)
 
 
-def test_canary_by_session_weight_promote_and_abort(
+def test_canary_by_session_weight_promote_and_abort_from_the_api_and_the_cli(
     api: client.ApiClient, namespace: str, team: Users, facade: RunningFacade, model: ScriptedModel,
     cluster: E2ECluster,
 ) -> None:  # fmt: skip
@@ -194,11 +196,24 @@ def test_canary_by_session_weight_promote_and_abort(
     assert "Promoted 1.1.0" in kubectl(cluster, "-n", namespace, "get", "env", "bot-prod")
     v1_session = next(sid for sid, v in sessions.items() if v == "v1")
     assert turn(http, bot, v1_session)[0] == "v1"  # a session keeps the version it started on
-    # a canary of the older version, aborted
-    ok(http.post(canary, json={"version": "1.0.0", "weight": 50}, headers=alice), 202)
+    # a canary of the older version from the CLI, its weight changed, then aborted
+    cli = {"DOCKYARD_URL": facade.url, "DOCKYARD_NAMESPACE": namespace, "DOCKYARD_TOKEN": team.tokens["alice"],
+           "DOCKYARD_CONFIG": "/nonexistent"}  # fmt: skip
+    done = CliRunner().invoke(cli_app, ["env", "canary", "start", "bot-prod", "1.0.0", "--weight", "20"], env=cli)
+    assert done.exit_code == 0, done.output
+    assert "20% of new sessions" in done.output
+    done = CliRunner().invoke(cli_app, ["env", "canary", "weight", "bot-prod", "50"], env=cli)
+    assert done.exit_code == 0, done.output
     wait_for(lambda: "1.0.0 50%" in kubectl(cluster, "-n", namespace, "get", "env", "bot-prod"), timeout=30,
              what="the second canary running")  # fmt: skip
-    ok(http.post(f"{canary}/abort", headers=alice), 202)
+    done = CliRunner().invoke(cli_app, ["env", "canary", "show", "bot-prod", "--json"], env=cli)
+    assert done.exit_code == 0, done.output
+    assert '"weight": 50' in done.output
+    done = CliRunner().invoke(cli_app, ["env", "canary", "weight", "bot-prod", "10"],
+                              env={**cli, "DOCKYARD_TOKEN": team.tokens["vic"]})  # fmt: skip
+    assert done.exit_code != 0  # a viewer may not
+    done = CliRunner().invoke(cli_app, ["env", "canary", "abort", "bot-prod", "--yes"], env=cli)
+    assert done.exit_code == 0, done.output
     wait_for(
         lambda: ((env_obj(api, namespace, "bot-prod").get("status") or {}).get("canary") or {}).get("phase")
         == "Aborted",
