@@ -207,7 +207,7 @@ def test_a_draft_run_fails_the_version_is_fixed_and_the_next_run_passes(
     with sqlite3.connect(state / "conversations.db") as db:
         sessions = db.execute("SELECT COUNT(*) FROM dockyard_sessions WHERE namespace = ?", (namespace,)).fetchone()
         stored = db.execute(
-            "SELECT state, results FROM dockyard_evaluation_runs WHERE id = ?", (first["id"],)
+            "SELECT phase, results FROM dockyard_evaluation_runs WHERE id = ?", (first["id"],)
         ).fetchone()
     assert sessions == (0,)
     assert stored[0] == "failed"
@@ -331,10 +331,14 @@ def test_gated_promotion_draft_staging_production(
     assert refused.status_code == 422, refused.text
     assert "has not been deployed to bot-staging yet" in refused.text
     ok(http.post(f"{mgmt(namespace)}/environments/bot-staging/deploy", json={"version": "1.1.0"}, headers=alice), 202)
-    wait_for(lambda: ((get(api, namespace, "environments", "bot-staging").get("status") or {}).get("history")
-             or [{}])[0].get("healthy") is True, timeout=60, what="1.1.0 healthy in staging")  # fmt: skip
+
+    def staged_healthy() -> bool:
+        history = (get(api, namespace, "environments", "bot-staging").get("status") or {}).get("history") or [{}]
+        return history[0].get("version") == "1.1.0" and history[0].get("healthy") is True
+
+    wait_for(staged_healthy, timeout=60, what="1.1.0 deployed and healthy in staging")
     staged = run(http, namespace, "bot-staging", alice)
-    assert (staged["state"], staged["shadow"]) == ("passed", False)
+    assert (staged["state"], staged["shadow"]) == ("passed", False), staged["results"]
     wait_for(lambda: len((get(api, namespace, "appversions", "bot-1.1.0").get("status") or {}).get("evaluations")
              or []) == 2, timeout=30, what="the staging summary")  # fmt: skip
     ok(http.post(deploy, json={"version": "1.1.0"}, headers=alice), 202)

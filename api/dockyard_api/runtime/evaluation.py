@@ -42,6 +42,7 @@ RUBRIC_SYSTEM = (
     "any other.\nRubric: "
 )
 RUBRIC_MAX_TOKENS = 200
+SEEN_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,10 @@ class Plan:
     cases: list[dict[str, Any]]
     judge_model: str | None = None
     concurrency: int = 4
+    draft_generation: int = 0
+    """For the draft: the App's metadata.generation the caller read (the run waits, up to
+    :data:`SEEN_SECONDS`, for the runtime's informer to hold it, so the run answers with the draft the caller
+    saw, not an older one)."""
 
 
 def rubric_request(params: dict[str, Any], rubric: str, message: str, answer: str) -> dict[str, Any]:
@@ -132,6 +137,7 @@ class EvaluationRunner:
     ) -> list[dict[str, Any]]:
         """Every case's result (the JSON of :class:`~dockyard_core.evaluations.CaseResult`), in case order;
         ``on_result`` gets the results so far after each case."""
+        await self._draft_seen(plan)
         env = await self.runtime.lookup.environment(plan.namespace, plan.environment)
         view = replace(env, active_version=plan.version)
         gate = asyncio.Semaphore(max(1, plan.concurrency))
@@ -148,6 +154,17 @@ class EvaluationRunner:
 
         await asyncio.gather(*(one(i, c) for i, c in enumerate(plan.cases)))
         return [done[i] for i in sorted(done)]
+
+    async def _draft_seen(self, plan: Plan) -> None:
+        if plan.version != "draft" or not plan.draft_generation:
+            return
+        apps = self.runtime.lookup.informers["apps"]
+        deadline = time.monotonic() + SEEN_SECONDS
+        while time.monotonic() < deadline:
+            app = await apps.get(plan.namespace, plan.app)
+            if int(((app or {}).get("metadata") or {}).get("generation") or 0) >= plan.draft_generation:
+                return
+            await asyncio.sleep(0.05)
 
     async def case(self, plan: Plan, view: Any, case: Mapping[str, Any]) -> CaseResult:
         history = [ShadowMessage(str(m["role"]), str(m["content"])) for m in case.get("conversation") or ()]

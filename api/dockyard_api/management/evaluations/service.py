@@ -103,7 +103,7 @@ class EvaluationService(CallerService):
         name = env.metadata.name or environment
         active = env.status.active_version or env.spec.app_version or "draft"
         version = body.version or active
-        content = await self._content(namespace, env, version)
+        content, generation = await self._content(namespace, env, version)
         suite = content.evaluations
         if suite is None:
             raise ConflictError(
@@ -141,7 +141,9 @@ class EvaluationService(CallerService):
         concurrency = int(raw.get("concurrency") or 4)
         waves = math.ceil(len(cases) / concurrency)
         bound = waves * (self.runtime.settings.turn_timeout_seconds * 2 + 5) + 60
-        plan = Plan(run_id, namespace, name, env.spec.app_ref, version, cases, raw.get("judgeModel"), concurrency)
+        plan = Plan(
+            run_id, namespace, name, env.spec.app_ref, version, cases, raw.get("judgeModel"), concurrency, generation
+        )
         await self.runs.create(
             run_id=run_id,
             namespace=namespace,
@@ -181,16 +183,18 @@ class EvaluationService(CallerService):
                 return run_view(run, await self.runs.previous(run))
             await asyncio.sleep(0.5)
 
-    async def _content(self, namespace: str, env: Environment, version: str) -> AppContent:
+    async def _content(self, namespace: str, env: Environment, version: str) -> tuple[AppContent, int]:
+        """The version's content, and for the draft the App's generation (0 for a version: immutable)."""
         if version == "draft":
-            return (await self.repos.apps.get(namespace, env.spec.app_ref)).spec
+            app = await self.repos.apps.get(namespace, env.spec.app_ref)
+            return app.spec, int(app.metadata.generation or 0)
         found = await self.repos.app_versions.find(namespace, AppVersion.object_name(env.spec.app_ref, version))
         if found is None:
             raise NotFoundError(
                 f"app {env.spec.app_ref!r} has no version {version}",
                 [{"field": "body.version", "message": f"no AppVersion {env.spec.app_ref}-{version}"}],
             )
-        return found.spec
+        return found.spec, 0
 
     async def _execute(self, plan: Plan, env: Environment, *, shadow: bool, bound: float) -> None:
         results: list[dict[str, Any]] = []
