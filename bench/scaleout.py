@@ -42,6 +42,7 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -54,7 +55,7 @@ import httpx
 import orjson
 from kubernetes import client
 from tests.support.runners import wait_http_ok
-from tests.support.scripted_model import Reply, ScriptedModel
+from tests.support.scripted_model import Reply, scripted_model
 
 from bench.common import api_for, bench_cluster, cpu_seconds, load, namespace, operator_process
 from bench.execute import facade_process, percentile, setup
@@ -72,29 +73,16 @@ LIMITED_ENV = "bot-limited"
 
 def serve_model(delay_ms: float) -> None:
     """``--serve-model``: answer every chat completion after ``delay_ms`` with ``seen:`` and the user
-    messages of the request joined by ``|``; print the URL."""
-    from aiohttp import web
+    messages of the request joined by ``|``; print the URL; serve until terminated."""
 
     def respond(body: dict[str, Any]) -> Reply:
         seen = [str(m.get("content") or "") for m in body.get("messages", []) if m.get("role") == "user"]
         return Reply(text="seen:" + "|".join(seen), delay=delay_ms / 1000, usage=USAGE)
 
-    server = ScriptedModel(record=False)
-    server.respond_with(respond)
-
-    async def run() -> None:
-        runner = web.AppRunner(server.app(), access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        sockets = site._server.sockets if site._server is not None else []  # type: ignore[union-attr]
-        print(f"http://127.0.0.1:{sockets[0].getsockname()[1]}", flush=True)
-        await asyncio.Event().wait()
-
-    import uvloop
-
-    with contextlib.suppress(KeyboardInterrupt):
-        uvloop.run(run())
+    with contextlib.suppress(KeyboardInterrupt), scripted_model(record=False) as server:
+        server.respond_with(respond)
+        print(server.url, flush=True)
+        threading.Event().wait()
 
 
 @contextmanager
