@@ -13,12 +13,12 @@ from urllib.parse import quote
 from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.responses import RedirectResponse
 
-from dockyard_api.console import apps, canary, environments, evaluations, models, signin, tooltests
+from dockyard_api.console import apps, canary, environments, evaluations, knowledge, models, signin, tooltests
 from dockyard_api.console import session as sess
 from dockyard_api.console.common import PREFIX, SignInRequired
 
 router = APIRouter(prefix=PREFIX, include_in_schema=False)
-for area in (signin, apps, environments, evaluations, canary, models, tooltests):
+for area in (signin, apps, environments, evaluations, canary, models, knowledge, tooltests):
     router.include_router(area.routes)
 
 

@@ -116,21 +116,40 @@ class DocumentImports:
                 f"the file's SHA-256 is {digest.hexdigest()}, not {expected}: upload it again",
                 {"sha256": expected, "received": digest.hexdigest()},
             )
-        record: dict[str, Any] = {
-            "dockStatusId": str(uuid.uuid4()),
-            "fileId": meta.model_id,
-            "fileName": meta.upload.file_name,
-            "size": meta.upload.file_size,
-            "sha256": digest.hexdigest(),
-            "completedAt": iso(clock.now()),
-        }
-        try:
-            parsed = parse_document(partial.read_bytes(), filename=meta.upload.file_name, name=meta.upload.file_name)
-        except DocumentError as exc:
-            partial.unlink()
-            record.update(status="FAILED", reason=exc.reason)
-        else:
-            partial.replace(target)
-            record.update(status="SUCCESS", mediaType=parsed.media_type, title=parsed.title, reason="")
-        record_path(self.root, meta.namespace, meta.model_id).write_text(json.dumps(record))
-        return record
+        return keep_document(
+            self.root, meta.namespace, meta.model_id, meta.upload.file_name, partial, digest.hexdigest()
+        )
+
+
+def keep_document(
+    root: Path, namespace: str, file_id: str, file_name: str, partial: Path, sha256: str
+) -> dict[str, Any]:
+    """Parse the assembled file ``partial``: kept as the document ``file_id`` when it reads, deleted with the
+    reason when not; the import record written last (file work: run it in a thread)."""
+    record: dict[str, Any] = {
+        "dockStatusId": str(uuid.uuid4()),
+        "fileId": file_id,
+        "fileName": file_name,
+        "size": partial.stat().st_size,
+        "sha256": sha256,
+        "completedAt": iso(clock.now()),
+    }
+    try:
+        parsed = parse_document(partial.read_bytes(), filename=file_name, name=file_name)
+    except DocumentError as exc:
+        partial.unlink()
+        record.update(status="FAILED", reason=exc.reason)
+    else:
+        partial.replace(root / namespace / file_id)
+        record.update(status="SUCCESS", mediaType=parsed.media_type, title=parsed.title, reason="")
+    record_path(root, namespace, file_id).write_text(json.dumps(record))
+    return record
+
+
+def store_document(root: Path, namespace: str, file_name: str, data: bytes) -> dict[str, Any]:
+    """A document received whole (the console's upload): the same checks and record as a completed import."""
+    file_id = model_id_for(file_name)
+    partial = root / namespace / f"{file_id}.part"
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    partial.write_bytes(data)
+    return keep_document(root, namespace, file_id, file_name, partial, hashlib.sha256(data).hexdigest())

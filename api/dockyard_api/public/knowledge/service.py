@@ -22,6 +22,13 @@ from dockyard_core.resources.v1alpha1 import KB_REINDEX_ANNOTATION, KnowledgeBas
 ATTEMPTS = 5
 
 
+def _wanted(kb: dict[str, Any]) -> str:
+    """What the index must reflect: ``<metadata.generation>/<reindex request>`` (a run records it in
+    ``status.indexedSpec`` when done)."""
+    meta = kb["metadata"]
+    return f"{meta.get('generation', 0)}/{(meta.get('annotations') or {}).get(KB_REINDEX_ANNOTATION, '')}"[:64]
+
+
 def summary(kb: dict[str, Any]) -> dict[str, Any]:
     """A KnowledgeBase as the API answers it: name, version, settings, documents and the index's state."""
     spec, status = kb.get("spec") or {}, kb.get("status") or {}
@@ -56,6 +63,7 @@ def summary(kb: dict[str, Any]) -> dict[str, Any]:
             "errors": status.get("errors") or [],
             "message": status.get("message", ""),
             "job": status.get("job", ""),
+            "upToDate": status.get("indexedSpec") == _wanted(kb),
         },
     }
 
