@@ -21,7 +21,7 @@ from dockyard_core.resources.v1alpha1.common import (
     SemVer,
     StatusBase,
 )
-from dockyard_core.resources.v1alpha1.evaluations import EvaluationSummaries, EvaluationSuite
+from dockyard_core.resources.v1alpha1.evaluations import EvaluationSuite, EvaluationSummaries
 from dockyard_core.resources.v1alpha1.guardrails import Guardrails
 from dockyard_core.resources.v1alpha1.tool import McpTransport
 
@@ -104,9 +104,9 @@ class AppContent(DockyardModel):
     """The app's agents."""
     tool_versions: Annotated[list[ToolVersionRef], Field(max_length=64), ListMap("name")] = Field(default_factory=list)
     """The version of each tool the agents use (one version per tool)."""
-    knowledge_base_versions: Annotated[
-        list[KnowledgeBaseVersionRef], Field(max_length=32), ListMap("name")
-    ] = Field(default_factory=list)
+    knowledge_base_versions: Annotated[list[KnowledgeBaseVersionRef], Field(max_length=32), ListMap("name")] = Field(
+        default_factory=list
+    )
     """The version of each knowledge base the agents search (one version per knowledge base)."""
     mcp_servers: Annotated[list[McpServer], Field(max_length=32), ListMap("name")] = Field(default_factory=list)
     """MCP server configurations."""

@@ -111,9 +111,7 @@ class KnowledgeBaseSpec(DockyardModel):
         default_factory=KnowledgeRetrieval
     )
     """Retrieval settings."""
-    documents: Annotated[list[KnowledgeDocument], Field(max_length=2000), ListMap("name")] = Field(
-        default_factory=list
-    )
+    documents: Annotated[list[KnowledgeDocument], Field(max_length=2000), ListMap("name")] = Field(default_factory=list)
     """The documents (added by the import, removed by a delete)."""
 
 
