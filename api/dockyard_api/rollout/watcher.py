@@ -37,7 +37,7 @@ from dockyard_api.rollout import slo as slos
 from dockyard_api.rollout.lease import Lease
 from dockyard_api.store import outcomes
 from dockyard_api.store.database import Database
-from dockyard_core.errors import DockyardError
+from dockyard_core.errors import ConflictError, DockyardError
 from dockyard_core.kubeclient import AsyncKube, KubeError
 from dockyard_core.repository import Objects
 from dockyard_core.resources.v1alpha1 import DEPLOY_REQUEST_ANNOTATION
@@ -156,12 +156,26 @@ class SloWatcher:
             notes[DEPLOY_REQUEST_ANNOTATION] = f"AutoRollback {uuid.uuid4().hex}"
             patch = {"metadata": {"annotations": notes}, "spec": {"appVersion": watch.back_to}}
             event, what = "AutomaticRollback", f"version {watch.version} rolled back to {watch.back_to}"
-        # guarded: a person's change since the informer saw the object wins; the next pass looks again
-        patched = await self.objects.merge(namespace, name, patch, resource_version=meta.get("resourceVersion"))
+        patched = await self._guarded(env, patch)
         rollout_metrics.rollback(namespace, name, watch.version, watch.what, breach.slo)
         rollout_metrics.SLO_BREACHES.labels(namespace, name, watch.version, breach.slo).set(1)
         log.warning("environment %s/%s: %s (%s)", namespace, name, what, reason)
         await record_event(self.kube, patched, reason=event, message=f"{what}: {reason}", type_="Warning")
+
+    async def _guarded(self, env: Mapping[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+        """The patch, only while the spec is what the verdict was made on: a person's change since wins (the
+        next pass looks again); a status write since (the operator's, this watcher's) does not matter."""
+        meta, spec = env["metadata"], env.get("spec") or {}
+        version = meta.get("resourceVersion")
+        for attempt in range(3):
+            try:
+                return await self.objects.merge(meta["namespace"], meta["name"], patch, resource_version=version)
+            except ConflictError:
+                now = await self.objects.get(meta["namespace"], meta["name"])
+                if attempt == 2 or now.get("spec") != spec:
+                    raise
+                version = now["metadata"].get("resourceVersion")
+        raise AssertionError("unreachable")
 
     async def _status(
         self, env: Mapping[str, Any], watching: str, figures: list[dict[str, Any]], now: datetime, breach: str | None

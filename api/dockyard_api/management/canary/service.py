@@ -114,11 +114,22 @@ class CanaryService(CallerService):
             **(extra or {}),
             **requestid.as_annotation(),
         }
-        if env.metadata.name is None or env.metadata.namespace is None:
+        namespace, name = env.metadata.namespace, env.metadata.name
+        if name is None or namespace is None:
             raise InvalidError("the environment has no name")
-        return await self.repos.environments.merge(
-            env.metadata.namespace,
-            env.metadata.name,
-            {"metadata": {"annotations": notes}, "spec": spec},
-            resource_version=env.metadata.resource_version,
-        )
+        change = {"metadata": {"annotations": notes}, "spec": spec}
+        for attempt in range(5):
+            try:  # guarded: the checks above were made on this version of the object
+                return await self.repos.environments.merge(
+                    namespace, name, change, resource_version=env.metadata.resource_version
+                )
+            except ConflictError:
+                now = await self.environment(namespace, name)
+                asked = (env.spec.app_version, env.spec.canary)
+                if attempt == 4 or (now.spec.app_version, now.spec.canary) != asked:
+                    raise ConflictError(
+                        f"the canary or the version of {name} changed meanwhile: look again and repeat",
+                        {"environment": name},
+                    ) from None
+                env = now  # only its status moved on (the operator, the SLO watcher): the checks still hold
+        raise AssertionError("unreachable")
