@@ -341,13 +341,14 @@
     this.bubble("user", text);
     var out = this.bubble("assistant", "…");
     out.node.setAttribute("aria-busy", "true");
-    var reply = { text: "", agent: "", tools: [], guard: "" };
+    var reply = { text: "", agent: "", tools: [], guard: "", sources: [] };
     function meta() {
       var parts = [];
       if (reply.guard === "block") parts.push("Blocked by the app's guardrails");
       if (reply.agent) parts.push("Answered by " + reply.agent);
       if (reply.tools.length) parts.push("tools: " + reply.tools.join(", "));
       if (reply.guard === "redact") parts.push("some details redacted");
+      if (reply.sources.length) parts.push("sources: " + reply.sources.join("; "));
       return parts.join(" · ");
     }
     function show() {
@@ -382,6 +383,12 @@
       d.sessionId = done.session_id;
       var acts = (done.guardrails || []).map(function (g) { return g.action; });  // what guardrails did (never values)
       reply.guard = acts.indexOf("block") >= 0 ? "block" : acts.indexOf("redact") >= 0 ? "redact" : "";
+      reply.sources = [];  // the knowledge-base passages the answer drew on: document, section, page (docs/knowledge-bases.md)
+      (done.sources || []).forEach(function (s) {
+        var path = s.headingPath || [];
+        var where = s.document + (path.length > 1 ? " > " + path[path.length - 1] : "") + (s.page ? " p. " + s.page : "");
+        if (reply.sources.indexOf(where) < 0) reply.sources.push(where);
+      });
       show();
     }
     function onEvent(name, data) {
