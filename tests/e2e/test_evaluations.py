@@ -219,6 +219,9 @@ def test_a_draft_run_fails_the_version_is_fixed_and_the_next_run_passes(
     wait_for(lambda: checklist(api, namespace, "bot-draft")["Key flows tested"][0] == "NotDone"
              and "failed: refund-policy" in checklist(api, namespace, "bot-draft")["Key flows tested"][1],
              timeout=30, what="Key flows tested NotDone naming the case")  # fmt: skip
+    events = client.CoreV1Api(api).list_namespaced_event(namespace, field_selector="involvedObject.name=bot-draft")
+    failed_events = [e.message for e in events.items if e.reason == "EvaluationFailed"]
+    assert any(f"evaluation run {first['id']}" in m and "2/4 cases passed" in m for m in failed_events), failed_events
     items = checklist(api, namespace, "bot-draft")
     assert items["Error handling tested"][0] == "Done"
     assert items["Diagnostics pass"][0] == "Done", items["Diagnostics pass"]
