@@ -24,6 +24,7 @@ from dockyard_api.settings import ApiSettings
 from dockyard_localcluster.images.inputs import llama_server_context
 from dockyard_localcluster.tinymodel import write_tiny_gguf
 from tests.e2e.test_execute import _key, serve_model
+from tests.e2e.test_execute_real_engine import sse
 from tests.support.cluster import E2ECluster
 from tests.support.dockyard import create, get, hub_model, model_deployment, patch
 from tests.support.publicapi import ImportClient
@@ -212,6 +213,9 @@ def test_documents_imported_indexed_searched_by_the_agent_with_sources_and_delet
     assert status["lastIndexed"]
     assert status["errorCount"] == 0
     first_generation = status["activeGeneration"]
+    conditions = {c["type"]: c for c in status["conditions"]}  # what kubectl describe kb shows
+    assert (conditions["Ready"]["status"], conditions["Ready"]["reason"]) == ("True", "Indexed")
+    assert conditions["Indexing"]["status"] == "False"
     shown = public.http.get(f"{public.kb}/harbour/1.0.0", headers=public.headers).json()
     assert [(d["name"], d["state"]) for d in shown["documents"]] == [("guide.md", "indexed"), ("rules.html", "indexed")]
 
@@ -240,6 +244,17 @@ def test_documents_imported_indexed_searched_by_the_agent_with_sources_and_delet
     pilot = next(s for s in body["sources"] if s["headingPath"][-1:] == ["Pilots"])
     assert (pilot["knowledgeBase"], pilot["version"], pilot["page"]) == ("harbour", "1.0.0", None)
     assert GUIDE[pilot["start"] : pilot["end"]].strip()  # offsets into the document's text
+
+    # streamed: the done event carries the same sources
+    model.script(Reply(calls=[Call("search_harbour", {"query": "where does the pilot board"})]),
+                 Reply(text="At buoy 3 [1]."))  # fmt: skip
+    with public.http.stream("POST", public.execute_path, headers=public.bearer, timeout=90,
+                            json={"message": "Where does the pilot board?", "stream": True}) as streamed:  # fmt: skip
+        streamed.read()
+    assert streamed.status_code == 200, streamed.text
+    events = sse(streamed.text)
+    assert events[-1][0] == "done"
+    assert {s["document"] for s in events[-1][1]["sources"]} == documents
 
     # the checklist of the environment that serves the draft computes the item
     seen: list[Any] = []

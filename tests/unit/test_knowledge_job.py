@@ -97,6 +97,12 @@ def test_a_bad_document_is_reported_and_the_others_are_indexed(tmp_path: Path) -
     assert "binary" in reasons["broken.txt"] or "NUL" in reasons["broken.txt"], reasons
     assert "nothing is not in the store" in reasons["lost.md"]
     assert {d["name"] for d in status["indexed"]} == {"guide.md", "rules.txt"}
+    ready, idle = status["conditions"]
+    assert (ready["type"], ready["status"], ready["reason"]) == ("Ready", "True", "Indexed")
+    assert ready["message"].endswith(
+        "2 document(s), " + f"{status['chunks']} chunks; 2 could not be indexed (status.errors)"
+    )
+    assert (idle["type"], idle["status"]) == ("Indexing", "False")
     assert asyncio.run(_search(tmp_path, "pilot buoy"))[0] == "guide.md"
 
 

@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from dockyard_core.conditions import transition
 from dockyard_core.errors import DockyardError
 from dockyard_core.knowledge.chunking import ChunkSettings, chunk_document
 from dockyard_core.knowledge.embeddings import Embedder, OpenAIEmbedder
@@ -122,7 +123,22 @@ async def index_knowledge_base(
                 await index.drop_generation(key, old.id)
     stats = await index.stats(key)
     records = await index.documents(key)
+    failed = f"; {len(errors)} could not be indexed (status.errors)" if errors else ""
+    ready = transition(
+        (kb.get("status") or {}).get("conditions"),
+        "Ready",
+        True,
+        "Indexed",
+        f"generation {target.id}: {stats.documents} document(s), {stats.chunks} chunks{failed}",
+        datetime.now(UTC),
+        meta.get("generation"),
+    )
+    idle = transition(
+        (kb.get("status") or {}).get("conditions"), "Indexing", False, "RunDone", "the last run is done",
+        datetime.now(UTC), meta.get("generation"),
+    )  # fmt: skip
     return {
+        "conditions": [ready, idle],
         "phase": "Ready",
         "activeGeneration": target.id,
         "buildingGeneration": None,
@@ -157,6 +173,7 @@ async def _run_from_environment() -> int:
         else None
     )
     run = {"job": env.get("DOCKYARD_KB_JOB", ""), "indexedSpec": env.get("DOCKYARD_KB_SPEC", "")}
+    kb: dict[str, Any] = {}
     try:
         kb = await kube.request("GET", path)
         await index.start()
@@ -170,7 +187,11 @@ async def _run_from_environment() -> int:
         code = 0
     except Exception as exc:  # the run failed as a whole: say why in the status
         log.exception("indexing %s/%s failed", namespace, name)
-        status = {"phase": "Failed", "buildingGeneration": None, "message": f"{type(exc).__name__}: {exc}"[:2000]}
+        message = f"{type(exc).__name__}: {exc}"[:2000]
+        previous = (kb.get("status") or {}).get("conditions")
+        down = transition(previous, "Ready", False, "IndexingFailed", message, datetime.now(UTC))
+        done = transition(previous, "Indexing", False, "RunFailed", message, datetime.now(UTC))
+        status = {"phase": "Failed", "buildingGeneration": None, "message": message, "conditions": [down, done]}
         code = 1
     finally:
         await index.close()

@@ -18,6 +18,7 @@ from typing import Any
 
 from dockyard_core import clock
 from dockyard_core.clock import iso
+from dockyard_core.conditions import transition
 from dockyard_core.resources.v1alpha1 import KB_LABEL
 from dockyard_operator.builders.knowledge import (
     JOB_MODULE,
@@ -110,7 +111,17 @@ async def reconcile_knowledge_base(ctx: Context, kb: Mapping[str, Any]) -> list[
     settings = indexing_settings(ctx)
     env = run_environment(kb, settings, embedding)
     name = run_name(kb)
-    started = {"phase": "Indexing", "job": name, "message": "", "buildingGeneration": None}
+    previous = (kb.get("status") or {}).get("conditions") or []
+    what = "rebuild into a new generation" if env["DOCKYARD_KB_REBUILD"] == "1" else "index"
+    running = transition(previous, "Indexing", True, "Running", f"run {name}: {what}", clock.now())
+    kept = [c for c in previous if c.get("type") != "Indexing"]  # Ready stays as it is: the active index answers
+    started = {
+        "phase": "Indexing",
+        "job": name,
+        "message": "",
+        "buildingGeneration": None,
+        "conditions": [*kept, running],
+    }
     if not await _status(ctx.kube, kb, started):
         return []
     if ctx.settings.knowledge_runs == "local":
@@ -120,7 +131,6 @@ async def reconcile_knowledge_base(ctx: Context, kb: Mapping[str, Any]) -> list[
         job = indexing_job(kb, settings, env)
         created = await ctx.kube.create("jobs", job["metadata"]["namespace"], job)
         where = f"as Job {name}" + ("" if created else " (it existed)")
-    what = "rebuild into a new generation" if env["DOCKYARD_KB_REBUILD"] == "1" else "index"
     return [Event("Normal", "IndexingStarted", f"{what} {len(spec.get('documents') or [])} document(s) {where}")]
 
 
@@ -164,11 +174,11 @@ async def run_failed(kube: KubeApi, kb: Mapping[str, Any], job: str, message: st
     status = (now or {}).get("status") or {}
     if now is None or status.get("job") != job or status.get("phase") != "Indexing":
         return
-    await _status(
-        kube,
-        now,
-        {"phase": "Failed", "message": message[:2000], "indexedSpec": f"failed:{wanted_spec(now)}"[:64]},
-    )
+    previous = status.get("conditions") or []
+    failed = transition(previous, "Indexing", False, "RunFailed", message[:2000], clock.now())
+    conditions = [*(c for c in previous if c.get("type") != "Indexing"), failed]
+    patch = {"phase": "Failed", "message": message[:2000], "indexedSpec": f"failed:{wanted_spec(now)}"[:64]}
+    await _status(kube, now, {**patch, "conditions": conditions})
 
 
 async def job_finished(kube: KubeApi, job: Mapping[str, Any]) -> None:
