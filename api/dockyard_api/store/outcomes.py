@@ -89,7 +89,7 @@ def write(conn: Connection, batch: Sequence[Outcome], dialect: str, now: datetim
         u.tokens_in += max(0, o.tokens_in)
         u.tokens_out += max(0, o.tokens_out)
     insert_ = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    for (ns, env, version, day), u in sums.items():
+    for (ns, env, version, day), u in sorted(sums.items()):  # one lock order for every replica: no deadlock
         stmt = insert_(usage_versions).values(
             namespace=ns, environment=env, version=version, day=day,
             requests=u.requests, errors=u.errors, tokens_in=u.tokens_in, tokens_out=u.tokens_out,
