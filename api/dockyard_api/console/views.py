@@ -147,6 +147,7 @@ def history_rows(env: dict[str, Any]) -> list[dict[str, Any]]:
                 "weight": entry.get("weight"),
                 "outcome": entry.get("outcome"),
                 "reason": entry.get("reason") or "",
+                "evaluationRun": entry.get("evaluationRun") or "",
                 "canRollback": status == "Previous"
                 and entry.get("action") != "Canary"  # a canary is no deployment to go back to
                 and entry.get("healthy") is not False
