@@ -12,6 +12,7 @@ from kubernetes import client
 from playwright.sync_api import Browser, expect
 
 from tests.browser.conftest import Facade, api_key, deploy_bot
+from tests.support.dockyard import get_or_empty
 from tests.support.scripted_model import Call, Reply, ScriptedModel
 from tests.support.users import Users
 from tests.support.waiting import wait_for
@@ -39,6 +40,9 @@ def test_the_analytics_tab_shows_turns_users_tokens_latency_tools_and_errors(
     failed = facade.http.post(execute, headers=headers, json={"message": "again", "metadata": {"user_id": "ann"}})
     assert failed.status_code >= 500
 
+    # the page polls and reloads itself while the environment deploys: open it once it is Active
+    wait_for(lambda: (get_or_empty(api, namespace, "environments", "bot-draft").get("status") or {}).get("phase")
+             == "Active", timeout=60, what="the environment Active")  # fmt: skip
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     context.set_default_timeout(20_000)
     page = context.new_page()
@@ -75,9 +79,11 @@ def test_the_analytics_tab_shows_turns_users_tokens_latency_tools_and_errors(
     # a version with no turns: nothing shown, said so; a malformed one: the API's refusal naming the field
     page.get_by_role("textbox", name="Version").fill("9.9.9")
     page.get_by_role("button", name="Show").click()
+    page.wait_for_url("**version=9.9.9**")
     expect(page.locator("#analytics-empty")).to_contain_text("No turns in this period for version 9.9.9")
     page.get_by_role("textbox", name="Version").fill("latest")
     page.get_by_role("button", name="Show").click()
+    page.wait_for_url("**version=latest**")
     expect(page.get_by_role("alert")).to_contain_text("version must be a semantic version")
     assert not errors, errors
     context.close()
