@@ -86,11 +86,11 @@ class FakeKube:
                 if target in self.objects:
                     return 409, _status(409, "AlreadyExists", f'"{name}" already exists')
                 return 201, self._store(target, json.loads(json.dumps(body)))
+            if method == "PATCH" and path.endswith("/status"):  # the status subresource of the object
+                path = path.removesuffix("/status")
             if path not in self.objects:
                 return 404, _status(404, "NotFound", f"{path} not found")
             if method == "PATCH":
-                if path.endswith("/status"):
-                    path = path.removesuffix("/status")
                 return 200, self._store(path, merge_patch(self.objects[path], body))
             if method == "DELETE":
                 return 200, self.objects.pop(path)

@@ -15,7 +15,8 @@ Environment, as the facade's service account):
 Either way a Warning Event names the breach, the metric ``dockyard_automatic_rollbacks_total`` counts it and
 ``status.slo`` (what the console shows) records it. Sessions that started on the version keep it (they are
 pinned); only new sessions go back. ``status.slo`` (the figures per version) is written at most every
-``status_seconds`` per environment, and at once on a change of what is watched or a breach.
+``status_seconds`` per environment while something is watched, once when nothing is, and at once on a change
+of what is watched or a breach.
 """
 
 from __future__ import annotations
@@ -28,10 +29,9 @@ import time
 import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from dockyard_api import rollout_metrics
-from dockyard_api.cache import Informer
 from dockyard_api.events import record_event
 from dockyard_api.rollout import slo as slos
 from dockyard_api.rollout.lease import Lease
@@ -48,6 +48,14 @@ from dockyard_core.resources.v1alpha1.canary import (
 )
 
 log = logging.getLogger("dockyard.rollout")
+
+
+class Environments(Protocol):
+    """Where the Environments come from: the runtime's informer (:class:`~dockyard_api.cache.Informer`)."""
+
+    def snapshot(self) -> list[dict[str, Any]] | None: ...
+
+
 LEASE_NAME = "dockyard-slo-watcher"
 
 
@@ -60,7 +68,7 @@ class SloWatcher:
         self,
         kube: AsyncKube,
         store: Database,
-        environments: Informer,
+        environments: Environments,
         lease: Lease,
         *,
         interval: float = 2.0,
@@ -183,13 +191,9 @@ class SloWatcher:
         meta = env["metadata"]
         key = (meta["namespace"], meta["name"])
         last = self._written.get(key)
-        if (
-            breach is None
-            and last is not None
-            and last[1] == watching
-            and time.monotonic() - last[0] < self.status_seconds
-        ):
-            return
+        recent = last is not None and (not watching or time.monotonic() - last[0] < self.status_seconds)
+        if breach is None and last is not None and last[1] == watching and recent:
+            return  # nothing watched: written once, not every pass (each write wakes the operator)
         status: dict[str, Any] = {"watching": watching, "checkedAt": _stamp(now), "figures": figures}
         if breach is not None:
             status["lastBreach"] = breach[:1024]
