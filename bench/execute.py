@@ -33,13 +33,17 @@ Printed: requests/s of both and their ratio (target >= 0.9), p50/p99 and the p50
 memory after the warm-up, after each round and at the end (flat over the sessions created).
 
     .venv/bin/python -m bench.execute [--calls 2000 --rounds 5 --concurrency 32 --delay-ms 100 --database sqlite]
-        [--arrivals staggered,lockstep] [--guardrails] [--profile FILE]
+        [--arrivals staggered,lockstep] [--guardrails] [--tracing] [--profile FILE]
+
+With ``--tracing`` a second facade with tracing on exports its spans to a real Jaeger: path ``traced``
+(:mod:`bench.tracing`, #30's targets: <= 1 ms added p50, <= 2 % CPU per turn).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import statistics
 import subprocess
@@ -57,6 +61,7 @@ import orjson
 from kubernetes import client
 from tests.support.runners import free_port, wait_http_ok
 
+from bench import tracing
 from bench.common import api_for, bench_cluster, cpu_seconds, load, namespace, operator_process, wait_until
 from dockyard_api.runtime.endpoints import LOCAL_ENDPOINT_ANNOTATION, MODEL_DEPLOYMENT_LABEL
 from dockyard_core import apikeys
@@ -137,7 +142,7 @@ def database_url(kind: str, cluster: LocalCluster) -> Iterator[str]:
 
 @contextmanager
 def facade_process(
-    cluster: LocalCluster, database: str, profile: str | None = None
+    cluster: LocalCluster, database: str, profile: str | None = None, extra: dict[str, str] | None = None
 ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     port = free_port()
     state = cluster.settings.state_dir
@@ -149,8 +154,9 @@ def facade_process(
         DOCKYARD_API_ENDPOINT_MODE="local",
         DOCKYARD_API_DATABASE_URL=database,
         DOCKYARD_API_MODEL_STORE=str(state / "model-store"),
+        **(extra or {}),
     )
-    log = (state / "facade.log").open("ab")
+    log = (state / f"facade-{port}.log").open("ab")
     command = [sys.executable, "-m", *(["bench.profiled_facade", profile] if profile else ["dockyard_api"])]
     proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
@@ -268,9 +274,9 @@ def run_path(path: str, calls: int, concurrency: int, target: dict[str, str], sp
                 )
                 headers = {"Content-Type": "application/json"}
             else:
-                url = target["execute" if path == "facade" else "guarded"]
+                url = target["execute" if path == "facade" else path]
                 body = orjson.dumps({"message": MESSAGE, "metadata": {"user_id": "bench"}})
-                key = target["key" if path == "facade" else "guarded_key"]
+                key = target["key" if path in ("facade", "traced") else f"{path}_key"]
                 headers = {"Content-Type": "application/json", "Authorization": f"Bearer {key}"}
 
             async def send() -> tuple[int, str]:
@@ -315,6 +321,7 @@ def main() -> None:
         "--concurrency calls within a millisecond, and the latency a call adds then includes waiting for "
         "the burst's calls ahead of it",
     )
+    parser.add_argument("--tracing", action="store_true", help="also call a facade that traces (path 'traced')")
     parser.add_argument(
         "--database",
         choices=("sqlite", "postgresql"),
@@ -329,10 +336,10 @@ def main() -> None:
     print(
         f"inputs: calls={args.calls} per path and round, rounds={args.rounds}, concurrency={args.concurrency}, "
         f"model delay={args.delay_ms:g} ms, warmup={args.warmup}, sequential={args.sequential}, "
-        f"arrivals={','.join(modes)}, database={args.database}, guardrails={args.guardrails}, "
+        f"arrivals={','.join(modes)}, database={args.database}, guardrails={args.guardrails}, tracing={args.tracing}, "
         f"cpus={os.cpu_count()}, loadavg={load()}"
     )
-    paths = ("direct", "facade", "guarded") if args.guardrails else ("direct", "facade")
+    paths = ("direct", "facade", *(["guarded"] if args.guardrails else []), *(["traced"] if args.tracing else []))
     cluster = bench_cluster("bench-execute", nodes_per_type=1)
     api = api_for(cluster)
     ns = namespace(api, "bench-execute")
@@ -342,11 +349,14 @@ def main() -> None:
         database_url(args.database, cluster) as database,
         operator_process(cluster),
         facade_process(cluster, database, args.profile) as (url, proc),
+        tracing.jaeger() if args.tracing else contextlib.nullcontext() as backend,
+        tracing.facade(facade_process, cluster, database, backend, proc) as (traced_url, traced_proc),
     ):
         keys = setup(api, ns, model_url, args.guardrails)
         target = {"model": model_url, "execute": f"{url}/e/{ns}/bot-draft/v1/apps/bot/execute", "key": keys["bot"]}
         if args.guardrails:
             target |= {"guarded": f"{url}/e/{ns}/guarded-draft/v1/apps/guarded/execute", "guarded_key": keys["guarded"]}
+        target["traced"] = f"{traced_url}/e/{ns}/bot-draft/v1/apps/bot/execute"
         for path in paths[1:]:
             wait_until(lambda p=path: run_path(p, 1, 1, target).errors == 0, 30, f"the facade answering {path} calls")
         for path in paths:
@@ -354,15 +364,17 @@ def main() -> None:
         memory = [("after warm-up", rss_mib(proc.pid))]
         cpu_ms: dict[str, list[float]] = {mode: [] for mode in modes}
         guarded_cpu_ms: dict[str, list[float]] = {mode: [] for mode in modes}
+        traced_cpu_ms: dict[str, list[float]] = {mode: [] for mode in modes}
+        spent_by = {"facade": cpu_ms, "guarded": guarded_cpu_ms, "traced": traced_cpu_ms}
         for round_ in range(1, args.rounds + 1):
             for mode in modes:
                 for path in paths:
-                    before = cpu_seconds(proc.pid)
+                    pid = traced_proc.pid if path == "traced" else proc.pid
+                    before = cpu_seconds(pid)
                     result = run_path(path, args.calls, args.concurrency, target, spreads[mode])
                     result.arrivals = mode
                     if path != "direct":
-                        spent = (cpu_seconds(proc.pid) - before) * 1000 / args.calls
-                        (cpu_ms if path == "facade" else guarded_cpu_ms)[mode].append(spent)
+                        spent_by[path][mode].append((cpu_seconds(pid) - before) * 1000 / args.calls)
                     results.append(result)
                     p50, p99 = percentile(result.latencies_ms, 50), percentile(result.latencies_ms, 99)
                     print(
@@ -373,6 +385,8 @@ def main() -> None:
             memory.append((f"after round {round_} ({sessions} sessions)", rss_mib(proc.pid)))
         sequential = {path: run_path(path, args.sequential, 1, target) for path in paths}
         memory.append(("at the end", rss_mib(proc.pid)))
+        if backend:
+            tracing.summary(modes, results, sequential, (cpu_ms, traced_cpu_ms), backend, traced_url)
 
     print(f"\nloadavg after: {load()}")
     for mode in modes:
