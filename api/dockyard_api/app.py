@@ -101,6 +101,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
             busy_wait_seconds=settings.session_busy_wait_seconds,
             turn_lease_seconds=settings.turn_lease_seconds,
             heartbeat_seconds=settings.store_heartbeat_seconds,
+            pool_size=settings.database_pool_size,
         )
         await store.start()  # migrates; a database that is away is retried in the background
         runtime = AppRuntime(kube, runtime_settings(settings), signing_key=web_service.keys.key)

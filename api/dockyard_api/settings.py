@@ -90,6 +90,14 @@ class ApiSettings(ModelStoreSettings):
         description="SQLAlchemy URL of the conversation database, e.g. postgresql+asyncpg://user:pass@host/db "
         "(several facade replicas need PostgreSQL); unset: a SQLite file <model store>/dockyard.db (one replica)",
     )
+    database_pool_size: int = Field(
+        default=32,
+        ge=1,
+        le=500,
+        description="PostgreSQL connections each replica keeps open: about the turns it runs at once (beyond "
+        "them a transaction opens and closes a connection of its own, a new server process each; a quarter more "
+        "are opened for a burst). Mind the server's max_connections across replicas",
+    )
     history_messages: int = Field(
         default=20, ge=0, le=1000, description="at most this many earlier messages of a session go to the model"
     )

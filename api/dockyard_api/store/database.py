@@ -57,7 +57,11 @@ class Database:
         heartbeat_seconds: float = 2.0,
         connect_timeout_seconds: float = 5.0,
         statement_timeout_seconds: float = 10.0,
+        pool_size: int = 32,
     ) -> None:
+        """``pool_size``: PostgreSQL connections kept open (as many as turns run at once on this replica: a
+        connection beyond them is opened for a transaction and closed after it, a new server process each
+        time); a quarter more are opened for a burst."""
         self.url = make_url(url)
         self.heartbeat_seconds = heartbeat_seconds
         self.stale_after = timedelta(seconds=3 * heartbeat_seconds + 1)
@@ -86,8 +90,8 @@ class Database:
             self.engine = create_async_engine(
                 self.url,
                 pool_pre_ping=True,  # a connection cut by a database restart is replaced, not used
-                pool_size=10,
-                max_overflow=20,
+                pool_size=pool_size,
+                max_overflow=max(2, pool_size // 4),
                 pool_timeout=connect_timeout_seconds,
                 connect_args={"timeout": connect_timeout_seconds, "command_timeout": statement_timeout_seconds},
             )

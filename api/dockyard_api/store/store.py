@@ -76,12 +76,14 @@ class ConversationStore(Database):
         heartbeat_seconds: float = 2.0,
         connect_timeout_seconds: float = 5.0,
         statement_timeout_seconds: float = 10.0,
+        pool_size: int = 32,
     ) -> None:
         super().__init__(
             url,
             heartbeat_seconds=heartbeat_seconds,
             connect_timeout_seconds=connect_timeout_seconds,
             statement_timeout_seconds=statement_timeout_seconds,
+            pool_size=pool_size,
         )
         self.history_messages = history_messages
         self.history_max_chars = history_max_chars
