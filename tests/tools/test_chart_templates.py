@@ -337,7 +337,7 @@ def test_user_roles_can_be_disabled(helm: Helm, tmp_path: Path) -> None:
     names = {
         r["metadata"]["name"] for r in find(render(helm, tmp_path, {"userRoles": {"enabled": False}}), "ClusterRole")
     }
-    assert names == {"dockyard-operator", "dockyard-api"}
+    assert names == {"dockyard-operator", "dockyard-api", "dockyard-indexer"}  # the indexer: no user role
 
 
 # --- service accounts and RBAC of the components ---------------------------------------------------
@@ -597,6 +597,10 @@ EXPECTED_WEBHOOKS = {
      ("CREATE", "UPDATE")),
     ("MutatingWebhookConfiguration", "mutate-environment.dockyard.dev", "/mutate-environment", "environments",
      ("CREATE", "UPDATE")),
+    ("ValidatingWebhookConfiguration", "validate-knowledgebase.dockyard.dev", "/validate-knowledgebase",
+     "knowledgebases", ("DELETE",)),
+    ("ValidatingWebhookConfiguration", "validate-appversion-knowledge.dockyard.dev",
+     "/validate-appversion-knowledge", "appversions", ("CREATE",)),
 }  # fmt: skip
 
 
