@@ -37,6 +37,7 @@ from dockyard_api.runtime.guard import TurnGuard
 from dockyard_api.runtime.model import ModelClient, Usage
 from dockyard_api.runtime.retrieval import KnowledgeSearch, turn_sources
 from dockyard_api.runtime.tools import Limits, McpClient
+from dockyard_core import logs
 from dockyard_core.errors import DockyardError, NotFoundError, RateLimitedError
 from dockyard_core.interventions import Intervention
 from dockyard_core.kubeclient import AsyncKube
@@ -227,6 +228,8 @@ class AppRuntime:
         try:
             content = await self.lookup.content(env.namespace, env.app, turn.version)
             guard = await self._guard(prepared, content, usage)
+            if guard is not None:  # what this request's task logs from here is redacted as the store keeps it
+                logs.pii_for_this_task(guard.pii, key=guard.key, session=guard.session)
             stored, message = prepared.message, prepared.message
             try:
                 if guard is not None:
