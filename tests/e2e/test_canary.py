@@ -5,6 +5,7 @@ users, the conversation database (SQLite file) and the facade's SLO watcher (it 
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -16,9 +17,11 @@ import pytest
 from kubernetes import client
 from typer.testing import CliRunner
 
+from dockyard_api.rollout.lease import Lease
 from dockyard_api.runtime.canary import on_canary
 from dockyard_client.cli.app import app as cli_app
 from dockyard_core import apikeys
+from dockyard_core.kubeclient import AsyncKube
 from tests.support.cluster import E2ECluster
 from tests.support.dockyard import get_or_empty
 from tests.support.runners import RunningFacade, run_local_runtime
@@ -296,3 +299,31 @@ def test_a_slow_deploy_is_rolled_back_to_the_previous_working_version(
     assert entry["figures"]["p95LatencySeconds"] > 0.5
     events = kubectl(cluster, "-n", namespace, "get", "events", "--field-selector", "involvedObject.name=bot-slow")
     assert "AutomaticRollback" in events
+
+
+def test_one_facade_replica_at_a_time_holds_the_watchers_lease(cluster: E2ECluster, namespace: str) -> None:
+    """The Lease on the real API server: the first replica takes it and keeps it while it renews it, a
+    second one does not get it until the holder stops renewing for the Lease's duration."""
+
+    async def main() -> None:
+        kube = AsyncKube(str(cluster.kubeconfig))
+        try:
+            first = Lease(kube, namespace, "dockyard-slo-watcher", "replica-a", duration=2)
+            second = Lease(kube, namespace, "dockyard-slo-watcher", "replica-b", duration=2)
+            assert await first.hold()
+            assert not await second.hold()
+            await asyncio.sleep(1.0)
+            assert await first.hold()  # renewed
+            assert not await second.hold()
+            await asyncio.sleep(3.0)  # replica a went silent for longer than the Lease's duration
+            assert await second.hold()
+            assert not await first.hold()
+            held = await kube.request(
+                "GET", f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/dockyard-slo-watcher"
+            )
+            assert held["spec"]["holderIdentity"] == "replica-b"
+            assert held["spec"]["leaseTransitions"] == 1
+        finally:
+            await kube.aclose()
+
+    asyncio.run(main())
