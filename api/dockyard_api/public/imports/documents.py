@@ -26,6 +26,7 @@ from dockyard_core import clock
 from dockyard_core.clock import iso
 from dockyard_core.knowledge.parsing import DocumentError, parse_document
 from dockyard_core.modelstore import ModelStore, SessionMeta
+from dockyard_core.storeerrors import SessionGone
 from dockyard_core.upload import DOCUMENT_CONTEXTS, Upload
 
 
@@ -89,8 +90,13 @@ class DocumentImports:
         """Assemble, check and parse the document (once); its record."""
         if meta.dock_status_id:
             found = await files(read_record, self.root, meta.namespace, meta.model_id)
-            if found is not None:
-                return _answer(found)
+            if found is None:  # completed, and its document deleted since: nothing to answer again
+                raise SessionGone(
+                    f"the document of import session {meta.session_id} is gone",
+                    {"sessionId": meta.session_id, "fileId": meta.model_id},
+                    code="session_lost",
+                )
+            return _answer(found)
         record = await files(self._assemble, meta, sha256)
         await files(self.store.mark_completed, meta, record["dockStatusId"])
         await files(shutil.rmtree, self.store.chunks_dir(meta.session_id), True)
