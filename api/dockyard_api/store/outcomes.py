@@ -6,7 +6,7 @@ transaction: a row per turn in ``dockyard_turn_outcomes`` and the day's counters
 ``dockyard_usage_versions``. Nothing of this is on the request path (a turn appends to a list); a replica that
 dies loses at most its last batch of figures, never a turn. A sampled turn's live evaluation (passed or
 not) is handed over once scored, after the answer. Outcome rows older than ``RETENTION`` are deleted by the
-flushes.
+flushes, at most once a minute per replica.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
@@ -29,6 +30,7 @@ from dockyard_core.errors import DockyardError
 log = logging.getLogger("dockyard.store.outcomes")
 
 RETENTION = timedelta(days=1)
+PRUNE_SECONDS = 60.0
 WINDOW_ROWS = 50_000
 """At most this many of an environment's newest outcome rows are read for one window."""
 
@@ -70,8 +72,9 @@ class Figures:
     scored: int = 0
 
 
-def write(conn: Connection, batch: Sequence[Outcome], dialect: str, now: datetime) -> None:
-    """One batch: the outcome rows, and the usage counters per (environment, version, day)."""
+def write(conn: Connection, batch: Sequence[Outcome], dialect: str, now: datetime, prune: bool = True) -> None:
+    """One batch: the outcome rows, and the usage counters per (environment, version, day); with ``prune`` the
+    rows older than RETENTION go."""
     rows = [
         {"namespace": o.namespace, "environment": o.environment, "version": o.version, "at": o.at,
          "seconds": o.seconds, "outcome": o.outcome, "passed": o.passed}
@@ -102,7 +105,8 @@ def write(conn: Connection, batch: Sequence[Outcome], dialect: str, now: datetim
                 },
             )
         )
-    conn.execute(delete(turn_outcomes).where(turn_outcomes.c.at < now - RETENTION))
+    if prune:
+        conn.execute(delete(turn_outcomes).where(turn_outcomes.c.at < now - RETENTION))
 
 
 def window(conn: Connection, namespace: str, environment: str, since: datetime) -> dict[str, Figures]:
@@ -159,6 +163,8 @@ class OutcomeRecorder:
         """Sampled turns to score (the live evaluation), judged by the next flush."""
         self._task: asyncio.Task[None] | None = None
         self.dropped = 0
+        self._pruned = 0.0
+        """When this replica last deleted the expired rows (monotonic): once a minute, not every flush."""
 
     def add(self, outcome: Outcome) -> None:
         if len(self._pending) >= self.max_pending:  # the database is away for long: keep memory bounded
@@ -193,11 +199,14 @@ class OutcomeRecorder:
             return 0
         batch, self._pending = self._pending, []
         now = utcnow()
+        prune = time.monotonic() - self._pruned >= PRUNE_SECONDS
         try:
-            await self.store.run(lambda conn: write(conn, batch, self.store.dialect, now))
+            await self.store.run(lambda conn: write(conn, batch, self.store.dialect, now, prune))
         except BaseException:
             self._pending = batch + self._pending  # written with the next flush
             raise
+        if prune:
+            self._pruned = time.monotonic()
         return len(batch)
 
     async def _forever(self) -> None:
