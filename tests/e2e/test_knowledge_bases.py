@@ -30,6 +30,7 @@ from tests.support.dockyard import create, get, hub_model, model_deployment, pat
 from tests.support.publicapi import ImportClient
 from tests.support.runners import RunningFacade, free_port, run_facade, run_operator
 from tests.support.scripted_model import Call, Reply, ScriptedModel, scripted_model
+from tests.support.users import kubectl
 from tests.support.waiting import wait_for
 
 ENVIRONMENT = "bot-draft"
@@ -167,7 +168,12 @@ def _indexed(api: client.ApiClient, namespace: str, documents: int, after: str =
 
 
 def test_documents_imported_indexed_searched_by_the_agent_with_sources_and_deleted(
-    api: client.ApiClient, namespace: str, facade: RunningFacade, model: ScriptedModel, embedding_engine: str
+    api: client.ApiClient,
+    cluster: E2ECluster,
+    namespace: str,
+    facade: RunningFacade,
+    model: ScriptedModel,
+    embedding_engine: str,
 ) -> None:
     hub_model(api, namespace, "tiny")
     model_deployment(
@@ -216,6 +222,14 @@ def test_documents_imported_indexed_searched_by_the_agent_with_sources_and_delet
     conditions = {c["type"]: c for c in status["conditions"]}  # what kubectl describe kb shows
     assert (conditions["Ready"]["status"], conditions["Ready"]["reason"]) == ("True", "Indexed")
     assert conditions["Indexing"]["status"] == "False"
+    listed = kubectl(cluster, "get", "kb", "-n", namespace, "-o", "wide").splitlines()
+    assert listed[0].split() == ["NAME", "VERSION", "DOCUMENTS", "CHUNKS", "STATUS", "LAST-INDEXED", "EMBEDDING",
+                                 "ERRORS", "AGE"]  # fmt: skip
+    assert listed[1].split()[:5] == ["harbour-1.0.0", "1.0.0", "2", str(status["chunks"]), "Ready"]
+    assert listed[1].split()[6:8] == ["tiny-embed", "0"]
+    described = kubectl(cluster, "describe", "kb", "harbour-1.0.0", "-n", namespace)
+    assert "Indexed" in described
+    assert "IndexingStarted" in described  # the operator's Event
     shown = public.http.get(f"{public.kb}/harbour/1.0.0", headers=public.headers).json()
     assert [(d["name"], d["state"]) for d in shown["documents"]] == [("guide.md", "indexed"), ("rules.html", "indexed")]
 
