@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import Any
 
 from dockyard_core import apikeys, audit, tooltests
-from dockyard_core.clock import now
+from dockyard_core.clock import now, utcnow
 from dockyard_core.conditions import transition
 from dockyard_core.kubeclient import KubeError
 from dockyard_core.modelrefs import resolve_model
@@ -233,7 +233,8 @@ async def reconcile_environment(
         phase, reason, message = judged.phase, judged.reason, judged.message
         added = new_history is not history
         new_history = envs.record_health(new_history, version, phase)
-        new_history, canary_state = canary.with_canaries(new_history, canaries, spec, notes, action, now())
+        # with microseconds: a canary entry is ordered among deployments stamped to the microsecond
+        new_history, canary_state = canary.with_canaries(new_history, canaries, spec, notes, action, utcnow())
         new_status = {
             "observedGeneration": meta.get("generation"),
             "phase": phase,

@@ -111,3 +111,13 @@ def test_the_webhook_records_promote_and_automatic_rollback_as_asked() -> None:
             operation="UPDATE", old=old, body=body, notes=notes, old_notes={}, username="u", now=T0
         )
         assert stamp[DEPLOY_ACTION_ANNOTATION] == action
+
+
+def test_a_canary_started_within_the_second_of_a_promotion_is_listed_above_it() -> None:
+    promoted_at = T0 + timedelta(microseconds=800_000)
+    history = [_entry("1.1.0", "Active", promoted_at, action="Promote"), _entry("1.0.0", "Previous", T0)]
+    spec = {"appVersion": "1.1.0", "canary": {"appVersion": "1.2.0", "weight": 50}}
+    deployments, canaries = canary.split_history(history)
+    seen_at = T0 + timedelta(microseconds=900_000)  # the operator's clock, to the microsecond
+    merged, _ = canary.with_canaries(deployments, canaries, spec, {}, "Promote", seen_at)
+    assert [(h.version, h.action) for h in merged] == [("1.2.0", "Canary"), ("1.1.0", "Promote"), ("1.0.0", "Deploy")]
