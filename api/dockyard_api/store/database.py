@@ -74,6 +74,9 @@ class Database:
         self._sqlite_conn: Connection | None = None
         """The SQLite writer thread's connection (used in that thread only)."""
         self._executor: ThreadPoolExecutor | None = None
+        self._reader: Engine | None = None
+        """SQLite: the engine of :meth:`read_only` (made on first use)."""
+        self.statement_timeout = statement_timeout_seconds
         if self.dialect == "sqlite":
             # SQLite: a plain (sync) engine in ONE thread; a whole transaction is one hop to that thread, and
             # the one thread also serialises this process's writers (SQLite has one writer anyway)
@@ -228,6 +231,30 @@ class Database:
             self._last_error = _reason(exc)
             raise DatabaseUnavailableError(f"the conversation database is unavailable: {self._last_error}") from exc
 
+    async def read_only(self, fn: Callable[[Connection], T]) -> T:
+        """``fn(connection)`` for a long read (analytics). PostgreSQL: as :meth:`run`. SQLite: on a read-only
+        connection of another engine (no ``BEGIN IMMEDIATE``: it takes no write lock; WAL: a reader blocks no
+        writer), in a thread of its own, so that it never holds up the writer thread's turns. Database failures
+        become DatabaseUnavailableError (503)."""
+        if self.dialect != "sqlite":
+            return await self.run(fn)
+        self._check_ready()
+
+        def read() -> T:
+            if self._reader is None:
+                self._reader = create_engine(
+                    self.url.set(drivername="sqlite+pysqlite"),
+                    connect_args={"timeout": self.statement_timeout, "check_same_thread": False},
+                )
+                event.listen(self._reader, "connect", _read_only)
+            with self._reader.connect() as conn:
+                return fn(conn)
+
+        try:
+            return await asyncio.to_thread(read)
+        except (sa_exc.SQLAlchemyError, OSError) as exc:
+            raise DatabaseUnavailableError(f"the conversation database is unavailable: {_reason(exc)}") from exc
+
     def _sqlite_tx(self, fn: Callable[[Connection], T]) -> T:
         """In the writer thread: ``fn`` in one transaction on the thread's own connection, kept open between
         transactions (a pool checkout and its reset cost more than a short transaction); a connection that
@@ -258,6 +285,8 @@ class Database:
 
     async def dispose(self) -> None:
         """Close the connections (tests: what a killed process leaves behind)."""
+        if self._reader is not None:
+            self._reader.dispose()
         if self.engine is not None:
             await self.engine.dispose()
         if self.sync_engine is not None and self._executor is not None:
@@ -273,6 +302,14 @@ def _sweep(conn: Connection) -> None:
     minute = int(time.time() // 60)
     conn.execute(delete(rate_windows).where(rate_windows.c.minute < minute - 2))
     conn.execute(delete(instances).where(instances.c.heartbeat_at < utcnow() - timedelta(days=1)))
+
+
+def _read_only(dbapi_connection: Any, _: Any) -> None:
+    """A connection of :meth:`Database.read_only`: it may not write, and waits for a busy database."""
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA query_only=ON")
+    cursor.execute("PRAGMA busy_timeout=10000")
+    cursor.close()
 
 
 def _sqlite_setup(engine: Engine) -> None:

@@ -162,3 +162,50 @@ def test_the_status_summary_lists_versions_most_recent_first(tmp_path: Path) -> 
         {"version": "1.0.0", "requests": 1, "errors": 0, "tokensIn": 5, "tokensOut": 0,
          "lastDay": (today - timedelta(days=3)).isoformat()},
     ]  # fmt: skip
+
+
+def test_a_long_analytics_read_never_holds_up_a_turn(tmp_path: Path) -> None:
+    """SQLite: the read runs on a read-only connection of its own, not in the writer thread of the turns."""
+    import time
+
+    async def main() -> tuple[float, stored.Analytics]:
+        store = ConversationStore(f"sqlite:///{tmp_path / 'dockyard.db'}")
+        await store.start()
+        try:
+            await scenario(store)
+            today = datetime.now(UTC).date()
+
+            def slow_read(conn: Any) -> stored.Analytics:
+                found = stored.read(conn, **WHERE, since=today, until=today)
+                time.sleep(1.0)  # a read of many turns
+                return found
+
+            reading = asyncio.create_task(store.read_only(slow_read))
+            await asyncio.sleep(0.2)
+            started = time.monotonic()
+            t = await store.start_turn(**WHERE, app="bot", session_id="during", user_id="x", version="1.0.0",
+                                       key_id="k")  # fmt: skip
+            await store.finish_turn(t, user_message="q", reply="a", agent="a", tools_used=[], tokens_in=1, tokens_out=1)
+            took = time.monotonic() - started
+            return took, await reading
+        finally:
+            await store.close()
+
+    took, found = asyncio.run(main())
+    assert took < 0.5, f"a turn waited {took:.2f} s for the analytics read"
+    assert found.versions["1.0.0"].totals.turns == 2
+
+
+def test_the_read_only_connection_cannot_write(tmp_path: Path) -> None:
+    from dockyard_core.errors import DatabaseUnavailableError
+
+    async def main() -> None:
+        store = ConversationStore(f"sqlite:///{tmp_path / 'dockyard.db'}")
+        await store.start()
+        try:
+            with pytest.raises(DatabaseUnavailableError, match="readonly"):
+                await store.read_only(lambda conn: conn.execute(messages.delete()))
+        finally:
+            await store.close()
+
+    asyncio.run(main())
