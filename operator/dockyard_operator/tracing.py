@@ -10,6 +10,8 @@ off, :func:`tracer` answers None and the hooks return a shared null context mana
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +24,7 @@ from dockyard_operator.monitoring import REGISTRY
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer
 
+log = logging.getLogger(__name__)
 VERSION = "0.1.0"
 SPANS_DROPPED = Counter(
     "dockyard_operator_spans_dropped",
@@ -32,8 +35,18 @@ SPANS_DROPPED = Counter(
 for _reason in ("queue_full", "export_failed"):
     SPANS_DROPPED.labels(_reason)
 
-_STARTED = False
+_STARTED: tuple[str, ...] | None = None
+"""The OTEL_* values tracing was started for (None: not yet)."""
+_RUNNING: tracing.Tracing | None = None
 _TRACER: Tracer | None = None
+_VARIABLES = (
+    "OTEL_SDK_DISABLED",
+    "OTEL_TRACES_EXPORTER",
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_PROTOCOL",
+    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+)
 NOOP: contextlib.nullcontext[None] = contextlib.nullcontext()
 
 
@@ -42,12 +55,21 @@ def _dropped(reason: str, count: int) -> None:
 
 
 def tracer() -> Tracer | None:
-    """The operator's tracer (started on the first call when the OTEL_* variables ask for tracing) or None."""
-    global _STARTED, _TRACER
-    if not _STARTED:
-        _STARTED = True
-        running = tracing.start("dockyard-operator", VERSION, _dropped)
-        _TRACER = running.tracer if running is not None else None
+    """The operator's tracer (started on the first call when the OTEL_* variables ask for tracing, and again
+    when they changed: an operator run again in the same process, as the tests do) or None. Variables that
+    ask for what Dockyard cannot do are logged and leave tracing off (a reconcile never fails for them)."""
+    global _STARTED, _RUNNING, _TRACER
+    values = tuple(os.environ.get(name, "") for name in _VARIABLES)
+    if values != _STARTED:
+        _STARTED = values
+        if _RUNNING is not None:
+            _RUNNING.stop(timeout_millis=1000)
+        try:
+            _RUNNING = tracing.start("dockyard-operator", VERSION, _dropped)
+        except tracing.TracingConfigError as exc:
+            log.error("tracing stays off: %s", exc)
+            _RUNNING = None
+        _TRACER = _RUNNING.tracer if _RUNNING is not None else None
     return _TRACER
 
 

@@ -4,6 +4,7 @@ links to it. SDK in-memory exporter; tracing off: no span."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -20,7 +21,7 @@ def spans(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[InMemorySpanExporte
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    monkeypatch.setattr(tracing, "_STARTED", True)
+    monkeypatch.setattr(tracing, "_STARTED", tuple(os.environ.get(v, "") for v in tracing._VARIABLES))
     monkeypatch.setattr(tracing, "_TRACER", provider.get_tracer("test"))
     yield exporter, provider
     provider.shutdown()
@@ -69,7 +70,10 @@ def test_no_traceparent_annotation_outside_a_traced_request() -> None:
         requestid.current.reset(token)
 
 
-def test_off_no_span(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tracing, "_STARTED", True)
-    monkeypatch.setattr(tracing, "_TRACER", None)
+def test_off_no_span_and_variables_it_cannot_follow_leave_it_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in tracing._VARIABLES:
+        monkeypatch.delenv(name, raising=False)
     assert tracing.object_span("reconcile ModelDeployment", {"metadata": {}}) is tracing.NOOP
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+    assert tracing.tracer() is None  # logged, not raised: a reconcile never fails for it
