@@ -65,7 +65,7 @@ def test_replicas_starting_together_migrate_once(pg: Postgres) -> None:
         assert await stores[0].run(migrate.current) == migrate.head()
         query = text("SELECT count(*) FROM pg_tables WHERE tablename LIKE 'dockyard_%'")
         tables = await stores[0].run(lambda c: c.execute(query).scalar_one())
-        assert tables == 7  # six tables and the version table, each once
+        assert tables == 10  # nine tables (0001-0005) and the version table, each once
         await close(*stores)
 
     run(main())
@@ -346,3 +346,35 @@ def test_whole_turns_with_limits_and_usage_hold_across_two_replicas(pg: Postgres
         await close(a, b)
 
     run(main())
+
+
+def test_analytics_and_the_summary_per_version_on_postgres(pg: Postgres) -> None:
+    """Alembic 0005 on PostgreSQL (each reply's latency_ms), the analytics of turns stored by two replicas,
+    errors per version from the outcome recorder's counters, and the usage summary's versions."""
+    import functools
+
+    from dockyard_api.store import analytics
+    from dockyard_api.store.outcomes import Outcome, write
+    from dockyard_api.store.summary import versions
+
+    async def main() -> tuple[analytics.Analytics, list[dict[str, Any]]]:
+        a, b = await replicas(pg, 2, busy_wait_seconds=5)
+        try:
+            await finish(a, await turn(a, session_id="s1", user="ann"), "one")
+            await finish(b, await turn(b, session_id="s2", user="bob", version="1.1.0"), "two")
+            now = datetime.now(UTC)
+            failed = Outcome(**WHERE, version="1.1.0", at=now, seconds=1.0, outcome="upstream_error")
+            await a.run(lambda conn: write(conn, [failed], "postgresql", now))
+            today = now.date()
+            found = await b.read_only(functools.partial(analytics.read, **WHERE, since=today, until=today))
+            summary = await a.run(functools.partial(versions, **WHERE, since=today - timedelta(days=29), until=today))
+            return found, summary
+        finally:
+            await close(a, b)
+
+    found, summary = run(main())
+    v1, v11 = found.versions["1.0.0"], found.versions["1.1.0"]
+    assert (v1.totals.turns, v1.totals.users, v1.totals.tokens_in, v1.totals.tokens_out) == (1, {"ann"}, 3, 4)
+    assert (v11.totals.turns, v11.totals.errors) == (1, 1)
+    assert v1.totals.percentiles() is not None  # the latency was stored
+    assert [(v["version"], v["requests"], v["errors"]) for v in summary] == [("1.1.0", 1, 1)]
