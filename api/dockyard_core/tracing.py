@@ -145,13 +145,34 @@ def start(service: str, version: str, on_drop: OnDrop, environ: Mapping[str, str
     resource = Resource.create({"service.name": service, "service.version": version})
     if env.get("OTEL_SERVICE_NAME"):
         resource = resource.merge(Resource({"service.name": env["OTEL_SERVICE_NAME"]}))
-    provider = SdkProvider(resource=resource)
+    provider = SdkProvider(resource=resource, sampler=sampler(env))
     provider.add_span_processor(query_scrubber())  # first: the batch processor gets the span scrubbed
     with _sdk_counters():
         exporter = OTLPSpanExporter(endpoint=settings.endpoint, meter_provider=meters)
         provider.add_span_processor(BatchSpanProcessor(exporter, meter_provider=meters))
     log.info("tracing on: the spans of %s go to %s", service, settings.endpoint)
     return Tracing(provider, provider.get_tracer("dockyard", version), settings)
+
+
+def sampler(env: Mapping[str, str]) -> Any:
+    """The sampler: the SDK's own from ``OTEL_TRACES_SAMPLER``, but for the default and the parent-based ratio
+    (``parentbased_traceidratio``, ``parentbased_always_on``), where a caller's traceparent that is NOT marked
+    sampled gets the ratio's decision (on its trace id) instead of none: the widget and the web client send
+    their traceparent unsampled, so ``OTEL_TRACES_SAMPLER_ARG`` applies to their turns too. A sampled one is
+    always followed. None: the SDK reads the variables."""
+    from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased, TraceIdRatioBased
+
+    name = env.get("OTEL_TRACES_SAMPLER", "").strip().lower()
+    if name not in ("", "parentbased_traceidratio", "parentbased_always_on"):
+        return None
+    ratio = 1.0
+    if name == "parentbased_traceidratio":
+        try:
+            ratio = min(1.0, max(0.0, float(env.get("OTEL_TRACES_SAMPLER_ARG", "1") or "1")))
+        except ValueError as exc:
+            raise TracingConfigError(f"OTEL_TRACES_SAMPLER_ARG={env['OTEL_TRACES_SAMPLER_ARG']!r} is no ratio") from exc
+    chosen = TraceIdRatioBased(ratio)
+    return ParentBased(chosen, remote_parent_sampled=ALWAYS_ON, remote_parent_not_sampled=chosen)
 
 
 def query_scrubber() -> Any:

@@ -102,3 +102,32 @@ def test_a_url_query_keeps_only_its_parameter_names() -> None:
     (span,) = exporter.get_finished_spans()
     assert span.attributes is not None
     assert span.attributes["url.query"] == "code=REDACTED&state=REDACTED&e=REDACTED"
+
+
+@pytest.mark.parametrize(
+    ("env", "flags", "kept"),
+    [
+        ({}, 0, 100),  # the default: every turn, also one whose caller (the widget) sent no decision
+        ({"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.25"}, 0, 25),
+        ({"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.25"}, 1, 100),
+        ({"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0"}, 0, 0),
+    ],
+)
+def test_the_ratio_decides_for_an_unsampled_traceparent_a_sampled_one_is_followed(
+    env: dict[str, str], flags: int, kept: int
+) -> None:
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, set_span_in_context
+
+    chosen = tracing.sampler(env)
+    decided = 0
+    for i in range(400):
+        trace_id = (i * 0x9E3779B97F4A7C15 * 0x100000001B3) % (1 << 128) or 1
+        parent = NonRecordingSpan(SpanContext(trace_id, 1, is_remote=True, trace_flags=TraceFlags(flags)))
+        result = chosen.should_sample(set_span_in_context(parent), trace_id, "POST /execute")
+        decided += result.decision.is_sampled()
+    assert abs(decided / 4 - kept) <= 8, decided
+
+
+def test_a_sampler_argument_that_is_no_ratio_is_refused_naming_it() -> None:
+    with pytest.raises(tracing.TracingConfigError, match="OTEL_TRACES_SAMPLER_ARG"):
+        tracing.sampler({"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "half"})

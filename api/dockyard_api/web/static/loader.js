@@ -359,12 +359,13 @@
       out.node.classList.toggle("blk", reply.guard === "block");
       self.log.scrollTop = self.log.scrollHeight;
     }
-    // one W3C trace per turn (docs/observability.md, "Traces"): the facade's spans of the turn join it
+    // one W3C trace per turn (docs/observability.md, "Traces"): the facade's spans of the turn join it; sent
+    // unsampled (flags 00): the facade's sampler decides, so its configured ratio applies to widget turns too
     function traceparent() {
       var b = new Uint8Array(24), h = "";
       (window.crypto || window.msCrypto).getRandomValues(b);
       for (var i = 0; i < b.length; i++) h += (b[i] < 16 ? "0" : "") + b[i].toString(16);
-      return "00-" + h.slice(0, 32) + "-" + h.slice(32) + "-01";
+      return "00-" + h.slice(0, 32) + "-" + h.slice(32) + "-00";
     }
     function call(token) {
       var body = { message: text, session_id: d.sessionId || null, stream: true };
