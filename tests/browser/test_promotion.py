@@ -210,11 +210,13 @@ def test_promote_with_a_canary_then_watch_a_failing_canary_roll_back_on_its_own(
     expect(console.locator("#canary-rolled-back")).to_contain_text("Rolled back on its own", timeout=30_000)
     expect(console.locator("#canary-rolled-back")).to_contain_text("error rate")
     expect(console.locator("#slo-figures")).to_contain_text("1.2.0")
+    shots = os.environ.get("DOCKYARD_CONSOLE_SCREENSHOTS")
+    if shots:
+        console.screenshot(path=str(Path(shots) / "console-canary.png"), full_page=True)
     console.get_by_role("link", name="History", exact=True).click()
     expect(console.locator("#history tbody tr").first).to_contain_text("RolledBack")
     expect(console.locator("#history tbody tr").first).to_contain_text("error rate")
-    if os.environ.get("DOCKYARD_CONSOLE_SCREENSHOTS"):
-        console.screenshot(path=str(Path(os.environ["DOCKYARD_CONSOLE_SCREENSHOTS"]) / "console-canary.png"),
-                           full_page=True)  # fmt: skip
+    if shots:
+        console.screenshot(path=str(Path(shots) / "console-canary-history.png"), full_page=True)
     assert {turn() for _ in range(5)} == {200}  # new sessions are on 1.1.0 again
     console.context.close()

@@ -148,7 +148,7 @@ class SloWatcher:
             await self._status(env, watch.describe() if watch else "", figures, now, None)
             return False
         await self._roll_back(env, watch, breach)
-        await self._status(env, watch.describe(), figures, now, f"{_stamp(now)} {breach.reason}")
+        await self._status(env, f"{watch.describe()} (rolled back)", figures, now, f"{_stamp(now)} {breach.reason}")
         return True
 
     async def _roll_back(self, env: Mapping[str, Any], watch: slos.Watch, breach: slos.Breach) -> None:
