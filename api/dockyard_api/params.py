@@ -30,6 +30,9 @@ of the public API's and deployed apps' ``/e/{namespace}/{environment}`` prefix."
 AppId = Annotated[str, Path(min_length=1, max_length=DNS_SUBDOMAIN_MAX_LENGTH, pattern=DNS_SUBDOMAIN_PATTERN)]
 """The app of a deployed-app call (``/e/{namespace}/{environment}/v1/apps/{app_id}/...``)."""
 VersionParam = Annotated[str, Path(pattern=SEMVER_PATTERN, max_length=32)]
+KnowledgeBaseName = Annotated[str, Path(min_length=1, max_length=DNS_LABEL_MAX_LENGTH, pattern=DNS_LABEL_PATTERN)]
+"""A knowledge base's name (KnowledgeBase spec.name), as agents list it (docs/knowledge-bases.md)."""
+DocumentName = Annotated[str, Path(min_length=1, max_length=253, description="a document's name in a knowledge base")]
 """An AppVersion's version, MAJOR.MINOR.PATCH."""
 KeyId = Annotated[str, Path(pattern=KEY_ID_PATTERN)]
 """An API key's public id."""

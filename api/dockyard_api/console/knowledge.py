@@ -6,23 +6,22 @@ the knowledge-bases service (:mod:`dockyard_api.public.knowledge.service`)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
 import anyio
-from fastapi import APIRouter, Path, Request, Response
+from fastapi import APIRouter, Request, Response
 from fastapi.responses import HTMLResponse
 from starlette.datastructures import UploadFile
 
 from dockyard_api.console.common import Ctx, context, form, page, redirect, render
-from dockyard_api.deps import NamespaceParam, app_state
+from dockyard_api.deps import DocumentName, NamespaceParam, VersionParam, app_state
+from dockyard_api.deps import KnowledgeBaseName as KbName
 from dockyard_api.public.imports.documents import store_document
 from dockyard_api.public.knowledge.service import KnowledgeService
 from dockyard_core.errors import DockyardError
 
 routes = APIRouter(include_in_schema=False)
 
-KbName = Annotated[str, Path(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
-KbVersion = Annotated[str, Path(min_length=5, max_length=32, pattern=r"^\d+\.\d+\.\d+$")]
 MAX_UPLOAD_BYTES = 32 * 1024 * 1024
 """A document uploaded in the console (one request); larger ones go through the chunked import (dockyard kb import)."""
 
@@ -51,7 +50,7 @@ async def knowledge_bases(request: Request, namespace: NamespaceParam) -> Respon
 
 @routes.get("/ns/{namespace}/knowledge/{name}/{version}", response_class=HTMLResponse)
 @page
-async def knowledge_base(request: Request, namespace: NamespaceParam, name: KbName, version: KbVersion) -> Response:
+async def knowledge_base(request: Request, namespace: NamespaceParam, name: KbName, version: VersionParam) -> Response:
     ctx = await context(request, namespace)
     kb = await (await _service(ctx)).get(namespace, name, version)
     busy = _indexing(kb)
@@ -64,7 +63,7 @@ def _here(ctx: Ctx, name: str, version: str) -> str:
 
 @routes.post("/ns/{namespace}/knowledge/{name}/{version}/documents", response_class=HTMLResponse)
 @page
-async def upload(request: Request, namespace: NamespaceParam, name: KbName, version: KbVersion) -> Response:
+async def upload(request: Request, namespace: NamespaceParam, name: KbName, version: VersionParam) -> Response:
     ctx = await context(request, namespace)
     sent = (await form(ctx)).get("document")
     if not isinstance(sent, UploadFile) or not sent.filename:
@@ -92,7 +91,7 @@ async def upload(request: Request, namespace: NamespaceParam, name: KbName, vers
 @routes.post("/ns/{namespace}/knowledge/{name}/{version}/documents/{document}/delete", response_class=HTMLResponse)
 @page
 async def delete_document(
-    request: Request, namespace: NamespaceParam, name: KbName, version: KbVersion, document: str
+    request: Request, namespace: NamespaceParam, name: KbName, version: VersionParam, document: DocumentName
 ) -> Response:
     ctx = await context(request, namespace)
     await form(ctx)
@@ -107,7 +106,7 @@ async def delete_document(
 
 @routes.post("/ns/{namespace}/knowledge/{name}/{version}/reindex", response_class=HTMLResponse)
 @page
-async def reindex(request: Request, namespace: NamespaceParam, name: KbName, version: KbVersion) -> Response:
+async def reindex(request: Request, namespace: NamespaceParam, name: KbName, version: VersionParam) -> Response:
     ctx = await context(request, namespace)
     await form(ctx)
     await (await _service(ctx)).reindex(namespace, name, version)

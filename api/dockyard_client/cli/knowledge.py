@@ -70,7 +70,7 @@ def _show(kb: dict[str, Any]) -> None:
     )
 
 
-@kb_app.command("list")
+@kb_app.command("list", epilog="\b\nExamples:\n  dockyard kb list\n  dockyard kb list --json")
 def list_kbs(ctx: typer.Context, json_output: JsonFlag = False) -> None:
     """The knowledge base versions of the namespace with their index state."""
     with errors(json_output), state_of(ctx).client() as client:
@@ -94,7 +94,15 @@ def list_kbs(ctx: typer.Context, json_output: JsonFlag = False) -> None:
         )
 
 
-@kb_app.command("create")
+@kb_app.command(
+    "create",
+    epilog=(
+        "\b\n"
+        "Examples:\n"
+        '  dockyard kb create harbour 1.0.0 --embedding tiny-embed --description "Port rules and fees"\n'
+        "  dockyard kb create notes 0.1.0 --mode keyword --max-chars 800 --overlap-chars 80"
+    ),
+)
 def create(
     ctx: typer.Context,
     name: Name,
@@ -122,7 +130,9 @@ def create(
         print_json(kb) if json_output else _show(kb)
 
 
-@kb_app.command("show")
+@kb_app.command(
+    "show", epilog="\b\nExamples:\n  dockyard kb show harbour 1.0.0\n  dockyard kb show harbour 1.0.0 --json"
+)
 def show(ctx: typer.Context, name: Name, version: Version, json_output: JsonFlag = False) -> None:
     """A knowledge base version: its documents (indexed, pending or failed, with the reason) and its index."""
     with errors(json_output), state_of(ctx).client() as client:
@@ -130,7 +140,11 @@ def show(ctx: typer.Context, name: Name, version: Version, json_output: JsonFlag
         print_json(kb) if json_output else _show(kb)
 
 
-@kb_app.command("import")
+@kb_app.command(
+    "import",
+    epilog="\b\nExamples:\n  dockyard kb import guide.md rules.pdf --kb harbour --version 1.0.0\n"
+    "  dockyard kb import docs/*.md --kb harbour --version 1.0.0 --json",
+)
 def import_documents(
     ctx: typer.Context,
     files: Annotated[list[Path], typer.Argument(exists=True, dir_okay=False, readable=True, help="documents")],
@@ -169,7 +183,7 @@ def import_documents(
         raise typer.Exit(EXIT_FAILED)
 
 
-@kb_app.command("delete-document")
+@kb_app.command("delete-document", epilog="\b\nExamples:\n  dockyard kb delete-document harbour 1.0.0 guide.md")
 def delete_document(
     ctx: typer.Context,
     name: Name,
@@ -183,7 +197,7 @@ def delete_document(
         print_json(kb) if json_output else _show(kb)
 
 
-@kb_app.command("reindex")
+@kb_app.command("reindex", epilog="\b\nExamples:\n  dockyard kb reindex harbour 1.0.0")
 def reindex(ctx: typer.Context, name: Name, version: Version, json_output: JsonFlag = False) -> None:
     """Re-index from scratch into a new generation, switched to when it is ready (agents keep answering)."""
     with errors(json_output), state_of(ctx).client() as client:

@@ -103,6 +103,7 @@ EXPECTED_NAMES = {
     "ModelDeployment": ("modeldeployments", ["mdep"]),
     "Tool": ("tools", ["tool"]),
     "ToolDeployment": ("tooldeployments", ["tdep"]),
+    "KnowledgeBase": ("knowledgebases", ["kb"]),
     "App": ("apps", ["app"]),
     "AppVersion": ("appversions", ["appv"]),
     "Environment": ("environments", ["env"]),
@@ -137,7 +138,7 @@ def test_only_deployments_have_a_scale_subresource() -> None:
     assert scaled == {"ModelDeployment", "ToolDeployment"}
 
 
-COLUMN_TYPES = {"string": "string", "integer": "integer", "number": "number", "boolean": "boolean"}
+COLUMN_TYPES = {"string": "string", "integer": "integer", "number": "number", "boolean": "boolean", "date": "string"}
 
 
 @pytest.mark.parametrize("kind", KINDS, ids=KIND_IDS)

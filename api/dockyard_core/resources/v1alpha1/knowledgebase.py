@@ -119,15 +119,20 @@ class DocumentProblem(DockyardModel):
     """A document that could not be indexed, and why."""
 
     document: Annotated[str, Field(max_length=253)]
+    """The document's name."""
     reason: Annotated[str, Field(max_length=1024)]
+    """Why it could not be indexed."""
 
 
 class IndexedDocument(DockyardModel):
     """A document as the active generation holds it."""
 
     name: Annotated[str, Field(max_length=253)]
+    """The document's name."""
     file_id: Annotated[str, Field(max_length=128)]
+    """The file indexed (a document re-imported as another file is indexed again)."""
     chunks: Annotated[int, Field(ge=0)] = 0
+    """Its chunks in the active generation."""
 
 
 class KnowledgeBaseStatus(StatusBase):
@@ -140,9 +145,13 @@ class KnowledgeBaseStatus(StatusBase):
     building_generation: Annotated[int, Field(ge=0)] | None = None
     """A generation being built (re-index), switched to when ready."""
     documents: Annotated[int, Field(ge=0)] = 0
+    """Documents in the active generation."""
     chunks: Annotated[int, Field(ge=0)] = 0
+    """Chunks in the active generation."""
     bytes: Annotated[int, Field(ge=0)] = 0
+    """The indexed documents' bytes."""
     last_indexed: datetime | None = None
+    """When the last run finished."""
     indexed: Annotated[list[IndexedDocument], Field(max_length=2000)] = Field(default_factory=list)
     """The documents the active generation holds."""
     errors: Annotated[list[DocumentProblem], Field(max_length=2000)] = Field(default_factory=list)
