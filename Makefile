@@ -9,7 +9,7 @@ WHEELS := $(or $(DOCKYARD_CACHE),$(HOME)/.cache/dockyard)/wheels
 # suite mostly waits on servers, so three keep two cores busy
 TEST_WORKERS ?= 3
 
-.PHONY: run run-incluster test test-incluster venv engines binaries minio prometheus alert-rules cluster cluster-down testbed testbed-down lint static-checks unit e2e chaos test-unit test-tools test-e2e test-browser test-chaos crds bench clean cli-docs
+.PHONY: run run-incluster test test-incluster venv engines binaries minio prometheus jaeger alert-rules cluster cluster-down testbed testbed-down lint static-checks unit e2e chaos test-unit test-tools test-e2e test-browser test-chaos crds bench clean cli-docs
 
 ## run: start the local control plane and Dockyard (operator + facade on 127.0.0.1:8080). LLAMA_SERVER=1: the
 ## local engine runner serves GGUF pods with llama.cpp's own llama-server (compiled once by build-llama-server.sh,
@@ -64,6 +64,11 @@ minio:
 ## tests (the first build takes minutes: docs/observability.md)
 prometheus: venv
 	$(PY) -c "from tests.support.prometheus import binaries; print(binaries())"
+
+## jaeger: build Jaeger v2 from its Go module (cached in ~/.cache/dockyard) for the trace tests (the first build
+## takes minutes: docs/observability.md)
+jaeger: venv
+	$(PY) -c "from tests.support.jaeger import jaeger_binary; print(jaeger_binary())"
 
 ## alert-rules: regenerate charts/dockyard/files/alerts.yaml from api/dockyard_core/alertrules.py
 alert-rules: venv
