@@ -58,7 +58,8 @@ def test_denied_topics_need_every_word_of_a_phrase() -> None:
         topics=[{"name": "investing", "phrases": ["stock tips", "buy crypto"]}],
     )
     out = _screen(g, "input", "Any tips on which stock to pick?")
-    assert out.blocked is None and out.text == "Any tips on which stock to pick?"
+    assert out.blocked is None
+    assert out.text == "Any tips on which stock to pick?"
     assert out.interventions == [Intervention("p", "input", "record", "denied topic investing (phrase #1)")]
     assert _screen(g, "input", "I like soup").interventions == []
 
@@ -104,7 +105,8 @@ def test_output_schema_reads_a_json_answer_even_fenced() -> None:
 )
 def test_prompt_injection_screen(text: str) -> None:
     out = _one(type="promptInjection", appliesTo=["input", "toolResults"]).screen_local("toolResults", text)
-    assert out.blocked and out.interventions[0].reason.startswith("prompt injection: ")
+    assert out.blocked
+    assert out.interventions[0].reason.startswith("prompt injection: ")
 
 
 def test_prompt_injection_screen_lets_ordinary_text_pass() -> None:
@@ -121,7 +123,8 @@ def test_a_guard_model_is_asked_through_the_judge() -> None:
         asked.append((policy.model, stage, text))
         return Verdict(text == "ok", "medical advice")
 
-    assert g.judged("input") and not g.judged("toolResults")
+    assert g.judged("input")
+    assert not g.judged("toolResults")
     assert asyncio.run(g.screen("input", "ok", judge=judge)).interventions == []
     out = asyncio.run(g.screen("output", "take two pills", judge=judge))
     assert out.interventions == [Intervention("p", "output", "record", "guard model: medical advice")]
@@ -209,5 +212,5 @@ def test_pattern_policies_cost_microseconds_per_text() -> None:
     for _ in range(1000):
         g.screen_local("input", text)
         g.screen_local("output", text)
-    per_turn_ms = (time.perf_counter() - started)  # 1000 turns: seconds -> ms per turn
+    per_turn_ms = time.perf_counter() - started  # 1000 turns: seconds -> ms per turn
     assert per_turn_ms < 0.5, per_turn_ms
