@@ -165,15 +165,34 @@ async def environment_promotion_refusal(
 ) -> Refusal | None:
     """An Environment with ``spec.promotion`` links a new version only when the version passed its suite
     (:func:`dockyard_core.evaluations.gate_problem`, docs/promotion.md); a rollback (the deploy request of
-    the facade's rollback) is not gated."""
+    the facade's rollback, or the SLO watcher's AutoRollback) is not gated. A canary's version
+    (``spec.canary.appVersion``) is gated as well: a canary is a deploy to a share of the sessions."""
     spec = body.get("spec") or {}
-    version, promotion = spec.get("appVersion"), spec.get("promotion")
-    if not version or not promotion or (old is not None and (old.get("spec") or {}).get("appVersion") == version):
+    promotion = spec.get("promotion")
+    if not promotion:
         return None
+    old_spec = (old or {}).get("spec") or {}
+    version = spec.get("appVersion")
+    if old is not None and old_spec.get("appVersion") == version:
+        version = None
     request = str((body["metadata"].get("annotations") or {}).get(DEPLOY_REQUEST_ANNOTATION) or "")
     old_request = (((old or {}).get("metadata") or {}).get("annotations") or {}).get(DEPLOY_REQUEST_ANNOTATION)
     if request.startswith(("Rollback ", "AutoRollback ")) and request != old_request:  # back to a working version
-        return None
+        version = None
+    canary = (spec.get("canary") or {}).get("appVersion")
+    if canary == (old_spec.get("canary") or {}).get("appVersion"):
+        canary = None
+    for wanted in (version, canary):
+        if wanted:
+            problem = await _promotion_problem(kube, body, spec, promotion, str(wanted))
+            if problem:
+                return Refusal(problem if wanted == version else f"spec.canary: {problem}", 422)
+    return None
+
+
+async def _promotion_problem(
+    kube: KubeApi, body: Mapping[str, Any], spec: Mapping[str, Any], promotion: Mapping[str, Any], version: str
+) -> str | None:
     namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
     found = await kube.get("appversions", namespace, f"{spec['appRef']}-{version}")
     summaries = ((found or {}).get("status") or {}).get("evaluations") or []
@@ -188,10 +207,9 @@ async def environment_promotion_refusal(
             ):
                 before = (env["metadata"]["name"], list((env.get("status") or {}).get("history") or []))
                 break
-    problem = evaluations.gate_problem(
-        promotion=promotion, environment=name, version=str(version), summaries=summaries, before=before
+    return evaluations.gate_problem(
+        promotion=promotion, environment=name, version=version, summaries=summaries, before=before
     )
-    return Refusal(problem, 422) if problem else None
 
 
 def environment_pii_refusal(body: Mapping[str, Any]) -> Refusal | None:

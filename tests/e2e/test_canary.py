@@ -327,3 +327,20 @@ def test_one_facade_replica_at_a_time_holds_the_watchers_lease(cluster: E2EClust
             await kube.aclose()
 
     asyncio.run(main())
+
+
+def test_a_gated_environment_refuses_a_canary_of_a_version_without_a_passing_run(
+    api: client.ApiClient, namespace: str, team: Users, facade: RunningFacade, model: ScriptedModel,
+) -> None:  # fmt: skip
+    """spec.promotion gates a canary's version as it gates a deploy: the API server's admission refuses it,
+    and the facade answers 422 with the webhook's reason; nothing changes."""
+    http, alice = facade.client, team.headers("alice")
+    gate = {"requireEvaluation": {"minPassRate": 1.0}}
+    two_versions(api, namespace, model, http, alice, "bot-gated", promotion=gate)
+    body = refused(
+        http.post(f"{mgmt(namespace, 'bot-gated')}/canary", json={"version": "1.1.0", "weight": 10}, headers=alice),
+        422,
+    )
+    assert "spec.canary" in body["error"]["message"]
+    assert "has no evaluation run" in body["error"]["message"]
+    assert "canary" not in env_obj(api, namespace, "bot-gated")["spec"]
