@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import re
-from datetime import UTC, date, datetime, timedelta
+from datetime import date, timedelta
 
 from dockyard_api.auth import Authenticator
 from dockyard_api.management.analytics.schemas import (
@@ -20,6 +20,7 @@ from dockyard_api.management.analytics.schemas import (
     LatencyView,
     VersionAnalyticsView,
 )
+from dockyard_api.management.period import utc_days
 from dockyard_api.store import ConversationStore
 from dockyard_api.store import analytics as stored
 from dockyard_core.errors import InvalidError
@@ -94,17 +95,7 @@ class AnalyticsService:
         """Over [since, until] (UTC days; default: the 14 days ending today), at most MAX_DAYS days; of one
         ``version`` (a semantic version or ``draft``) or of all."""
         await self.auth.require(self.user, verb="get", namespace=namespace, resource="environments")
-        until = until or datetime.now(UTC).date()
-        if since is None:
-            if until < date.min + timedelta(days=DEFAULT_DAYS - 1):
-                raise InvalidError("to is too early", [{"field": "query.to", "message": "too early"}])
-            since = until - timedelta(days=DEFAULT_DAYS - 1)
-        if since > until:
-            raise InvalidError("from must not be after to", [{"field": "query.from", "message": "after to"}])
-        if (until - since).days >= MAX_DAYS:
-            raise InvalidError(
-                f"at most {MAX_DAYS} days at once", [{"field": "query.from", "message": "range too long"}]
-            )
+        since, until = utc_days(since, until, default_days=DEFAULT_DAYS, max_days=MAX_DAYS)
         if version is not None and version != "draft" and not SEMVER.match(version):
             raise InvalidError(
                 "version must be a semantic version (1.2.0) or draft",

@@ -12,9 +12,10 @@ services (:mod:`dockyard_api.management.base`).
 from __future__ import annotations
 
 from dataclasses import asdict
-from datetime import UTC, date, datetime, timedelta
+from datetime import date
 
 from dockyard_api.auth import Authenticator
+from dockyard_api.management.period import utc_days
 from dockyard_api.management.schemas import (
     UsageCountersView,
     UsageDayView,
@@ -74,17 +75,7 @@ class UsageService:
     ) -> UsageReportView:
         """Usage over [since, until] (UTC days; default: the 30 days ending today), at most MAX_DAYS days."""
         await self.auth.require(self.user, verb="get", namespace=namespace, resource="environments")
-        until = until or datetime.now(UTC).date()
-        if since is None:
-            if until < date.min + timedelta(days=DEFAULT_DAYS - 1):
-                raise InvalidError("to is too early", [{"field": "query.to", "message": "before year 1 plus 29 days"}])
-            since = until - timedelta(days=DEFAULT_DAYS - 1)
-        if since > until:
-            raise InvalidError("from must not be after to", [{"field": "query.from", "message": "after to"}])
-        if (until - since).days >= MAX_DAYS:
-            raise InvalidError(
-                f"at most {MAX_DAYS} days at once", [{"field": "query.from", "message": "range too long"}]
-            )
+        since, until = utc_days(since, until, default_days=DEFAULT_DAYS, max_days=MAX_DAYS)
         report = await self.store.usage(namespace=namespace, environment=environment, since=since, until=until)
         view = usage_view(report)
         found = await self.store.run(lambda conn: outcomes.usage(conn, namespace, environment, since, until))
