@@ -8,52 +8,19 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from fastapi import FastAPI
-from fastapi.testclient import TestClient
 
-from dockyard_api.deps import get_authenticator, get_store, kube_user
-from dockyard_api.errors import install_error_handlers
-from dockyard_api.management.usage import router as usage
 from dockyard_api.store import ConversationStore
-from dockyard_core.errors import ForbiddenError
 from dockyard_core.interventions import Intervention
-from dockyard_core.kubeclient import User
+from tests.support.usage_api import FakeAuth, sqlite_store, usage_client
 
 URL = "/api/v1/namespaces/shop/environments/bot-prod/interventions"
 
 
-class FakeAuth:
-    """RBAC stand-in: the SubjectAccessReview answer is set per test."""
-
-    def __init__(self) -> None:
-        self.allowed = True
-        self.asked: list[dict[str, Any]] = []
-
-    async def require(self, user: User, **attrs: Any) -> None:
-        self.asked.append(attrs)
-        if not self.allowed:
-            raise ForbiddenError(f'user "{user.username}" cannot get environments.dockyard.dev')
-
-
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[ConversationStore]:
-    s = ConversationStore(f"sqlite:///{tmp_path / 'dockyard.db'}")
-    asyncio.run(s.start())
-    yield s
-    asyncio.run(s.close())
-
-
-def client_of(store: ConversationStore, auth: FakeAuth) -> TestClient:
-    app = FastAPI()
-    install_error_handlers(app)
-    app.include_router(usage.router)
-    app.dependency_overrides[get_store] = lambda: store
-    app.dependency_overrides[kube_user] = lambda: User(username="alice", uid="1", groups=(), extra={})
-    app.dependency_overrides[get_authenticator] = lambda: auth
-    return TestClient(app)
+    yield from sqlite_store(tmp_path)
 
 
 async def turn_with(store: ConversationStore, session: str, found: list[Intervention], *, ok: bool = True) -> str:
@@ -77,7 +44,7 @@ def test_the_newest_interventions_are_listed_to_a_viewer(store: ConversationStor
 
     newest = asyncio.run(record())
     auth = FakeAuth()
-    client = client_of(store, auth)
+    client = usage_client(store, auth)
     answer = client.get(URL)
     assert answer.status_code == 200, answer.text
     body = answer.json()
@@ -115,6 +82,6 @@ def test_the_newest_interventions_are_listed_to_a_viewer(store: ConversationStor
 def test_without_the_database_the_list_is_503(store: ConversationStore) -> None:
     asyncio.run(store.close())
     store._ready = False
-    answer = client_of(store, FakeAuth()).get(URL)
+    answer = usage_client(store, FakeAuth()).get(URL)
     assert answer.status_code == 503
     assert answer.json()["error"]["code"] == "database_unavailable"

@@ -15,50 +15,22 @@ import yaml
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from dockyard_api.deps import get_authenticator, get_store, kube_user
 from dockyard_api.errors import install_error_handlers
-from dockyard_api.management.usage import router as usage
 from dockyard_api.store import ConversationStore
 from dockyard_api.store.summary import write_summaries
-from dockyard_core.errors import DatabaseUnavailableError, ForbiddenError, RateLimitedError
-from dockyard_core.kubeclient import KubeError, User
+from dockyard_core.errors import DatabaseUnavailableError, RateLimitedError
+from dockyard_core.kubeclient import KubeError
 from dockyard_core.resources.v1alpha1 import Environment, UsageSummary
 from dockyard_operator import environments as envs
 from tests.support.conversations import counted_request
+from tests.support.usage_api import FakeAuth, sqlite_store, usage_client
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
-class FakeAuth:
-    """RBAC stand-in: the SubjectAccessReview answer is set per test (the real one is tested e2e)."""
-
-    def __init__(self) -> None:
-        self.allowed = True
-        self.asked: list[dict[str, Any]] = []
-
-    async def require(self, user: User, **attrs: Any) -> None:
-        self.asked.append(attrs)
-        if not self.allowed:
-            raise ForbiddenError(f'user "{user.username}" cannot get environments.dockyard.dev')
-
-
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[ConversationStore]:
-    s = ConversationStore(f"sqlite:///{tmp_path / 'dockyard.db'}")
-    asyncio.run(s.start())
-    yield s
-    asyncio.run(s.close())
-
-
-def usage_app(store: ConversationStore | None, auth: FakeAuth) -> TestClient:
-    app = FastAPI()
-    install_error_handlers(app)
-    app.include_router(usage.router)
-    if store is not None:
-        app.dependency_overrides[get_store] = lambda: store
-    app.dependency_overrides[kube_user] = lambda: User(username="alice", uid="1", groups=(), extra={})
-    app.dependency_overrides[get_authenticator] = lambda: auth
-    return TestClient(app)
+    yield from sqlite_store(tmp_path)
 
 
 def test_usage_endpoint_reads_per_day_and_key_and_checks_rbac(store: ConversationStore) -> None:
@@ -71,7 +43,7 @@ def test_usage_endpoint_reads_per_day_and_key_and_checks_rbac(store: Conversatio
     # the store runs on its own event loop in this test: a fresh engine connection per loop
     asyncio.run(record())
     auth = FakeAuth()
-    client = usage_app(store, auth)
+    client = usage_client(store, auth)
     answer = client.get("/api/v1/namespaces/shop/environments/bot-prod/usage")
     assert answer.status_code == 200, answer.text
     body = answer.json()
@@ -109,7 +81,7 @@ def test_usage_endpoint_reads_per_day_and_key_and_checks_rbac(store: Conversatio
 def test_usage_endpoint_without_database_is_503(store: ConversationStore) -> None:
     asyncio.run(store.close())
     store._ready = False
-    client = usage_app(store, FakeAuth())
+    client = usage_client(store, FakeAuth())
     answer = client.get("/api/v1/namespaces/shop/environments/bot-prod/usage")
     assert answer.status_code == 503
     assert answer.json()["error"]["code"] == "database_unavailable"
