@@ -10,8 +10,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from dockyard_api.deps import EnvName, NamespaceParam, UsageDep
-from dockyard_api.management.schemas import UsageReportView
-from dockyard_api.management.usage.schemas import InterventionList
+from dockyard_api.management.usage.schemas import InterventionList, UsageReportView
 
 router = APIRouter(prefix="/api/v1/namespaces/{namespace}", tags=["environments and API keys"])
 

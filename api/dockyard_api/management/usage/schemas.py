@@ -1,9 +1,11 @@
-"""Answers of the intervention list (docs/apps-environments.md, "Guardrail interventions"). The usage
-report's views are in :mod:`dockyard_api.management.schemas` with the other management answers."""
+"""Answers of the usage endpoints: the usage report (per day, API key and app version) and the intervention
+list (docs/apps-environments.md, "Guardrail interventions")."""
 
 from __future__ import annotations
 
 from datetime import datetime
+
+from pydantic import Field
 
 from dockyard_api.management.schemas import View
 
@@ -33,3 +35,53 @@ class InterventionList(View):
     environment: str
     items: list[InterventionView]
     """Newest first."""
+
+
+class UsageCountersView(View):
+    requests: int
+    errors: int
+    rate_limited: int
+    tokens_in: int
+    tokens_out: int
+
+
+class UsageDayView(View):
+    day: str
+    requests: int
+    errors: int
+    rate_limited: int
+    tokens_in: int
+    tokens_out: int
+
+
+class UsageKeyView(View):
+    key_id: str
+    requests: int
+    errors: int
+    rate_limited: int
+    tokens_in: int
+    tokens_out: int
+
+
+class UsageVersionView(View):
+    """One app version's turns over the period (docs/promotion.md): a canary's and the active version's apart."""
+
+    version: str
+    requests: int
+    errors: int
+    tokens_in: int
+    tokens_out: int
+
+
+class UsageReportView(View):
+    """An environment's usage over [from, to] (UTC days): totals, the days with usage, and per API key."""
+
+    namespace: str
+    environment: str
+    since: str = Field(alias="from")
+    until: str = Field(alias="to")
+    totals: UsageCountersView
+    days: list[UsageDayView]
+    keys: list[UsageKeyView]
+    versions: list[UsageVersionView] = Field(default_factory=list)
+    """Per app version (the version each turn's session is pinned to)."""

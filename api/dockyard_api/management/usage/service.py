@@ -16,14 +16,15 @@ from datetime import date
 
 from dockyard_api.auth import Authenticator
 from dockyard_api.management.period import utc_days
-from dockyard_api.management.schemas import (
+from dockyard_api.management.usage.schemas import (
+    InterventionList,
+    InterventionView,
     UsageCountersView,
     UsageDayView,
     UsageKeyView,
     UsageReportView,
     UsageVersionView,
 )
-from dockyard_api.management.usage.schemas import InterventionList, InterventionView
 from dockyard_api.store import ConversationStore, outcomes
 from dockyard_api.store.interventions import LIST_LIMIT
 from dockyard_api.store.records import StoredIntervention, UsageReport
