@@ -38,17 +38,14 @@ import argparse
 import asyncio
 import contextlib
 import random
-import subprocess
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import numpy as np
 from tests.support.knowledge import make_pdf
-from tests.support.runners import free_port
 
 from dockyard_core.knowledge import (
     ChunkSettings,
@@ -217,37 +214,13 @@ async def index_all(
     return seconds, chunks_total
 
 
-@contextlib.contextmanager
-def embedding_server(directory: Path) -> Iterator[str]:
-    from dockyard_localcluster.images.inputs import llama_server_context
+async def embedding_throughput(directory: Path, texts: list[str]) -> str:
+    from tests.support.engines import embedding_server
+
     from dockyard_localcluster.tinymodel import write_tiny_gguf
 
     model = write_tiny_gguf(directory / "tiny.gguf")
-    port = free_port()
-    argv = [str(llama_server_context() / "llama-server"), "--model", str(model), "--alias", "tiny-embed",
-            "--embedding", "--pooling", "mean", "--ctx-size", "4096", "--batch-size", "4096", "--ubatch-size",
-            "4096", "--threads", "1", "--host", "127.0.0.1", "--port", str(port)]  # fmt: skip
-    log = directory / "llama-server.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"llama-server did not start: {log.read_text()[-1000:]}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            time.sleep(0.1)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-
-
-async def embedding_throughput(directory: Path, texts: list[str]) -> str:
-    with embedding_server(directory) as url:
+    with embedding_server(model, directory / "llama-server.log", ctx_size=4096, batch_size=4096) as url:
         embedder = OpenAIEmbedder(url, "tiny-embed", batch_size=32)
         try:
             await embedder.embed(texts[:32])  # warm-up

@@ -10,23 +10,20 @@ checklist item, the deletion guard and a re-index into a new generation."""
 
 from __future__ import annotations
 
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from kubernetes import client
 
 from dockyard_api.settings import ApiSettings
-from dockyard_localcluster.images.inputs import llama_server_context
 from dockyard_localcluster.tinymodel import write_tiny_gguf
 from tests.e2e.test_execute import _key, serve_model
 from tests.e2e.test_execute_real_engine import sse
 from tests.support.cluster import E2ECluster
 from tests.support.dockyard import create, get, hub_model, model_deployment, patch
+from tests.support.engines import embedding_server
 from tests.support.publicapi import ImportClient
 from tests.support.runners import RunningFacade, free_port, run_facade, run_operator
 from tests.support.scripted_model import Call, Reply, ScriptedModel, scripted_model
@@ -53,34 +50,8 @@ def state(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def embedding_engine(state: Path) -> Iterator[str]:
     """llama.cpp's server with embeddings on (mean pooling) for the tiny GGUF; its base URL."""
-    model = write_tiny_gguf(state / "tiny.gguf")
-    port = free_port()
-    argv = [str(llama_server_context() / "llama-server"), "--model", str(model), "--alias", "tiny-embed",
-            "--embedding", "--pooling", "mean", "--ctx-size", "1024", "--threads", "1",
-            "--host", "127.0.0.1", "--port", str(port)]  # fmt: skip
-    log = state / "llama.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, f"llama.cpp's server exited: {log.read_text()[-2000:]}"
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, f"llama.cpp's server did not start: {log.read_text()[-2000:]}"
-            time.sleep(0.1)
+    with embedding_server(write_tiny_gguf(state / "tiny.gguf"), state / "llama.log") as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 @pytest.fixture(scope="module")

@@ -7,13 +7,10 @@ time). The vectors index and find their own chunk first."""
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-import httpx
 import numpy as np
 import pytest
 
@@ -27,8 +24,8 @@ from dockyard_core.knowledge import (
 )
 from dockyard_core.knowledge.sqlite import SqliteIndex
 from dockyard_localcluster.engines import llama_cpp_command
-from dockyard_localcluster.images.inputs import llama_server_context
 from dockyard_localcluster.tinymodel import N_EMBD, write_tiny_gguf
+from tests.support.engines import embedding_server, serving
 from tests.support.knowledge import HARBOUR, started
 from tests.support.runners import free_port
 
@@ -44,38 +41,15 @@ def engine(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     """The engine with embeddings on; its base URL."""
     directory = tmp_path_factory.mktemp("embeddings")
     model = write_tiny_gguf(directory / "tiny.gguf")
-    port = free_port()
-    if request.param == "llama-server":
-        argv = [str(llama_server_context() / "llama-server"), "--model", str(model), "--alias", "tiny-embed",
-                "--embedding", "--pooling", "mean", "--ctx-size", "1024", "--threads", "1",
-                "--host", "127.0.0.1", "--port", str(port)]  # fmt: skip
-        health = "/health"
-    else:
-        command = llama_cpp_command(["--alias=tiny-embed", "--ctx-size=1024"], model, port, threads=1)
-        argv, health = [*command.argv, "--embedding", "true"], command.health_path
     log = directory / "llama.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, f"llama.cpp's server exited: {log.read_text()[-2000:]}"
-            try:
-                if httpx.get(url + health, timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, f"llama.cpp's server did not start: {log.read_text()[-2000:]}"
-            time.sleep(0.1)
-        yield Engine(url, per_token=request.param == "llama-cpp-python")
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    if request.param == "llama-server":
+        with embedding_server(model, log) as url:
+            yield Engine(url, per_token=False)
+        return
+    port = free_port()
+    command = llama_cpp_command(["--alias=tiny-embed", "--ctx-size=1024"], model, port, threads=1)
+    with serving([*command.argv, "--embedding", "true"], port, log, health=command.health_path) as url:
+        yield Engine(url, per_token=True)
 
 
 def test_batches_of_texts_get_one_pooled_vector_each_in_order(engine: Engine) -> None:

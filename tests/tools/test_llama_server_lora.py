@@ -6,8 +6,6 @@ Only the pod's paths, address and GPU layers are replaced for this machine."""
 
 from __future__ import annotations
 
-import subprocess
-import time
 from pathlib import Path
 
 import httpx
@@ -16,6 +14,7 @@ from dockyard_core.devices import BUILT_IN as DEVICES
 from dockyard_localcluster.images.inputs import llama_server_context
 from dockyard_localcluster.tinymodel import LORA_TARGET, write_tiny_gguf, write_tiny_lora
 from dockyard_operator.runtimes import DEFAULT_CATALOG, engine_args
+from tests.support.engines import serving
 from tests.support.runners import free_port
 from tests.unit.k8s_shapes import mdep_spec
 
@@ -32,21 +31,7 @@ def test_llama_server_serves_the_lora_with_the_operators_arguments(tmp_path: Pat
     local = {POD_MODEL: str(model), POD_LORA: str(lora), "0.0.0.0": "127.0.0.1"}
     argv = [str(llama_server_context() / "llama-server"), *(local.get(a, a) for a in args)]
     argv[argv.index("--port") + 1] = str(port)
-    log = tmp_path / "llama-server.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, log.read_text()[-3000:]
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, log.read_text()[-3000:]
-            time.sleep(0.1)
+    with serving(argv, port, tmp_path / "llama-server.log") as url:
         [adapter] = httpx.get(f"{url}/lora-adapters", timeout=10).json()
         assert (adapter["path"], adapter["scale"]) == (str(lora), 1.0)
         answer = httpx.post(
@@ -62,6 +47,3 @@ def test_llama_server_serves_the_lora_with_the_operators_arguments(tmp_path: Pat
         assert answer.status_code == 200, answer.text
         assert answer.json()["model"] == "support"
         assert answer.json()["choices"][0]["message"]["content"].strip().startswith(LORA_TARGET)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
