@@ -49,7 +49,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -109,11 +109,12 @@ def rss_mib(pid: int) -> float:
 
 
 @contextmanager
-def model_process(delay_ms: float) -> Iterator[str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.scripted_model", "--port", "0", "--delay-ms", str(delay_ms)],
-        stdout=subprocess.PIPE,
-    )
+def model_process(
+    delay_ms: float, module: Sequence[str] = ("tests.support.scripted_model", "--port", "0")
+) -> Iterator[str]:
+    """A scripted model server as a process of its own (``python -m`` ``module`` ``--delay-ms``), answering after
+    ``delay_ms``; yields the URL it prints on its first line once its /health answers."""
+    proc = subprocess.Popen([sys.executable, "-m", *module, "--delay-ms", str(delay_ms)], stdout=subprocess.PIPE)
     try:
         assert proc.stdout is not None
         url = proc.stdout.readline().decode().strip()

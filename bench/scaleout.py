@@ -41,11 +41,9 @@ import itertools
 import os
 import statistics
 import subprocess
-import sys
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -54,11 +52,10 @@ import aiohttp
 import httpx
 import orjson
 from kubernetes import client
-from tests.support.runners import wait_http_ok
 from tests.support.scripted_model import Reply, scripted_model
 
 from bench.common import api_for, bench_cluster, cpu_seconds, load, namespace, operator_process
-from bench.execute import facade_process, percentile, setup
+from bench.execute import facade_process, model_process, percentile, setup
 from dockyard_core import apikeys
 from dockyard_core.resources import GROUP
 from dockyard_core.resources.v1alpha1 import API_VERSION, VERSION
@@ -83,20 +80,6 @@ def serve_model(delay_ms: float) -> None:
         server.respond_with(respond)
         print(server.url, flush=True)
         threading.Event().wait()
-
-
-@contextmanager
-def model_process(delay_ms: float) -> Iterator[str]:
-    proc = subprocess.Popen([sys.executable, "-m", "bench.scaleout", "--serve-model", "--delay-ms", str(delay_ms)],
-                            stdout=subprocess.PIPE)  # fmt: skip
-    try:
-        assert proc.stdout is not None
-        url = proc.stdout.readline().decode().strip()
-        wait_http_ok(f"{url}/health", timeout=30)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 # --- processes' CPU ----------------------------------------------------------------------------------
@@ -340,7 +323,7 @@ def main() -> None:
         api = api_for(cluster)
         ns = namespace(api, "bench-scaleout")
         with ExitStack() as stack:
-            model_url = stack.enter_context(model_process(args.delay_ms))
+            model_url = stack.enter_context(model_process(args.delay_ms, ("bench.scaleout", "--serve-model")))
             pg = stack.enter_context(postgres_server())
             database = pg.url(asyncio.run(pg.create_database("bench")))
             stack.enter_context(operator_process(cluster))
