@@ -20,18 +20,10 @@ from typing import Any
 import jsonschema
 
 from dockyard_core.modelrefs import resolve_model
+from dockyard_core.problems import Problem
 from dockyard_core.resources.v1alpha1.evaluations import CATEGORIES, FAILURES_LIMIT, SUMMARIES_LIMIT
 
 REASON_LIMIT = 512
-
-
-@dataclass(frozen=True)
-class Problem:
-    field: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.field}: {self.message}"
 
 
 def compile_problems(suite: Mapping[str, Any] | None, models: Mapping[str, str] | None = None) -> list[Problem]:

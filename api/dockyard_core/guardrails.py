@@ -24,6 +24,7 @@ import jsonschema
 import orjson
 
 from dockyard_core.interventions import Action, Intervention, Stage
+from dockyard_core.problems import Problem
 from dockyard_core.resources.v1alpha1.guardrails import DEFAULT_BLOCK_MESSAGE, FIELDS_OF, REDACTABLE
 
 STAGES: tuple[Stage, ...] = ("input", "output", "toolArguments", "toolResults")
@@ -46,17 +47,6 @@ PROMPT_INJECTION_RULES: tuple[tuple[str, str], ...] = (
 """The prompt-injection screen: known phrasings of instruction overrides, prompt extraction, role changes,
 jailbreaks and chat-template markup smuggled into a text (docs/guardrails.md lists them)."""
 _INJECTION = tuple((name, re.compile(rule, re.IGNORECASE | re.MULTILINE)) for name, rule in PROMPT_INJECTION_RULES)
-
-
-@dataclass(frozen=True)
-class Problem:
-    """Why a policy does not compile, and the field it is about (``spec.guardrails.policies[1].patterns[0]``)."""
-
-    field: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.field}: {self.message}"
 
 
 class GuardrailsError(ValueError):

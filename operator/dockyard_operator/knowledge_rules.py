@@ -7,10 +7,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from dockyard_core.problems import Problem
 from dockyard_operator import environments as envs
 from dockyard_operator.admission import Refusal
 from dockyard_operator.kube import KubeApi
-from dockyard_operator.version_rules import Problem, refusal_message
+from dockyard_operator.version_rules import refusal_message
 
 DRAFT = "draft"
 

@@ -17,21 +17,11 @@ from dockyard_core import evaluations
 from dockyard_core.guardrails import compile_problems
 from dockyard_core.mcp import McpServerRef
 from dockyard_core.modelrefs import resolve_model
+from dockyard_core.problems import Problem
 
 HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 INVALID_PREFIX = "the version is not valid: "
 """The refusal's message starts with this; the problems follow, ``; ``-separated, each ``<field>: <text>``."""
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One thing wrong with a new version, and the field it is about."""
-
-    field: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.field}: {self.message}"
 
 
 @dataclass(frozen=True)
@@ -183,14 +173,14 @@ def version_problems(
             add(field, text)
     problems += _named_mcp_tool_problems(spec, tools, targets, answers)
     problems += guardrail_problems(spec.get("guardrails"), models)
-    problems += [Problem(p.field, p.message) for p in evaluations.compile_problems(spec.get("evaluations"), models)]
+    problems += evaluations.compile_problems(spec.get("evaluations"), models)
     return problems
 
 
 def guardrail_problems(guardrails: Mapping[str, Any] | None, models: Mapping[str, str]) -> list[Problem]:
     """``spec.guardrails`` must compile (a regular expression, a JSON Schema: docs/guardrails.md), and each
     guardModel policy's model must be a ModelDeployment of the namespace (as an agent's model)."""
-    problems = [Problem(p.field, p.message) for p in compile_problems(guardrails)]
+    problems = compile_problems(guardrails)
     for i, policy in enumerate((guardrails or {}).get("policies") or []):
         if policy.get("type") != "guardModel" or not policy.get("model"):
             continue
