@@ -14,11 +14,11 @@ import pytest
 from kubernetes import client
 from playwright.sync_api import Browser, Page, expect
 
-from dockyard_api.settings import ApiSettings
 from tests.browser.conftest import Facade, deploy_bot
 from tests.support.cluster import E2ECluster
 from tests.support.dockyard import create, get, patch
-from tests.support.runners import free_port, run_facade, run_operator
+from tests.support.knowledge import local_knowledge_runs
+from tests.support.runners import run_local_runtime
 from tests.support.scripted_model import Call, Reply, ScriptedModel
 from tests.support.users import Users
 from tests.support.waiting import wait_for
@@ -32,20 +32,8 @@ SHOTS = os.environ.get("DOCKYARD_CONSOLE_SCREENSHOTS")
 def facade(cluster: E2ECluster, crds: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Facade]:
     """The operator (indexing as host processes, the facade's model store) and the facade."""
     state = tmp_path_factory.mktemp("kb-console")
-    port = free_port()
-    env = {
-        "DOCKYARD_OPERATOR_PUBLIC_URL": f"http://127.0.0.1:{port}",
-        "DOCKYARD_OPERATOR_MODEL_STORE": str(state / "model-store"),
-        "DOCKYARD_OPERATOR_KNOWLEDGE_RUNS": "local",
-        "DOCKYARD_OPERATOR_KNOWLEDGE_INTERVAL_SECONDS": "1",
-    }
-    settings = ApiSettings(
-        host="127.0.0.1", port=port, api_key_cache_seconds=0, sweep_interval_seconds=0, usage_summary_seconds=0,
-        model_store=state / "model-store", database_url=f"sqlite+aiosqlite:///{state}/conversations.db",
-        endpoint_mode="local",
-    )  # fmt: skip
-    with run_operator(env=env), run_facade(settings, port) as running:
-        yield Facade(f"http://127.0.0.1:{port}", running.client)
+    with run_local_runtime(state, local_knowledge_runs(state)) as (url, running):
+        yield Facade(url, running.client)
 
 
 def _sign_in(page: Page, facade: Facade, token: str, namespace: str) -> None:

@@ -17,15 +17,15 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from dockyard_api.settings import ApiSettings
 from dockyard_localcluster.tinymodel import write_tiny_gguf
 from tests.e2e.test_execute import _key, serve_model
 from tests.e2e.test_execute_real_engine import sse
 from tests.support.cluster import E2ECluster
 from tests.support.dockyard import create, get, hub_model, model_deployment, patch
 from tests.support.engines import embedding_server
+from tests.support.knowledge import local_knowledge_runs
 from tests.support.publicapi import ImportClient
-from tests.support.runners import RunningFacade, free_port, run_facade, run_operator
+from tests.support.runners import RunningFacade, run_local_runtime
 from tests.support.scripted_model import Call, Reply, ScriptedModel, scripted_model
 from tests.support.users import kubectl
 from tests.support.waiting import wait_for
@@ -56,27 +56,7 @@ def embedding_engine(state: Path) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def facade(cluster: E2ECluster, crds: None, state: Path) -> Iterator[RunningFacade]:
-    port = free_port()
-    env = {
-        "DOCKYARD_OPERATOR_ENVIRONMENT_INTERVAL_SECONDS": "1",
-        "DOCKYARD_OPERATOR_PUBLIC_URL": f"http://127.0.0.1:{port}",
-        "DOCKYARD_OPERATOR_MODEL_STORE": str(state / "model-store"),
-        "DOCKYARD_OPERATOR_KNOWLEDGE_RUNS": "local",
-        "DOCKYARD_OPERATOR_KNOWLEDGE_INTERVAL_SECONDS": "1",
-    }
-    settings = ApiSettings(
-        host="127.0.0.1",
-        port=port,
-        api_key_cache_seconds=0,
-        last_used_interval_seconds=0,
-        sweep_interval_seconds=0,
-        usage_summary_seconds=0,
-        model_store=state / "model-store",
-        database_url=f"sqlite+aiosqlite:///{state}/conversations.db",
-        endpoint_mode="local",
-        execute_turn_timeout_seconds=60,
-    )
-    with run_operator(env=env), run_facade(settings, port) as running:
+    with run_local_runtime(state, local_knowledge_runs(state), execute_turn_timeout_seconds=60) as (_, running):
         yield running
 
 

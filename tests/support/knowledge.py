@@ -8,11 +8,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 
 import pytest
 
 from dockyard_core.errors import ConflictError, InvalidError, NotFoundError
 from dockyard_core.knowledge import ChunkSettings, DocumentRecord, KnowledgeIndex, chunk_document, parse_document
+
+
+def local_knowledge_runs(state: Path) -> dict[str, str]:
+    """The operator's variables for indexing runs as host processes (``knowledge_runs: local``, checked every
+    second) on the model store of a facade started by ``run_local_runtime(state, ...)``."""
+    return {
+        "DOCKYARD_OPERATOR_MODEL_STORE": str(state / "model-store"),
+        "DOCKYARD_OPERATOR_KNOWLEDGE_RUNS": "local",
+        "DOCKYARD_OPERATOR_KNOWLEDGE_INTERVAL_SECONDS": "1",
+    }
 
 
 def make_pdf(pages: Sequence[Sequence[str]], title: str = "") -> bytes:

@@ -104,14 +104,17 @@ def run_facade(settings: ApiSettings | None = None, port: int | None = None) -> 
 
 
 @contextmanager
-def run_local_runtime(state: Path, **overrides: Any) -> Iterator[tuple[str, RunningFacade]]:
-    """The operator (its generated URLs name this facade, environments re-checked every second) and a
-    facade in local endpoint mode with no caches and a SQLite conversation store under ``state``, as the
-    app-runtime and browser tests use them; ``overrides`` are further ApiSettings fields. Yields the
-    facade's URL and the running facade."""
+def run_local_runtime(
+    state: Path, operator_env: Mapping[str, str] | None = None, **overrides: Any
+) -> Iterator[tuple[str, RunningFacade]]:
+    """The operator (its generated URLs name this facade, environments re-checked every second; further
+    variables in ``operator_env``) and a facade in local endpoint mode with no caches and a SQLite
+    conversation store under ``state``, as the app-runtime and browser tests use them; ``overrides`` are
+    further ApiSettings fields. Yields the facade's URL and the running facade."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = {"DOCKYARD_OPERATOR_ENVIRONMENT_INTERVAL_SECONDS": "1", "DOCKYARD_OPERATOR_PUBLIC_URL": url}
+    env.update(operator_env or {})
     settings = ApiSettings(
         host="127.0.0.1",
         port=port,
