@@ -131,7 +131,9 @@ def test_every_example_is_accepted(cluster: E2ECluster, namespace: str) -> None:
     ).stdout  # fmt: skip
     kinds = {doc["kind"] for path in (ROOT / "docs" / "examples").glob("*.yaml")
              for doc in yaml.safe_load_all(path.read_text()) if doc}  # fmt: skip
-    assert kinds == {"Model", "ModelDeployment", "Tool", "ToolDeployment", "App", "AppVersion", "Environment"}
+    assert kinds == {
+        "Model", "ModelDeployment", "Tool", "ToolDeployment", "App", "AppVersion", "Environment", "KnowledgeBase"
+    }  # fmt: skip
     assert out.count(" created") >= len(kinds)
 
 
@@ -145,9 +147,10 @@ def test_kubectl_get_dockyard_category_short_names_and_columns(cluster: E2EClust
     assert kubectl(cluster, "apply", "-n", namespace, "-f", str(ROOT / "docs" / "examples")).returncode == 0
     listing = kubectl(cluster, "get", "dockyard", "-n", namespace)
     assert listing.returncode == 0, listing.stderr
-    for kind in ("model.", "modeldeployment.", "tool.", "tooldeployment.", "app.", "appversion.", "environment."):
+    for kind in ("model.", "modeldeployment.", "tool.", "tooldeployment.", "app.", "appversion.", "environment.",
+                 "knowledgebase."):  # fmt: skip
         assert f"{kind}dockyard.dev/" in listing.stdout
-    for short in ("mdl", "mdep", "tool", "tdep", "app", "appv", "env"):
+    for short in ("mdl", "mdep", "tool", "tdep", "app", "appv", "env", "kb"):
         assert kubectl(cluster, "get", short, "-n", namespace).returncode == 0, short
     header = kubectl(cluster, "get", "mdep", "-n", namespace).stdout.splitlines()[0].split()
     assert header == ["NAME", "MODEL", "DEVICE", "REPLICAS", "READY", "STATUS", "AGE"]
