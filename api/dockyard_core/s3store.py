@@ -305,6 +305,25 @@ class S3ModelStore(ModelStore):
             newest[(parts[0], parts[1])] = max(newest.get((parts[0], parts[1]), 0.0), when)
         return [(ns, name, when) for (ns, name), when in sorted(newest.items())]
 
+    # -- knowledge-base documents (dockyard_core.knowledge.files) --
+
+    def document_key(self, namespace: str, name: str = "") -> str:
+        """``<prefix>knowledge/files/<namespace>/<name>`` (a document or its ``<fileId>.json`` record)."""
+        return self.key("knowledge", "files", namespace, name) if namespace else self.key("knowledge", "files", "")
+
+    def read_document(self, namespace: str, name: str) -> bytes | None:
+        return self._get(self.document_key(namespace, name))
+
+    def write_document(self, namespace: str, name: str, content: Path | bytes) -> None:
+        if isinstance(content, bytes):
+            self._put_bytes(self.document_key(namespace, name), content)
+        else:
+            self._put_file(self.document_key(namespace, name), content)
+
+    def drop_chunks(self, session_id: str) -> None:
+        """Delete a completed session's chunk objects (its metadata stays until it expires)."""
+        self._delete_prefix(self.key("sessions", check_session_id(session_id), "chunks") + "/")
+
     # -- the import job's side --
 
     def stage_session(self, session_id: str, local: ModelStore) -> None:

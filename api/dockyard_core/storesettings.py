@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings
@@ -12,6 +12,9 @@ from pydantic_settings import BaseSettings
 from dockyard_core.downloadtokens import load_key
 from dockyard_core.modelstore import ModelStore, default_root
 from dockyard_core.s3store import S3Config, open_store
+
+if TYPE_CHECKING:
+    from dockyard_core.knowledge.files import DocumentFiles
 
 
 class ModelStoreSettings(BaseSettings):
@@ -53,6 +56,13 @@ class ModelStoreSettings(BaseSettings):
     def knowledge_files(self) -> Path:
         """The directory of imported documents (``<namespace>/<fileId>`` under it): in the model store."""
         return self.model_store / "knowledge" / "files"
+
+    def document_files(self, store: ModelStore | None = None) -> DocumentFiles:
+        """Where imported documents are kept: beside the models, on either backend (``store``: the model store
+        already opened, else opened here)."""
+        from dockyard_core.knowledge.files import document_files
+
+        return document_files(store or self.open_model_store(), self.knowledge_files())
 
     def s3_config(self) -> S3Config:
         return S3Config(

@@ -142,6 +142,11 @@ class OperatorSettings(ModelStoreSettings):
         description="where indexing Jobs run: Dockyard's own namespace, whose model-store claim they mount (the "
         "chart sets it); empty: the KnowledgeBase's namespace",
     )
+    knowledge_job_s3_secret: str = Field(
+        default="",
+        description="with the s3 model store: the Secret whose accessKey and secretKey indexing Jobs read the "
+        "documents with (the chart's model-store Secret); empty: Jobs get no S3 credentials",
+    )
     knowledge_job_service_account: str = Field(
         default="",
         description="the service account of indexing Jobs, which may get knowledgebases and patch their status "

@@ -10,7 +10,9 @@ reason; the others are indexed and searchable.
 
 Environment: ``DOCKYARD_KB_NAMESPACE``, ``DOCKYARD_KB_NAME`` (the object), ``DOCKYARD_KNOWLEDGE_INDEX``
 (the index, :func:`open_index`), ``DOCKYARD_KNOWLEDGE_FILES`` (the directory of the documents, the
-model store's ``knowledge/``), ``DOCKYARD_KB_EMBEDDING_URL`` and ``DOCKYARD_KB_EMBEDDING_MODEL`` (the
+model store's ``knowledge/files``; with an S3 model store, ``DOCKYARD_KB_MODEL_STORE_BACKEND=s3`` and
+``DOCKYARD_KB_S3_*``, the model store's settings: the documents are read from the bucket),
+``DOCKYARD_KB_EMBEDDING_URL`` and ``DOCKYARD_KB_EMBEDDING_MODEL`` (the
 embedding ModelDeployment's endpoint, when the version has one), ``DOCKYARD_KB_REBUILD`` (``1``: a
 new generation from scratch), ``DOCKYARD_KB_SPEC`` (what the run indexes, recorded in
 ``status.indexedSpec``), ``DOCKYARD_KB_JOB`` (the run's name).
@@ -31,6 +33,7 @@ from dockyard_core.conditions import transition
 from dockyard_core.errors import DockyardError
 from dockyard_core.knowledge.chunking import ChunkSettings, chunk_document
 from dockyard_core.knowledge.embeddings import Embedder, OpenAIEmbedder
+from dockyard_core.knowledge.files import DocumentFiles
 from dockyard_core.knowledge.index import DocumentRecord, KnowledgeIndex
 from dockyard_core.knowledge.parsing import DocumentError, parse_document
 
@@ -55,6 +58,21 @@ def open_index(url: str) -> KnowledgeIndex:
 def document_path(files: Path, namespace: str, file_id: str) -> Path:
     """Where an imported document's bytes are: ``<files>/<namespace>/<fileId>``."""
     return files / namespace / file_id
+
+
+def run_document_files(env: Mapping[str, str]) -> DocumentFiles:
+    """The documents a run reads: the bucket of an S3 model store (``DOCKYARD_KB_MODEL_STORE_BACKEND=s3`` and
+    ``DOCKYARD_KB_S3_*``, the model store's settings with this prefix) or ``DOCKYARD_KNOWLEDGE_FILES``."""
+    if env.get("DOCKYARD_KB_MODEL_STORE_BACKEND") == "s3":
+        from pydantic_settings import SettingsConfigDict
+
+        from dockyard_core.storesettings import ModelStoreSettings
+
+        class RunStore(ModelStoreSettings):
+            model_config = SettingsConfigDict(env_prefix="DOCKYARD_KB_")
+
+        return RunStore().document_files()
+    return DocumentFiles(Path(env["DOCKYARD_KNOWLEDGE_FILES"]))
 
 
 def kb_key(namespace: str, name: str) -> str:
@@ -163,7 +181,7 @@ async def _run_from_environment() -> int:
 
     env = os.environ
     namespace, name = env["DOCKYARD_KB_NAMESPACE"], env["DOCKYARD_KB_NAME"]
-    files = Path(env["DOCKYARD_KNOWLEDGE_FILES"])
+    files = run_document_files(env)
     kube = AsyncKube(timeout=30.0)
     path = kubepaths.path("knowledgebases", namespace, name)
     index = open_index(env["DOCKYARD_KNOWLEDGE_INDEX"])
@@ -180,7 +198,7 @@ async def _run_from_environment() -> int:
         status = await index_knowledge_base(
             kb,
             index,
-            lambda file_id: document_path(files, namespace, file_id).read_bytes(),
+            lambda file_id: files.read(namespace, file_id),
             embedder,
             rebuild=env.get("DOCKYARD_KB_REBUILD") == "1",
         )

@@ -31,6 +31,23 @@ class IndexingSettings:
     service_account: str = ""
     namespace: str = ""
     """Where the Jobs run (empty: the KnowledgeBase's namespace)."""
+    store_env: tuple[tuple[str, str], ...] = ()
+    """The S3 model store's settings without its credentials (``DOCKYARD_KB_MODEL_STORE_BACKEND``,
+    ``DOCKYARD_KB_S3_ENDPOINT``, ...; :func:`s3_store_env`): the run reads the documents from the bucket."""
+    s3_secret: str = ""
+    """The Secret holding the bucket's ``accessKey`` and ``secretKey`` (a Job's credentials)."""
+
+
+def s3_store_env(endpoint: str, bucket: str, prefix: str, region: str | None, ca_bundle: str | None) -> dict[str, str]:
+    """The run's variables of an S3 model store (credentials apart: a Secret for a Job, the operator's own for
+    a host process)."""
+    env = {"DOCKYARD_KB_MODEL_STORE_BACKEND": "s3", "DOCKYARD_KB_S3_ENDPOINT": endpoint,
+           "DOCKYARD_KB_S3_BUCKET": bucket, "DOCKYARD_KB_S3_PREFIX": prefix}  # fmt: skip
+    if region:
+        env["DOCKYARD_KB_S3_REGION"] = region
+    if ca_bundle:
+        env["DOCKYARD_KB_S3_CA_BUNDLE"] = ca_bundle
+    return env
 
 
 def wanted_spec(kb: Mapping[str, Any]) -> str:
@@ -78,6 +95,7 @@ def run_environment(
         "DOCKYARD_KB_REBUILD": "1" if rebuild(kb) else "0",
         "DOCKYARD_KB_SPEC": wanted_spec(kb),
         "DOCKYARD_KB_JOB": run_name(kb),
+        **dict(settings.store_env),
     }
     if embedding is not None:
         env["DOCKYARD_KB_EMBEDDING_URL"], env["DOCKYARD_KB_EMBEDDING_MODEL"] = embedding
@@ -101,7 +119,12 @@ def indexing_job(kb: Mapping[str, Any], settings: IndexingSettings, env: Mapping
         "name": "index",
         "image": settings.image,
         "command": ["python", "-m", JOB_MODULE],
-        "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
+        "env": [{"name": k, "value": v} for k, v in sorted(env.items())]
+        + [
+            {"name": f"DOCKYARD_KB_S3_{var}", "valueFrom": {"secretKeyRef": {"name": settings.s3_secret, "key": key}}}
+            for var, key in (("ACCESS_KEY", "accessKey"), ("SECRET_KEY", "secretKey"))
+            if settings.s3_secret
+        ],
         "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
         "securityContext": {"allowPrivilegeEscalation": False, "runAsNonRoot": True},
     }

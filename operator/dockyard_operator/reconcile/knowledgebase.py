@@ -28,6 +28,7 @@ from dockyard_operator.builders.knowledge import (
     needs_run,
     run_environment,
     run_name,
+    s3_store_env,
     wanted_spec,
 )
 from dockyard_operator.context import Context
@@ -54,12 +55,18 @@ def indexing_settings(ctx: Context) -> IndexingSettings:
     s = ctx.settings
     return IndexingSettings(
         index_url=s.knowledge_index_url(),
-        files_dir=str(s.knowledge_files().resolve()),
+        files_dir=str(s.knowledge_files().resolve()) if s.model_store_backend != "s3" else "s3",
         image=s.storage_initializer_image,
         store_claim=s.knowledge_job_store_claim,
         store_path=str(s.model_store),
         service_account=s.knowledge_job_service_account,
         namespace=s.knowledge_job_namespace,
+        store_env=tuple(
+            s3_store_env(s.s3_endpoint, s.s3_bucket, s.s3_prefix, s.s3_region, s.s3_ca_bundle).items()
+            if s.model_store_backend == "s3"
+            else ()
+        ),
+        s3_secret=s.knowledge_job_s3_secret,
     )
 
 
@@ -152,6 +159,10 @@ def _start_local(ctx: Context, kb: Mapping[str, Any], env: Mapping[str, str]) ->
 
 async def _run_local(ctx: Context, kb: dict[str, Any], env: dict[str, str]) -> None:
     full = {**os.environ, **env}
+    if ctx.settings.model_store_backend == "s3":  # a host process: the operator's own credentials
+        full["DOCKYARD_KB_S3_ACCESS_KEY"] = ctx.settings.s3_access_key or ""
+        secret = ctx.settings.s3_secret_key
+        full["DOCKYARD_KB_S3_SECRET_KEY"] = secret.get_secret_value() if secret else ""
     if ctx.settings.kubeconfig:
         full["KUBECONFIG"] = ctx.settings.kubeconfig
     log_dir = ctx.settings.model_store.resolve().parent / "indexing"

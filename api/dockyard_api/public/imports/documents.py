@@ -2,17 +2,18 @@
 ``fileContext`` is ``document`` (or SPEC's ``dataset``) is a knowledge-base document, not a model.
 
 It uses the same session directory of the model store (chunks, resume, abort, expiry) but no Model: the
-completion assembles the chunks into ``<model store>/knowledge/files/<namespace>/<fileId>``, parses the
-file at once (in a thread) and answers the job record, SUCCESS or FAILED with the reason (a document
-that cannot be read is never attached; the knowledge base's index stays as it is). The file is attached
-to a knowledge base version by ``POST /api/public/knowledge-bases/{name}/{version}/documents``. The
-session's metadata stays, completed, until it expires, so a second completion answers the same record.
+completion assembles the chunks (on S3, staged from the bucket into the local spool first) into the
+document ``<namespace>/<fileId>`` of :mod:`dockyard_core.knowledge.files` (``knowledge/files/`` of the
+model store's directory or bucket), parses the file at once (in a thread) and answers the job record,
+SUCCESS or FAILED with the reason (a document that cannot be read is never attached; the knowledge
+base's index stays as it is). The file is attached to a knowledge base version by
+``POST /api/public/knowledge-bases/{name}/{version}/documents``. The session's metadata stays,
+completed, until it expires, so a second completion answers the same record.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import shutil
 import uuid
 from datetime import timedelta
@@ -24,8 +25,10 @@ from dockyard_api.public.imports.sessions import files
 from dockyard_api.public.schemas import JobRecord, SessionStarted
 from dockyard_core import clock
 from dockyard_core.clock import iso
+from dockyard_core.knowledge.files import DocumentFiles
 from dockyard_core.knowledge.parsing import DocumentError, parse_document
 from dockyard_core.modelstore import ModelStore, SessionMeta
+from dockyard_core.s3store import S3ModelStore
 from dockyard_core.storeerrors import SessionGone
 from dockyard_core.upload import DOCUMENT_CONTEXTS, Upload
 
@@ -34,18 +37,9 @@ def is_document(upload: Upload) -> bool:
     return upload.file_context.strip().lower() in DOCUMENT_CONTEXTS
 
 
-def record_path(root: Path, namespace: str, file_id: str) -> Path:
-    """The document's import record (name, size, media type, sha256, outcome) beside its bytes."""
-    return root / namespace / f"{file_id}.json"
-
-
-def read_record(root: Path, namespace: str, file_id: str) -> dict[str, Any] | None:
+def read_record(files: DocumentFiles, namespace: str, file_id: str) -> dict[str, Any] | None:
     """The import record of a document file, None when there is none."""
-    try:
-        found: dict[str, Any] = json.loads(record_path(root, namespace, file_id).read_text())
-    except (FileNotFoundError, ValueError):
-        return None
-    return found
+    return files.read_record(namespace, file_id)
 
 
 def _answer(record: dict[str, Any]) -> JobRecord:
@@ -65,9 +59,9 @@ def _answer(record: dict[str, Any]) -> JobRecord:
 class DocumentImports:
     """The document part of the import service."""
 
-    def __init__(self, store: ModelStore, root: Path, session_lifetime_seconds: float) -> None:
+    def __init__(self, store: ModelStore, files: DocumentFiles, session_lifetime_seconds: float) -> None:
         self.store = store
-        self.root = root
+        self.files = files
         self.lifetime = session_lifetime_seconds
 
     async def start(self, namespace: str, environment: str, upload: Upload) -> SessionStarted:
@@ -89,7 +83,7 @@ class DocumentImports:
     async def complete(self, meta: SessionMeta, sha256: str | None) -> JobRecord:
         """Assemble, check and parse the document (once); its record."""
         if meta.dock_status_id:
-            found = await files(read_record, self.root, meta.namespace, meta.model_id)
+            found = await files(read_record, self.files, meta.namespace, meta.model_id)
             if found is None:  # completed, and its document deleted since: nothing to answer again
                 raise SessionGone(
                     f"the document of import session {meta.session_id} is gone",
@@ -99,22 +93,31 @@ class DocumentImports:
             return _answer(found)
         record = await files(self._assemble, meta, sha256)
         await files(self.store.mark_completed, meta, record["dockStatusId"])
-        await files(shutil.rmtree, self.store.chunks_dir(meta.session_id), True)
+        if isinstance(self.store, S3ModelStore):
+            await files(self.store.drop_chunks, meta.session_id)
+        else:
+            await files(shutil.rmtree, self.store.chunks_dir(meta.session_id), True)
         return _answer(record)
 
     def _assemble(self, meta: SessionMeta, sha256: str | None) -> dict[str, Any]:
-        """The file work of a completion (in a thread): the chunks in order into the document's file, its
-        SHA-256 checked, parsed; the record written last."""
-        target = self.root / meta.namespace / meta.model_id
-        target.parent.mkdir(parents=True, exist_ok=True)
-        digest = hashlib.sha256()
-        partial = target.with_suffix(".part")
-        with partial.open("wb") as out:
-            for number in range(meta.upload.total_chunks):
-                with self.store.chunk_path(meta.session_id, number).open("rb") as chunk:
-                    while block := chunk.read(1 << 20):
-                        digest.update(block)
-                        out.write(block)
+        """The file work of a completion (in a thread): the chunks in order into the document's file (from
+        the bucket through a local staging copy on S3), its SHA-256 checked, parsed; the record written last."""
+        source = self.store
+        if isinstance(self.store, S3ModelStore):
+            source = ModelStore(self.files.root.parent / "staging")
+            self.store.stage_session(meta.session_id, source)
+        try:
+            partial = self.files.spool(meta.namespace) / f"{meta.model_id}.part"
+            digest = hashlib.sha256()
+            with partial.open("wb") as out:
+                for number in range(meta.upload.total_chunks):
+                    with source.chunk_path(meta.session_id, number).open("rb") as chunk:
+                        while block := chunk.read(1 << 20):
+                            digest.update(block)
+                            out.write(block)
+        finally:
+            if source is not self.store:
+                shutil.rmtree(source.session_dir(meta.session_id), ignore_errors=True)
         expected = sha256 or meta.upload.sha256
         if expected and digest.hexdigest() != expected:
             partial.unlink()
@@ -123,12 +126,12 @@ class DocumentImports:
                 {"sha256": expected, "received": digest.hexdigest()},
             )
         return keep_document(
-            self.root, meta.namespace, meta.model_id, meta.upload.file_name, partial, digest.hexdigest()
+            self.files, meta.namespace, meta.model_id, meta.upload.file_name, partial, digest.hexdigest()
         )
 
 
 def keep_document(
-    root: Path, namespace: str, file_id: str, file_name: str, partial: Path, sha256: str
+    files: DocumentFiles, namespace: str, file_id: str, file_name: str, partial: Path, sha256: str
 ) -> dict[str, Any]:
     """Parse the assembled file ``partial``: kept as the document ``file_id`` when it reads, deleted with the
     reason when not; the import record written last (file work: run it in a thread)."""
@@ -145,17 +148,16 @@ def keep_document(
     except DocumentError as exc:
         partial.unlink()
         record.update(status="FAILED", reason=exc.reason)
+        files.keep(namespace, file_id, None, record)
     else:
-        partial.replace(root / namespace / file_id)
         record.update(status="SUCCESS", mediaType=parsed.media_type, title=parsed.title, reason="")
-    record_path(root, namespace, file_id).write_text(json.dumps(record))
+        files.keep(namespace, file_id, partial, record)
     return record
 
 
-def store_document(root: Path, namespace: str, file_name: str, data: bytes) -> dict[str, Any]:
+def store_document(files: DocumentFiles, namespace: str, file_name: str, data: bytes) -> dict[str, Any]:
     """A document received whole (the console's upload): the same checks and record as a completed import."""
     file_id = model_id_for(file_name)
-    partial = root / namespace / f"{file_id}.part"
-    partial.parent.mkdir(parents=True, exist_ok=True)
+    partial = files.spool(namespace) / f"{file_id}.part"
     partial.write_bytes(data)
-    return keep_document(root, namespace, file_id, file_name, partial, hashlib.sha256(data).hexdigest())
+    return keep_document(files, namespace, file_id, file_name, partial, hashlib.sha256(data).hexdigest())

@@ -77,7 +77,9 @@ class ImportService:
         self.models = ImportModels(kube)
         self.sessions = Sessions(self.store, self.models)
         self.sweeper = Sweeper(self.store, self.models, settings.session_lifetime_seconds)
-        self.documents = DocumentImports(self.store, settings.knowledge_files(), settings.session_lifetime_seconds)
+        self.documents = DocumentImports(
+            self.store, settings.document_files(self.store), settings.session_lifetime_seconds
+        )
 
     # -- start --
 

@@ -6,7 +6,6 @@ operator's indexing run makes the index follow it."""
 from __future__ import annotations
 
 import uuid
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -15,6 +14,7 @@ from dockyard_api.public.imports.documents import read_record
 from dockyard_core import clock
 from dockyard_core.clock import iso
 from dockyard_core.errors import ConflictError, InvalidError, NotFoundError
+from dockyard_core.knowledge.files import DocumentFiles
 from dockyard_core.kubeclient import AsyncKube, User
 from dockyard_core.repository import Objects
 from dockyard_core.resources.v1alpha1 import KB_REINDEX_ANNOTATION, KnowledgeBase
@@ -69,9 +69,9 @@ def summary(kb: dict[str, Any]) -> dict[str, Any]:
 
 
 class KnowledgeService:
-    def __init__(self, kube: AsyncKube, files_root: Path, user: User | None = None) -> None:
+    def __init__(self, kube: AsyncKube, files: DocumentFiles, user: User | None = None) -> None:
         self.objects = Objects(kube, "knowledgebases", "KnowledgeBase", user=user)
-        self.files_root = files_root
+        self.files = files
 
     async def list(self, namespace: str) -> list[dict[str, Any]]:
         items = await self.objects.select(namespace)
@@ -108,7 +108,7 @@ class KnowledgeService:
     ) -> dict[str, Any]:
         """Attach an imported document (``fileId``: the completion's modelId); ``document``: its name in the
         knowledge base (default: the imported file's name). A document of that name is replaced."""
-        record = await anyio.to_thread.run_sync(read_record, self.files_root, namespace, file_id)
+        record = await anyio.to_thread.run_sync(read_record, self.files, namespace, file_id)
         if record is None:
             raise NotFoundError(
                 f"no imported document {file_id!r}: import it with fileContext document and complete the import",
