@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import resource
 import sys
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -224,8 +225,10 @@ async def _run_from_environment() -> int:
         )
     finally:
         await kube.aclose()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
     print(f"indexed {namespace}/{name}: {status.get('phase')} {status.get('documents', 0)} documents, "
-          f"{status.get('chunks', 0)} chunks, {status.get('errorCount', 0)} errors", flush=True)  # fmt: skip
+          f"{status.get('chunks', 0)} chunks, {status.get('errorCount', 0)} errors; peak RSS {peak:.1f} MiB",
+          flush=True)  # fmt: skip
     return code
 
 
