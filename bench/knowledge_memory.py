@@ -20,7 +20,7 @@ warm-up point: flat means each process grew by less than ``--flat-mib`` (20 MiB)
 hold 5.4 MB of documents (about 8 MB of chunk text with overlaps); a process that kept the chunks or the
 documents would grow by that at least, two to four times with Python's objects, so 20 MiB separates
 "holds the corpus" from allocator and cache noise (the KnowledgeBase object itself, with 1,000 documents in
-its spec and status, is about 0.3 MB, and the operator and facade each cache it).
+its spec and status, is about 0.2 MB of JSON, and the operator and the facade each receive it at every change).
 
     .venv/bin/python -m bench.knowledge_memory [--documents 1000 --warmup 20 --seed 29 --flat-mib 20]
 """
