@@ -29,7 +29,7 @@ MAX_UPLOAD_BYTES = 32 * 1024 * 1024
 async def _service(ctx: Ctx) -> KnowledgeService:
     state = app_state(ctx.request)
     user = await state.authenticator.user(f"Bearer {ctx.session.token}")
-    return KnowledgeService(state.kube, state.settings.document_files(), user=user)
+    return KnowledgeService(state.kube, state.imports.documents.files, user=user)
 
 
 def _indexing(kb: dict[str, Any]) -> bool:
@@ -75,7 +75,7 @@ async def upload(request: Request, namespace: NamespaceParam, name: KbName, vers
         return redirect(ctx, _here(ctx, name, version), {"error": why})
     if not data:
         return redirect(ctx, _here(ctx, name, version), {"error": f"{sent.filename} is empty."})
-    files = app_state(request).settings.document_files()
+    files = app_state(request).imports.documents.files
     record = await anyio.to_thread.run_sync(store_document, files, namespace, sent.filename, data)
     if record["status"] != "SUCCESS":
         return redirect(

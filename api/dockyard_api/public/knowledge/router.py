@@ -17,7 +17,7 @@ router = APIRouter(prefix="/api/public/knowledge-bases", tags=["knowledge bases"
 
 async def get_knowledge(request: Request) -> KnowledgeService:
     state = app_state(request)
-    return KnowledgeService(state.kube, state.settings.document_files())
+    return KnowledgeService(state.kube, state.imports.documents.files)
 
 
 Knowledge = Annotated[KnowledgeService, Depends(get_knowledge)]
