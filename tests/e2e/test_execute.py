@@ -384,6 +384,18 @@ def test_an_agent_calls_its_model_by_display_name_and_only_the_mcp_tools_it_name
 
     bot = deploy_bot(api, namespace, model)
     patch(api, namespace, "modeldeployments", "tiny", {"spec": {"name": "Tiny Chat"}})
+    core = client.CoreV1Api(api)
+
+    def renamed() -> bool:  # the engine's served name is in its pod's arguments: a new pod replaces the old one
+        pods = core.list_namespaced_pod(namespace, label_selector=f"{MODEL_DEPLOYMENT_LABEL}=tiny").items
+        return bool(pods) and all(
+            not p.metadata.deletion_timestamp
+            and any("--served-model-name=Tiny Chat" in (c.args or []) for c in p.spec.containers)
+            for p in pods
+        )
+
+    wait_for(renamed, timeout=60, what="the model's pods serving it as Tiny Chat")
+    serve_model(api, namespace, model.url)  # the local engine runner's part for the new pod
     with mcp_server({"forecast": forecast, "secrets": secrets}, name="docs") as docs:
         agent = {"name": "helper", "version": "1.0.0", "instructions": "You are helpful.", "model": "Tiny Chat",
                  "tools": ["weather"], "mcpTools": ["docs/forecast"]}  # fmt: skip
