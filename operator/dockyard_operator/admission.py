@@ -51,12 +51,14 @@ async def _read_from_api(
     return versions, [(e["metadata"]["name"], e) for e in environments]
 
 
-async def tool_delete_refusal(kube: KubeApi, tool: Mapping[str, Any]) -> Refusal | None:
-    """A Tool linked to an active version (or a draft deployed somewhere) is not deleted."""
-    namespace, spec = tool["metadata"]["namespace"], tool.get("spec") or {}
+async def pinned_delete_refusal(kube: KubeApi, obj: Mapping[str, Any], pins: str, what: str) -> Refusal | None:
+    """A version of something app versions pin in their list ``pins`` (a Tool: ``toolVersions``, a
+    KnowledgeBase: ``knowledgeBaseVersions``) linked to an active version (or a draft deployed somewhere) is not
+    deleted: 409 naming each holder and its environments (``what``: the kind as the message names it)."""
+    namespace, spec = obj["metadata"]["namespace"], obj.get("spec") or {}
     versions, environments = await _read_from_api(kube, namespace)
     apps = await kube.list_objects("apps", namespace)
-    holders = envs.tool_holders(spec.get("name", ""), spec.get("version", ""), versions, environments, apps)
+    holders = envs.pinned_holders(pins, spec.get("name", ""), spec.get("version", ""), versions, environments, apps)
     if not holders:
         return None
     used = "; ".join(
@@ -64,8 +66,13 @@ async def tool_delete_refusal(kube: KubeApi, tool: Mapping[str, Any]) -> Refusal
         for v, e in sorted(holders.items())
     )
     return Refusal(
-        f"tool {tool['metadata']['name']} is linked to an active version and cannot be deleted: used by {used}", 409
+        f"{what} {obj['metadata']['name']} is linked to an active version and cannot be deleted: used by {used}", 409
     )
+
+
+async def tool_delete_refusal(kube: KubeApi, tool: Mapping[str, Any]) -> Refusal | None:
+    """A Tool linked to an active version (or a draft deployed somewhere) is not deleted."""
+    return await pinned_delete_refusal(kube, tool, "toolVersions", "tool")
 
 
 async def appversion_delete_refusal(kube: KubeApi, version: Mapping[str, Any]) -> Refusal | None:

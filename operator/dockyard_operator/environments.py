@@ -308,6 +308,47 @@ def environments_deploying(app: str, version: str, environments: Iterable[tuple[
     return sorted(held)
 
 
+def pinned_holders(
+    pins: str,
+    name: str,
+    version: str,
+    versions: Iterable[Mapping[str, Any]],
+    environments: Sequence[tuple[str, Mapping[str, Any]]],
+    apps: Iterable[Mapping[str, Any]] = (),
+) -> dict[str, list[str]]:
+    """What holds version ``version`` of ``name`` pinned in the app content's list ``pins`` (``toolVersions``,
+    ``knowledgeBaseVersions``), each with the environments deploying it: AppVersion object names of deployed
+    versions that pin it, and ``draft of app <name>`` for an App whose draft pins it while an environment
+    serves that draft (the draft environment does)."""
+
+    def pinned(spec: Mapping[str, Any]) -> bool:
+        return (name, version) in {(t.get("name"), t.get("version")) for t in spec.get(pins) or []}
+
+    holders: dict[str, list[str]] = {}
+    for app_version in versions:
+        spec = app_version.get("spec") or {}
+        if not pinned(spec):
+            continue
+        envs = environments_deploying(spec.get("appRef", ""), spec.get("version", ""), environments)
+        if envs:
+            holders[version_object(spec.get("appRef", ""), spec.get("version", ""))] = envs
+    for app in apps:
+        app_name = (app.get("metadata") or {}).get("name", "")
+        if not pinned(app.get("spec") or {}):
+            continue
+        serving = sorted(
+            env_name
+            for env_name, env in environments
+            if (env.get("spec") or {}).get("appRef") == app_name
+            and (
+                not (env.get("spec") or {}).get("appVersion") or (env.get("status") or {}).get("activeVersion") == DRAFT
+            )
+        )
+        if serving:
+            holders[f"draft of app {app_name}"] = serving
+    return holders
+
+
 def tool_holders(
     tool_name: str,
     tool_version: str,
@@ -315,33 +356,5 @@ def tool_holders(
     environments: Sequence[tuple[str, Mapping[str, Any]]],
     apps: Iterable[Mapping[str, Any]] = (),
 ) -> dict[str, list[str]]:
-    """What holds the tool, each with the environments deploying it: AppVersion object names of deployed
-    versions that use it, and ``draft of app <name>`` for an App whose draft uses it while an environment
-    serves that draft (the draft environment does)."""
-    holders: dict[str, list[str]] = {}
-    for version in versions:
-        spec = version.get("spec") or {}
-        if not _pins(spec, tool_name, tool_version):
-            continue
-        envs = environments_deploying(spec.get("appRef", ""), spec.get("version", ""), environments)
-        if envs:
-            holders[version_object(spec.get("appRef", ""), spec.get("version", ""))] = envs
-    for app in apps:
-        name = (app.get("metadata") or {}).get("name", "")
-        if not _pins(app.get("spec") or {}, tool_name, tool_version):
-            continue
-        serving = sorted(
-            env_name
-            for env_name, env in environments
-            if (env.get("spec") or {}).get("appRef") == name
-            and (
-                not (env.get("spec") or {}).get("appVersion") or (env.get("status") or {}).get("activeVersion") == DRAFT
-            )
-        )
-        if serving:
-            holders[f"draft of app {name}"] = serving
-    return holders
-
-
-def _pins(spec: Mapping[str, Any], tool_name: str, tool_version: str) -> bool:
-    return (tool_name, tool_version) in {(t.get("name"), t.get("version")) for t in spec.get("toolVersions") or []}
+    """What holds the tool (:func:`pinned_holders` of ``toolVersions``)."""
+    return pinned_holders("toolVersions", tool_name, tool_version, versions, environments, apps)

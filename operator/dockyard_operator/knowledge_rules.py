@@ -9,20 +9,14 @@ from typing import Any
 
 from dockyard_core.problems import Problem
 from dockyard_operator import environments as envs
-from dockyard_operator.admission import Refusal
+from dockyard_operator.admission import Refusal, pinned_delete_refusal
 from dockyard_operator.kube import KubeApi
 from dockyard_operator.version_rules import refusal_message
-
-DRAFT = "draft"
 
 
 def kb_object(ref: Mapping[str, Any]) -> str:
     """The KnowledgeBase object a ``knowledgeBaseVersions`` entry pins: ``<name>-<version>``."""
     return f"{ref.get('name')}-{ref.get('version')}"
-
-
-def _pins(spec: Mapping[str, Any], name: str, version: str) -> bool:
-    return (name, version) in {(k.get("name"), k.get("version")) for k in spec.get("knowledgeBaseVersions") or []}
 
 
 def kb_holders(
@@ -32,49 +26,14 @@ def kb_holders(
     environments: Sequence[tuple[str, Mapping[str, Any]]],
     apps: Iterable[Mapping[str, Any]] = (),
 ) -> dict[str, list[str]]:
-    """What holds a knowledge base version, each with the environments deploying it: deployed AppVersions
-    that pin it, and ``draft of app <name>`` for a draft pinning it that an environment serves."""
-    holders: dict[str, list[str]] = {}
-    for app_version in versions:
-        spec = app_version.get("spec") or {}
-        if _pins(spec, name, version):
-            held = envs.environments_deploying(spec.get("appRef", ""), spec.get("version", ""), environments)
-            if held:
-                holders[envs.version_object(spec.get("appRef", ""), spec.get("version", ""))] = held
-    for app in apps:
-        app_name = (app.get("metadata") or {}).get("name", "")
-        if not _pins(app.get("spec") or {}, name, version):
-            continue
-        serving = sorted(
-            env_name
-            for env_name, env in environments
-            if (env.get("spec") or {}).get("appRef") == app_name
-            and (
-                not (env.get("spec") or {}).get("appVersion") or (env.get("status") or {}).get("activeVersion") == DRAFT
-            )
-        )
-        if serving:
-            holders[f"draft of app {app_name}"] = serving
-    return holders
+    """What holds a knowledge base version (:func:`~dockyard_operator.environments.pinned_holders` of
+    ``knowledgeBaseVersions``), as a Tool's holders."""
+    return envs.pinned_holders("knowledgeBaseVersions", name, version, versions, environments, apps)
 
 
 async def kb_delete_refusal(kube: KubeApi, kb: Mapping[str, Any]) -> Refusal | None:
     """A KnowledgeBase version linked to an active version is not deleted (409, naming the environments)."""
-    namespace, spec = kb["metadata"]["namespace"], kb.get("spec") or {}
-    versions = await kube.list_objects("appversions", namespace)
-    environments = [(e["metadata"]["name"], e) for e in await kube.list_objects("environments", namespace)]
-    apps = await kube.list_objects("apps", namespace)
-    holders = kb_holders(spec.get("name", ""), spec.get("version", ""), versions, environments, apps)
-    if not holders:
-        return None
-    used = "; ".join(
-        f"{v if v.startswith('draft of') else f'app version {v}'} (deployed in {', '.join(e)})"
-        for v, e in sorted(holders.items())
-    )
-    return Refusal(
-        f"knowledge base {kb['metadata']['name']} is linked to an active version and cannot be deleted: used by {used}",
-        409,
-    )
+    return await pinned_delete_refusal(kube, kb, "knowledgeBaseVersions", "knowledge base")
 
 
 def kb_version_problems(spec: Mapping[str, Any], found: Mapping[str, Mapping[str, Any] | None]) -> list[Problem]:
