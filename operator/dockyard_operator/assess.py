@@ -91,6 +91,14 @@ MOUNT_STUCK_AFTER_SECONDS = 2.0
 a volume: its FailedMount Events are worth a look (the kubelet reports them within a second)."""
 
 
+def on_node_not_started(pod: Mapping[str, Any]) -> bool:
+    """A pod scheduled on a node whose containers have not started (phase Pending): only its FailedMount
+    Events tell a volume that cannot be mounted."""
+    return (
+        bool((pod.get("spec") or {}).get("nodeName")) and (pod.get("status") or {}).get("phase", "Pending") == "Pending"
+    )
+
+
 def mount_pending(pods: Sequence[Mapping[str, Any]], now: datetime) -> list[str]:
     """Names of the pods that sit scheduled but not started (phase Pending on a node) for at least
     :data:`MOUNT_STUCK_AFTER_SECONDS`: those whose FailedMount Events the reconcile reads. A pod that
@@ -98,7 +106,7 @@ def mount_pending(pods: Sequence[Mapping[str, Any]], now: datetime) -> list[str]
     names = []
     for pod in pods:
         status = pod.get("status", {})
-        if not pod.get("spec", {}).get("nodeName") or status.get("phase", "Pending") != "Pending":
+        if not on_node_not_started(pod):
             continue
         scheduled = next(
             (

@@ -25,6 +25,8 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping
 from typing import Any
 
+from dockyard_operator.assess import on_node_not_started
+
 OWN_ANNOTATIONS = "dockyard.dev/"
 """The prefix of the annotations the operator writes and reads on its Deployments."""
 
@@ -52,7 +54,7 @@ def _container(entry: Mapping[str, Any], init: bool) -> tuple[Any, ...] | None:
 def pod_signal(pod: Mapping[str, Any], *, starting: bool = True) -> Hashable:
     """``starting``: whether a Pod waiting on its node without starting counts (False while the operator
     watches FailedMount Events, which then tell it: :class:`dockyard_operator.workloads.FailedMounts`)."""
-    meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
+    meta, status = pod.get("metadata") or {}, pod.get("status") or {}
     phase = status.get("phase", "Pending")
     scheduled = _condition(status, "PodScheduled")
     refused = (scheduled.get("reason"), scheduled.get("message")) if scheduled.get("status") == "False" else None
@@ -67,7 +69,7 @@ def pod_signal(pod: Mapping[str, Any], *, starting: bool = True) -> Hashable:
         tuple(sorted((meta.get("annotations") or {}).items())),
         _condition(status, "Ready").get("status") == "True",
         phase if phase in ("Failed", "Succeeded") else None,
-        starting and bool(spec.get("nodeName")) and phase == "Pending",
+        starting and on_node_not_started(pod),
         refused,
         containers,
     )

@@ -22,7 +22,7 @@ from typing import Any
 from dockyard_core.clock import now, utcnow
 from dockyard_core.resources.v1alpha1 import DOCK_STATUS_ID_LABEL, DockJob, JobType
 from dockyard_operator import monitoring
-from dockyard_operator.assess import Verdict, mount_pending, seconds_to_deadline
+from dockyard_operator.assess import Verdict, mount_pending, on_node_not_started, seconds_to_deadline
 from dockyard_operator.builders.common import APPLIED_HASH_ANNOTATION, TEMPLATE_HASH_ANNOTATION, hash_of
 from dockyard_operator.context import Body, Context
 from dockyard_operator.kube import Denied, Gone, owner_reference
@@ -285,12 +285,7 @@ def outcome_of(
 def _starting(pods: Sequence[Mapping[str, Any]]) -> bool:
     """A pod scheduled on a node that has not started (Pending): whether its volumes mount only its
     Events tell (assess.mount_pending), so the job is looked at while one exists."""
-    return any(
-        (p.get("spec") or {}).get("nodeName")
-        and (p.get("status") or {}).get("phase", "Pending") == "Pending"
-        and not (p.get("metadata") or {}).get("deletionTimestamp")
-        for p in pods
-    )
+    return any(on_node_not_started(p) and not (p.get("metadata") or {}).get("deletionTimestamp") for p in pods)
 
 
 def counts(deployment: dict[str, Any] | None) -> tuple[int, int]:
@@ -309,11 +304,7 @@ async def mount_events(ctx: Context, namespace: str, pods: Sequence[Mapping[str,
     of them when it runs, else one list call, only while such a pod has waited
     :data:`~dockyard_operator.assess.MOUNT_STUCK_AFTER_SECONDS` (assess.mount_pending)."""
     if ctx.workloads is not None and mounts_watched(ctx):
-        starting = {
-            (p.get("metadata") or {}).get("name", "")
-            for p in pods
-            if (p.get("spec") or {}).get("nodeName") and (p.get("status") or {}).get("phase", "Pending") == "Pending"
-        }
+        starting = {(p.get("metadata") or {}).get("name", "") for p in pods if on_node_not_started(p)}
         return ctx.workloads.mounts.events_of(namespace, starting) if starting else []
     waiting = set(mount_pending(pods, now()))
     if not waiting:
