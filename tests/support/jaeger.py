@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import shutil
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from typing import Any
 
 import httpx
 
+from tests.support.gobuild import cache_home, go_build
 from tests.support.runners import free_port
 
 SOURCE = Path(__file__).resolve().parent / "jaeger"
@@ -75,19 +75,9 @@ def jaeger_binary() -> Path:
     if given:
         return Path(given)
     digest = hashlib.sha256((SOURCE / "go.mod").read_bytes() + (SOURCE / "go.sum").read_bytes()).hexdigest()[:12]
-    home = Path(os.environ.get("DOCKYARD_CACHE", Path.home() / ".cache" / "dockyard"))
-    target = home / f"jaeger-{version()}-{digest}" / "jaeger"
+    target = cache_home() / f"jaeger-{version()}-{digest}" / "jaeger"
     if not target.exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_suffix(f".{os.getpid()}.tmp")
-        go = shutil.which("go")
-        if go is None:
-            raise AssertionError("the tracing backend of the tests (Jaeger) needs Go (go build) to be built once")
-        subprocess.run(
-            [go, "build", "-trimpath", "-o", str(partial), PACKAGE], cwd=SOURCE, check=True, timeout=3600,
-            env={**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=readonly"},
-        )  # fmt: skip
-        partial.replace(target)
+        go_build(SOURCE, [PACKAGE], target, what="the tracing backend of the tests (Jaeger)")
     return target
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -23,6 +22,7 @@ from urllib.parse import urljoin
 
 import httpx
 
+from tests.support.gobuild import cache_home, go_build
 from tests.support.runners import free_port
 
 SOURCE = Path(__file__).resolve().parent / "oidc_provider"
@@ -42,19 +42,9 @@ def provider_binary() -> Path:
     digest = hashlib.sha256()
     for name in ("go.mod", "go.sum", "main.go"):
         digest.update((SOURCE / name).read_bytes())
-    home = Path(os.environ.get("DOCKYARD_CACHE", Path.home() / ".cache" / "dockyard"))
-    target = home / f"oidc-provider-{digest.hexdigest()[:16]}" / "oidc-provider"
+    target = cache_home() / f"oidc-provider-{digest.hexdigest()[:16]}" / "oidc-provider"
     if not target.exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_suffix(f".{os.getpid()}.tmp")
-        go = shutil.which("go")
-        if go is None:
-            raise AssertionError("the OIDC provider of the tests needs Go (go build) to be built once")
-        subprocess.run(
-            [go, "build", "-trimpath", "-o", str(partial), "."], cwd=SOURCE, check=True, timeout=1800,
-            env={**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=readonly"},
-        )  # fmt: skip
-        partial.replace(target)
+        go_build(SOURCE, ["."], target, what="the OIDC provider of the tests", timeout=1800)
     return target
 
 

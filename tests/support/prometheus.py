@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import time
 from collections.abc import Iterator, Sequence
@@ -23,6 +22,7 @@ from typing import Any
 import httpx
 import yaml
 
+from tests.support.gobuild import cache_home, go_build
 from tests.support.runners import free_port
 
 SOURCE = Path(__file__).resolve().parent / "prometheus"
@@ -41,22 +41,15 @@ def binaries() -> Path:
     given = os.environ.get("DOCKYARD_PROMETHEUS_DIR")
     if given:
         return Path(given)
-    home = Path(os.environ.get("DOCKYARD_CACHE", Path.home() / ".cache" / "dockyard"))
-    target = home / f"prometheus-{version()}"
+    target = cache_home() / f"prometheus-{version()}"
     if not (target / "prometheus").exists() or not (target / "promtool").exists():
-        go = shutil.which("go")
-        if go is None:
-            raise AssertionError("the Prometheus of the tests needs Go (go build) to be built once")
-        partial = target.with_name(f"{target.name}.{os.getpid()}.tmp")
-        partial.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
-            [go, "build", "-trimpath", "-o", f"{partial}/", f"{MODULE}/cmd/prometheus", f"{MODULE}/cmd/promtool"],
-            cwd=SOURCE, check=True, timeout=3600,
-            env={**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=readonly -buildvcs=false"},
-        )  # fmt: skip
-        if target.exists():
-            shutil.rmtree(target)
-        partial.replace(target)
+        go_build(
+            SOURCE,
+            [f"{MODULE}/cmd/prometheus", f"{MODULE}/cmd/promtool"],
+            target,
+            what="the Prometheus of the tests",
+            goflags="-mod=readonly -buildvcs=false",
+        )
     return target
 
 
