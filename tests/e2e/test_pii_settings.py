@@ -7,37 +7,15 @@ by the CRD's own rule, and nothing changes; a valid one lands with the CRD's def
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from typing import Any
 
-import httpx
-import pytest
 from kubernetes import client
 
-from dockyard_api.settings import ApiSettings
+from tests.e2e.test_environment_settings import answer, facade, operator  # noqa: F401 - fixtures
 from tests.support.cluster import E2ECluster
 from tests.support.dockyard import get_or_empty as get
-from tests.support.runners import RunningFacade, RunningOperator, run_facade, run_operator
+from tests.support.runners import RunningFacade
 from tests.support.users import Users, kubectl
 from tests.support.waiting import wait_for
-
-
-@pytest.fixture(scope="module")
-def operator(cluster: E2ECluster, crds: None) -> Iterator[RunningOperator]:
-    with run_operator(env={"DOCKYARD_OPERATOR_ENVIRONMENT_INTERVAL_SECONDS": "1"}) as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def facade(cluster: E2ECluster, operator: RunningOperator) -> Iterator[RunningFacade]:
-    with run_facade(ApiSettings(token_cache_seconds=0)) as running:
-        yield running
-
-
-def answer(response: httpx.Response, status: int = 200) -> Any:
-    assert response.status_code == status, response.text
-    return response.json()
-
 
 GOOD = {
     "entities": ["EMAIL_ADDRESS", "CREDIT_CARD", "US_SSN"],
@@ -47,7 +25,11 @@ GOOD = {
 
 
 def test_pii_settings_are_validated_where_they_are_written(
-    api: client.ApiClient, namespace: str, team: Users, facade: RunningFacade, cluster: E2ECluster
+    api: client.ApiClient,
+    namespace: str,
+    team: Users,
+    facade: RunningFacade,  # noqa: F811
+    cluster: E2ECluster,
 ) -> None:
     http, alice = facade.client, team.headers("alice")
     mgmt = f"/api/v1/namespaces/{namespace}"
