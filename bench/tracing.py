@@ -30,7 +30,7 @@ def jaeger() -> Iterator[Jaeger]:
 
 
 def otel_env(backend: Jaeger) -> dict[str, str]:
-    """The standard variables that turn a facade's tracing on (the SDK's batch defaults otherwise)."""
+    """The standard variables that turn a facade's tracing on (the batch defaults otherwise)."""
     return {"OTEL_EXPORTER_OTLP_ENDPOINT": backend.otlp_endpoint, "OTEL_SERVICE_NAME": "dockyard-api-bench"}
 
 

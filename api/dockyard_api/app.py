@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 
 import anyio
 from fastapi import FastAPI
+from fastapi.telemetry import TelemetryConfig
 
 from dockyard_api import __version__
 from dockyard_api.auth import Authenticator
@@ -142,17 +143,18 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
             await kube.aclose()
             tracing.stop()  # sends what is queued (at most 5 s)
 
-    provider = tracing.start()  # the OTEL_* variables turn traces on (docs/observability.md, "Traces")
+    tracing.start()  # the OTEL_* variables turn traces on (docs/observability.md, "Traces")
     app = FastAPI(
         title="Dockyard",
         version=__version__,
         description="Moves AI applications and the models they use from development to live environments "
         "on Kubernetes. Public API: chunked model import, model and tool deployment, dock status.",
         lifespan=lifespan,
-        telemetry=tracing.fastapi_telemetry(provider),  # its HTTP server spans when on; none at all when off
+        telemetry=TelemetryConfig(tracing=False, metrics=False, logs=False, operation_spans=False),  # ours instead
     )
     install_error_handlers(app)
-    app.add_middleware(RequestMiddleware)  # request id (header, logs, annotations) and request metrics
+    # request id (header, logs, annotations), request metrics, and the request's span when tracing is on
+    app.add_middleware(RequestMiddleware, trace=tracing.request, trace_done=tracing.request_done)
     app.add_middleware(BodyLimit, max_bytes=settings.max_json_body_bytes)
     app.include_router(ops.router)
     # The public API's {base_url} is the environment's address (docs/public-api.md): public APIs live

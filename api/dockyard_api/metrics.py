@@ -16,6 +16,7 @@ import functools
 import logging
 import re
 import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from prometheus_client import (
@@ -182,12 +183,20 @@ class RouteTemplates:
         return self.match(scope.get("path", ""))
 
 
-class RequestMiddleware:
-    """Pure ASGI middleware: the request id (header, log context) and the request metrics."""
+TraceStart = Callable[[Mapping[str, Any]], Any]
+TraceEnd = Callable[[Any, str, int], None]
 
-    def __init__(self, app: Any) -> None:
+
+class RequestMiddleware:
+    """Pure ASGI middleware: the request id (header, log context), the request metrics, and the request's
+    span when the application gives its tracing hooks (``trace`` answers the span, or None when off;
+    ``trace_done`` ends it with the route and the status)."""
+
+    def __init__(self, app: Any, trace: TraceStart | None = None, trace_done: TraceEnd | None = None) -> None:
         self.app = app
         self.routes = RouteTemplates()
+        self.trace = trace if trace is not None and trace_done is not None else None
+        self.trace_done = trace_done
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -212,6 +221,7 @@ class RequestMiddleware:
 
         start = time.perf_counter()
         IN_FLIGHT.inc()
+        span = self.trace(scope) if self.trace is not None else None
         try:
             await self.app(scope, receive, send_wrapper)
         finally:
@@ -220,4 +230,6 @@ class RequestMiddleware:
             method = scope.get("method", "")
             REQUESTS.labels(route, method, str(status)).inc()
             LATENCY.labels(route, method).observe(time.perf_counter() - start)
+            if span is not None and self.trace_done is not None:
+                self.trace_done(span, route, status)
             requestid.current.reset(token)

@@ -10,7 +10,7 @@ import re
 import uuid
 from contextvars import ContextVar
 
-from opentelemetry import propagate, trace
+from dockyard_core import tracing
 
 REQUEST_ID_HEADER = "X-Request-Id"
 REQUEST_ID_ANNOTATION = "dockyard.dev/request-id"
@@ -32,10 +32,7 @@ def as_annotation() -> dict[str, str]:
     request's span (``dockyard.dev/traceparent``) when it is traced, which the operator's spans link to."""
     rid = current.get()
     out = {REQUEST_ID_ANNOTATION: rid} if rid else {}
-    span = trace.get_current_span()
-    if span.is_recording():
-        carrier: dict[str, str] = {}
-        propagate.inject(carrier)
-        if carrier.get("traceparent"):
-            out[TRACEPARENT_ANNOTATION] = carrier["traceparent"]
+    span = tracing.current()
+    if span is not None and span.recording:
+        out[TRACEPARENT_ANNOTATION] = span.traceparent()
     return out

@@ -22,13 +22,13 @@ from dockyard_core.requestid import REQUEST_ID_ANNOTATION, TRACEPARENT_ANNOTATIO
 from dockyard_operator.monitoring import REGISTRY
 
 if TYPE_CHECKING:
-    from opentelemetry.trace import Span, Tracer
+    from dockyard_core.tracing import Span, Tracer
 
 log = logging.getLogger(__name__)
 VERSION = "0.1.0"
 SPANS_DROPPED = Counter(
     "dockyard_operator_spans_dropped",
-    "Spans that never reached the tracing backend: queue_full, export_failed, already_shutdown",
+    "Spans that never reached the tracing backend: queue_full, export_failed",
     ["reason"],
     registry=REGISTRY,
 )
@@ -81,8 +81,6 @@ def object_span(
     active = tracer()
     if active is None:
         return NOOP
-    from opentelemetry import propagate, trace
-
     meta = body.get("metadata") or {}
     annotations = meta.get("annotations") or {}
     values: dict[str, Any] = {
@@ -94,14 +92,8 @@ def object_span(
     }
     if annotations.get(REQUEST_ID_ANNOTATION):
         values["dockyard.request_id"] = str(annotations[REQUEST_ID_ANNOTATION])
-    links = []
-    if annotations.get(TRACEPARENT_ANNOTATION):
-        ctx = trace.get_current_span(propagate.extract({"traceparent": annotations[TRACEPARENT_ANNOTATION]}))
-        if ctx.get_span_context().is_valid:
-            links.append(trace.Link(ctx.get_span_context(), {"dockyard.link": "request"}))
-    return active.start_as_current_span(
-        name, attributes=values, links=links, record_exception=False, set_status_on_exception=False
-    )
+    links = tracing.links_to(annotations.get(TRACEPARENT_ANNOTATION), {"dockyard.link": "request"})
+    return active.start_span(name, attributes=values, links=links or None)
 
 
 def result(span: Span | None, outcome: str) -> None:
@@ -110,6 +102,4 @@ def result(span: Span | None, outcome: str) -> None:
         return
     span.set_attribute("dockyard.result", outcome)
     if outcome in ("error", "FAILED"):
-        from opentelemetry.trace import Status, StatusCode
-
-        span.set_status(Status(StatusCode.ERROR, outcome))
+        span.set_error(outcome)

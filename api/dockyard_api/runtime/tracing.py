@@ -3,53 +3,51 @@ conventions of OpenTelemetry.
 
 The span tree of a turn::
 
-    POST /e/{namespace}/{environment}/v1/apps/{app_id}/execute     SERVER  (FastAPI's own span; the caller's
-    └─ turn {app}                                                           traceparent is its parent)
-       ├─ chat {model}                  CLIENT  routing call (apps with several agents) and guard-model calls
-       └─ invoke_agent {agent}
-          └─ step {n}                   one per model call of the agent's tool loop
-             ├─ chat {model}            CLIENT  traceparent sent to the engine (vLLM joins its own spans)
-             └─ execute_tool {tool}
-                └─ POST {tool} | tools/call {tool}   CLIENT  traceparent sent to the tool (HTTP, MCP)
+    POST /e/{namespace}/{environment}/v1/apps/{app_id}/execute     SERVER  the request's span (its caller's
+    │                                                                      traceparent is its parent), which
+    │                                                                      carries the turn's attributes
+    ├─ chat {model}                     CLIENT  routing call (apps with several agents) and guard-model calls
+    └─ invoke_agent {agent}
+       └─ step {n}                      one per model call of the agent's tool loop
+          ├─ chat {model}               CLIENT  traceparent sent to the engine (vLLM joins its own spans)
+          └─ execute_tool {tool}
+             └─ POST {tool} | tools/call {tool}   CLIENT  traceparent sent to the tool (HTTP, MCP)
 
+A turn run outside a request (an evaluation's, a shadow run's) gets its own ``turn {app}`` span instead.
 Attributes: the app, its version, the environment, the session (``gen_ai.conversation.id``), the agent, the
 model, tokens, tool names. Never an API key, never a URL's query; message text only when
 ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`` AND the environment has PII settings, redacted
 by them (:func:`content`).
 
 Off costs nothing: :data:`TRACER` is None and every hook answers at its first line (a shared null context
-manager, no SDK object).
+manager).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import orjson
-from fastapi.telemetry import TelemetryConfig
 from prometheus_client import Counter
 
 from dockyard_api import __version__
 from dockyard_api.metrics import REGISTRY
 from dockyard_core import tracing
+from dockyard_core.tracing import CLIENT, SERVER, Span, Tracer
 
 if TYPE_CHECKING:
-    from contextvars import Token
-
-    from opentelemetry.context import Context
-    from opentelemetry.trace import Span, Tracer
-
     from dockyard_api.runtime.config import EnvironmentView
     from dockyard_core.pii import PiiPolicy
 
 SPANS_DROPPED = Counter(
     "dockyard_api_spans_dropped",
     "Spans that never reached the tracing backend: queue_full (its bounded queue was full), export_failed "
-    "(the backend refused them or could not be reached), already_shutdown",
+    "(the backend refused them or could not be reached)",
     ["reason"],
     registry=REGISTRY,
 )
@@ -67,16 +65,15 @@ def _dropped(reason: str, count: int) -> None:
     SPANS_DROPPED.labels(reason).inc(count)
 
 
-def start(environ: Mapping[str, str] | None = None) -> Any:
-    """Tracing for this facade when the OTEL_* variables ask for it: the SDK provider (for FastAPI's server
-    spans) or None."""
+def start(environ: Mapping[str, str] | None = None) -> tracing.Tracing | None:
+    """Tracing for this facade when the OTEL_* variables ask for it (None: off)."""
     global TRACER, CAPTURE_CONTENT, _RUNNING
     stop()
     running = tracing.start("dockyard-api", __version__, _dropped, environ)
     if running is None:
         return None
     _RUNNING, TRACER, CAPTURE_CONTENT = running, running.tracer, running.settings.capture_content
-    return running.provider
+    return running
 
 
 def stop() -> None:
@@ -86,12 +83,43 @@ def stop() -> None:
         running.stop()
 
 
-def fastapi_telemetry(provider: Any) -> TelemetryConfig:
-    """FastAPI's own telemetry: its HTTP server spans (the caller's ``traceparent`` is their parent) on the
-    given provider; nothing at all when it is None (tracing off)."""
-    if provider is None:
-        return TelemetryConfig(tracing=False, metrics=False, logs=False, operation_spans=False)
-    return TelemetryConfig(tracer_provider=provider, metrics=False, logs=False, operation_spans=False)
+# --- the request's span ------------------------------------------------------------------------------
+
+
+def request(scope: Mapping[str, Any]) -> Span | None:
+    """The SERVER span of an HTTP request (None when tracing is off), current until :func:`request_done`:
+    its parent is the caller's ``traceparent``; its name and ``http.route`` are set when the route is known."""
+    if TRACER is None:
+        return None
+    parent, state = None, None
+    for name, value in scope.get("headers") or ():
+        if name == b"traceparent":
+            parent = value.decode("latin-1")
+        elif name == b"tracestate":
+            state = value.decode("latin-1")
+    method = scope.get("method", "")
+    attributes: dict[str, Any] = {
+        "http.request.method": method,
+        "url.path": scope.get("path", ""),
+        "url.scheme": scope.get("scheme", "http"),
+    }
+    query = scope.get("query_string")
+    if query:
+        attributes["url.query"] = tracing.query_names(query.decode("latin-1"))
+    span = TRACER.start_span(method, SERVER, attributes, parent=tracing.extract(parent, state), use_current=False)
+    span.activate()
+    return span
+
+
+def request_done(span: Span, route: str, status: int) -> None:
+    if span.recording:
+        span.name = f"{span.attributes['http.request.method']} {route}"
+        span.attributes["http.route"] = route
+        span.attributes["http.response.status_code"] = status
+        if status >= 500:
+            span.status_code, span.status_message = tracing.ERROR, str(status)
+            span.attributes["error.type"] = str(status)
+    span.finish()
 
 
 # --- hooks of a turn ---------------------------------------------------------------------------------
@@ -99,29 +127,31 @@ def fastapi_telemetry(provider: Any) -> TelemetryConfig:
 
 @dataclass(frozen=True)
 class Turn:
-    """The span of a turn in progress, current until it ends (:func:`turn_done`, :func:`turn_failed`)."""
+    """The span that carries a turn: the request's, or one of its own (``owned``) outside a request."""
 
     span: Span
-    token: Token[Context]
+    owned: bool
 
 
 def turn(env: EnvironmentView, version: str, session: str) -> Turn | None:
-    """Start the turn's span and make it current (None when tracing is off)."""
+    """The turn's span (None when tracing is off): the request's SERVER span gets the turn's attributes; a
+    turn outside a request starts (and makes current) a ``turn {app}`` span."""
     if TRACER is None:
         return None
-    from opentelemetry import context, trace
-
-    span = TRACER.start_span(
-        f"turn {env.app}",
-        attributes={
-            "gen_ai.conversation.id": session,
-            "dockyard.app": env.app,
-            "dockyard.app.version": version,
-            "dockyard.environment": env.name,
-            "dockyard.environment.namespace": env.namespace,
-        },
-    )
-    return Turn(span, context.attach(trace.set_span_in_context(span)))
+    attributes = {
+        "gen_ai.conversation.id": session,
+        "dockyard.app": env.app,
+        "dockyard.app.version": version,
+        "dockyard.environment": env.name,
+        "dockyard.environment.namespace": env.namespace,
+    }
+    span = tracing.current()
+    if span is not None and span.kind == SERVER:
+        span.set_attributes(attributes)
+        return Turn(span, owned=False)
+    span = TRACER.start_span(f"turn {env.app}", attributes=attributes)
+    span.activate()
+    return Turn(span, owned=True)
 
 
 def turn_done(
@@ -139,20 +169,15 @@ def turn_done(
         }
     )
     content(traced.span, pii, key, str(body["session_id"]), message, answer)
-    _end(traced)
+    if traced.owned:
+        traced.span.finish()
 
 
 def turn_failed(traced: Turn | None, code: str) -> None:
     if traced is not None:
-        failed(traced.span, code)
-        _end(traced)
-
-
-def _end(traced: Turn) -> None:
-    from opentelemetry import context
-
-    context.detach(traced.token)
-    traced.span.end()
+        traced.span.set_error(code)
+        if traced.owned:
+            traced.span.finish()
 
 
 def content(span: Span | None, pii: PiiPolicy | None, key: bytes, session: str, message: str, answer: str) -> None:
@@ -172,13 +197,9 @@ def _messages(role: str, text: str) -> str:
 
 
 def failed(span: Span | None, code: str) -> None:
-    """The turn failed with ``code`` (the error's code: no message, which may quote what a model wrote)."""
-    if span is None:
-        return
-    from opentelemetry.trace import Status, StatusCode
-
-    span.set_attribute("error.type", code)
-    span.set_status(Status(StatusCode.ERROR, code))
+    """The call failed with ``code`` (the error's code: no message, which may quote what a model wrote)."""
+    if span is not None:
+        span.set_error(code)
 
 
 def agent(name: str, model: str | None, session: str | None) -> contextlib.AbstractContextManager[Span | None]:
@@ -189,20 +210,18 @@ def agent(name: str, model: str | None, session: str | None) -> contextlib.Abstr
         attributes["gen_ai.request.model"] = model
     if session:
         attributes["gen_ai.conversation.id"] = session
-    return _start(TRACER, f"invoke_agent {name}", attributes=attributes)
+    return TRACER.start_span(f"invoke_agent {name}", attributes=attributes)
 
 
 def step(number: int) -> contextlib.AbstractContextManager[Span | None]:
     if TRACER is None:
         return NOOP
-    return _start(TRACER, f"step {number}", attributes={"dockyard.agent.step": number})
+    return TRACER.start_span(f"step {number}", attributes={"dockyard.agent.step": number})
 
 
 def chat(base_url: str, body: Mapping[str, Any]) -> contextlib.AbstractContextManager[Span | None]:
     if TRACER is None:
         return NOOP
-    from opentelemetry.trace import SpanKind
-
     model = str(body.get("model") or "")
     attributes: dict[str, Any] = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": "openai"}
     attributes.update(_server(base_url))
@@ -215,7 +234,7 @@ def chat(base_url: str, body: Mapping[str, Any]) -> contextlib.AbstractContextMa
         attributes["gen_ai.request.stream"] = True
     if body.get("tools"):
         attributes["dockyard.tools_offered"] = [str(t.get("function", {}).get("name")) for t in body["tools"]]
-    return _start(TRACER, f"chat {model}".strip(), kind=SpanKind.CLIENT, attributes=attributes)
+    return TRACER.start_span(f"chat {model}".strip(), CLIENT, attributes)
 
 
 def chat_done(span: Span | None, tokens_in: int, tokens_out: int, finish: str | None, calls: list[str]) -> None:
@@ -231,8 +250,7 @@ def chat_done(span: Span | None, tokens_in: int, tokens_out: int, finish: str | 
 def tool(name: str, call_id: str) -> contextlib.AbstractContextManager[Span | None]:
     if TRACER is None:
         return NOOP
-    return _start(
-        TRACER,
+    return TRACER.start_span(
         f"execute_tool {name}",
         attributes={
             "gen_ai.operation.name": "execute_tool",
@@ -248,10 +266,7 @@ def tool_done(span: Span | None, ok: bool) -> None:
         return
     span.set_attribute("dockyard.tool.ok", ok)
     if not ok:
-        from opentelemetry.trace import Status, StatusCode
-
-        span.set_attribute("error.type", "tool_error")
-        span.set_status(Status(StatusCode.ERROR, "the tool call failed"))
+        span.set_error("tool_error")
 
 
 def tool_request(
@@ -261,8 +276,6 @@ def tool_request(
     ``headers`` (so the tool's own spans join the trace)."""
     if TRACER is None:
         return NOOP
-    from opentelemetry.trace import SpanKind
-
     attributes: dict[str, Any] = {"dockyard.tool.kind": kind, "gen_ai.tool.name": name, **_server(url)}
     if kind == "mcp":
         attributes["mcp.method.name"] = "tools/call"
@@ -270,20 +283,9 @@ def tool_request(
     else:
         attributes["http.request.method"] = "POST"
         span_name = f"POST {name}"
-    return _injecting(TRACER, span_name, SpanKind.CLIENT, attributes, headers)
-
-
-@contextlib.contextmanager
-def _injecting(tracer: Tracer, name: str, kind: Any, attributes: dict[str, Any], headers: dict[str, str]) -> Any:
-    with _start(tracer, name, kind=kind, attributes=attributes) as span:
-        tracing.inject(headers)
-        yield span
-
-
-def _start(tracer: Tracer, name: str, **kwargs: Any) -> contextlib.AbstractContextManager[Span]:
-    """A span made current; an exception escaping it is neither recorded nor described (its message may
-    quote a model's or a tool's text): :func:`failed` and :func:`tool_done` set the status by code."""
-    return tracer.start_as_current_span(name, record_exception=False, set_status_on_exception=False, **kwargs)
+    span = TRACER.start_span(span_name, CLIENT, attributes)
+    tracing.inject(headers, span)
+    return span
 
 
 def inject(headers: dict[str, str]) -> None:
@@ -292,8 +294,10 @@ def inject(headers: dict[str, str]) -> None:
         tracing.inject(headers)
 
 
+@functools.lru_cache(maxsize=256)
 def _server(url: str) -> dict[str, Any]:
-    """``server.address`` and ``server.port`` of a URL (never its path, user or query)."""
+    """``server.address`` and ``server.port`` of a URL (never its path, user or query); kept per URL (a
+    turn's model and tools repeat), so never changed by its callers."""
     try:
         parts = urlsplit(url)
         port = parts.port or (443 if parts.scheme == "https" else 80)

@@ -1,5 +1,6 @@
-"""dockyard_core.tracing: what the standard OTEL_* variables turn on, and spans that cannot reach a backend counted
-(a real OTLP/HTTP exporter against a loopback port where nothing listens)."""
+"""dockyard_core.tracing: what the standard OTEL_* variables turn on, the sampler's decisions, the W3C traceparent,
+and spans that cannot reach a backend counted (the real exporter against a loopback port where nothing listens).
+What the exporter sends is decoded in test_otlp.py."""
 
 from __future__ import annotations
 
@@ -50,21 +51,93 @@ def test_what_cannot_be_done_is_refused_naming_the_variable(env: dict[str, str],
         tracing.settings_from_env({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318", **env})
 
 
-def test_spans_that_cannot_be_sent_are_dropped_and_counted_without_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "4")
-    monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "2")
-    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")
+def test_the_exporter_variables_with_the_sdk_defaults() -> None:
+    on = tracing.settings_from_env(
+        {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": "https://collector:4318",
+            "OTEL_EXPORTER_OTLP_HEADERS": "authorization=Bearer%20abc,x-tenant=t1",
+            "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": "2500",
+            "OTEL_EXPORTER_OTLP_COMPRESSION": "gzip",
+            "OTEL_EXPORTER_OTLP_CERTIFICATE": "/etc/ca.pem",
+        }
+    )
+    assert on is not None
+    assert on.headers == {"authorization": "Bearer abc", "x-tenant": "t1"}
+    assert (on.timeout_s, on.gzip, on.ca_file) == (2.5, True, "/etc/ca.pem")
+    with pytest.raises(tracing.TracingConfigError, match="OTEL_EXPORTER_OTLP_HEADERS"):
+        tracing.settings_from_env({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_EXPORTER_OTLP_HEADERS": "x"})
+    with pytest.raises(tracing.TracingConfigError, match="OTEL_EXPORTER_OTLP_COMPRESSION=zstd"):
+        tracing.settings_from_env(
+            {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_EXPORTER_OTLP_COMPRESSION": "zstd"}
+        )
+
+
+def test_the_resource_names_the_service_as_the_variables_say() -> None:
+    env = {"OTEL_RESOURCE_ATTRIBUTES": "deployment.environment.name=prod,service.name=x", "OTEL_SERVICE_NAME": "api"}
+    found = tracing.resource("dockyard-api", "1.2", env)
+    assert found["service.name"] == "api"
+    assert found["service.version"] == "1.2"
+    assert found["deployment.environment.name"] == "prod"
+
+
+@pytest.mark.parametrize(
+    ("header", "expected"),
+    [
+        ("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", (0x0AF7651916CD43DD8448EB211C80319C, True)),
+        ("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00", (0x0AF7651916CD43DD8448EB211C80319C, False)),
+        ("01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-later", (0x0AF7651916CD43DD8448EB211C80319C, True)),
+        ("00-00000000000000000000000000000000-b7ad6b7169203331-01", None),
+        ("00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01", None),
+        ("ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", None),
+        ("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-extra", None),
+        ("not a traceparent", None),
+    ],
+)
+def test_a_callers_traceparent_is_read_as_w3c_says(header: str, expected: tuple[int, bool] | None) -> None:
+    parent = tracing.extract(header, "vendor=1")
+    assert (None if parent is None else (parent.trace_id, parent.sampled)) == expected
+    if parent is not None:
+        child = tracing.Tracer(tracing.sampler({}), lambda span: None).start_span("POST /x", parent=parent)
+        headers: dict[str, str] = {}
+        tracing.inject(headers, child)
+        assert headers == {"traceparent": child.traceparent(), "tracestate": "vendor=1"}
+        assert headers["traceparent"].startswith(f"00-{parent.trace_id:032x}-{child.span_id:016x}-")
+        assert child.parent_id == 0xB7AD6B7169203331
+
+
+def test_children_follow_the_current_span_and_an_unsampled_one_records_nothing() -> None:
+    finished: list[tracing.Span] = []
+    tracer = tracing.Tracer(tracing.sampler({"OTEL_TRACES_SAMPLER": "parentbased_always_off"}), finished.append)
+    sampled = tracing.extract("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+    with tracer.start_span("root", parent=sampled) as root, tracer.start_span("child") as child:
+        assert tracing.current() is child
+        child.set_attribute("k", "v")
+    assert tracing.current() is None
+    assert [s.name for s in finished] == ["child", "root"]
+    assert (child.parent_id, child.trace_id) == (root.span_id, root.trace_id)
+    with tracer.start_span("unsampled root") as off, tracer.start_span("its child") as under:
+        under.set_attribute("k", "v")
+        assert under.traceparent().endswith("-00")
+    assert (off.recording, under.recording, under.attributes, under.trace_id) == (False, False, {}, off.trace_id)
+    assert len(finished) == 2
+
+
+def test_spans_that_cannot_be_sent_are_dropped_and_counted_without_waiting() -> None:
     drops: dict[str, int] = {}
-    running = tracing.start(
-        "test", "0", lambda reason, n: drops.__setitem__(reason, drops.get(reason, 0) + n),
-        {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{free_port()}"},
-    )  # fmt: skip
+    env = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{free_port()}",
+        "OTEL_BSP_MAX_QUEUE_SIZE": "4",
+        "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "2",
+        "OTEL_BSP_SCHEDULE_DELAY": "50",
+        "OTEL_BSP_EXPORT_TIMEOUT": "200",
+        "OTEL_EXPORTER_OTLP_TIMEOUT": "1000",
+    }
+    running = tracing.start("test", "0", lambda reason, n: drops.__setitem__(reason, drops.get(reason, 0) + n), env)
     assert running is not None
     try:
         started = time.perf_counter()
         for i in range(200):
-            with running.tracer.start_as_current_span(f"span {i}"):
+            with running.tracer.start_span(f"span {i}"):
                 pass
         assert time.perf_counter() - started < 0.5  # never waits for the backend
         assert drops.get("queue_full", 0) > 100, drops
@@ -72,36 +145,25 @@ def test_spans_that_cannot_be_sent_are_dropped_and_counted_without_waiting(monke
         while not drops.get("export_failed") and time.monotonic() < deadline:
             time.sleep(0.1)
         assert drops.get("export_failed", 0) >= 1, drops
+        running.stop(timeout_millis=5000)
     finally:
         running.stop(timeout_millis=100)
+    assert drops["queue_full"] + drops["export_failed"] == 200, drops  # every span accounted for
 
 
-def test_off_no_sdk_is_loaded_by_the_facade() -> None:
-    """Tracing off costs nothing: building the facade loads no part of the OpenTelemetry SDK."""
+def test_off_nothing_is_started_by_the_facade() -> None:
+    """Tracing off costs nothing: building the facade starts no export thread and no tracer."""
     code = (
-        "import sys; from dockyard_api.app import create_app; from dockyard_api.runtime import tracing; create_app(); "
-        "assert tracing.TRACER is None; "
-        "assert not [m for m in sys.modules if m.startswith('opentelemetry.sdk')], "
-        "[m for m in sys.modules if m.startswith('opentelemetry.sdk')]"
+        "import threading; from dockyard_api.app import create_app; from dockyard_api.runtime import tracing; "
+        "create_app(); assert tracing.TRACER is None; "
+        "assert not [t for t in threading.enumerate() if t.name == 'dockyard-otlp-export']"
     )
     env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("OTEL_")}
     subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=120)
 
 
 def test_a_url_query_keeps_only_its_parameter_names() -> None:
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(tracing.query_scrubber())
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    with provider.get_tracer("t").start_as_current_span("GET /cb", attributes={"url.query": "code=abc&state=x&e="}):
-        pass
-    (span,) = exporter.get_finished_spans()
-    assert span.attributes is not None
-    assert span.attributes["url.query"] == "code=REDACTED&state=REDACTED&e=REDACTED"
+    assert tracing.query_names("code=abc&state=x&e=") == "code=REDACTED&state=REDACTED&e=REDACTED"
 
 
 @pytest.mark.parametrize(
@@ -111,23 +173,24 @@ def test_a_url_query_keeps_only_its_parameter_names() -> None:
         ({"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.25"}, 0, 25),
         ({"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.25"}, 1, 100),
         ({"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0"}, 0, 0),
+        ({"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.25"}, 1, 25),
+        ({"OTEL_TRACES_SAMPLER": "always_off"}, 1, 0),
     ],
 )
 def test_the_ratio_decides_for_an_unsampled_traceparent_a_sampled_one_is_followed(
     env: dict[str, str], flags: int, kept: int
 ) -> None:
-    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, set_span_in_context
-
     chosen = tracing.sampler(env)
     decided = 0
     for i in range(400):
         trace_id = (i * 0x9E3779B97F4A7C15 * 0x100000001B3) % (1 << 128) or 1
-        parent = NonRecordingSpan(SpanContext(trace_id, 1, is_remote=True, trace_flags=TraceFlags(flags)))
-        result = chosen.should_sample(set_span_in_context(parent), trace_id, "POST /execute")
-        decided += result.decision.is_sampled()
+        parent = tracing.extract(f"00-{trace_id:032x}-{1:016x}-{flags:02x}")
+        decided += chosen(parent, trace_id)
     assert abs(decided / 4 - kept) <= 8, decided
 
 
 def test_a_sampler_argument_that_is_no_ratio_is_refused_naming_it() -> None:
     with pytest.raises(tracing.TracingConfigError, match="OTEL_TRACES_SAMPLER_ARG"):
         tracing.sampler({"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "half"})
+    with pytest.raises(tracing.TracingConfigError, match="OTEL_TRACES_SAMPLER=jaeger_remote"):
+        tracing.sampler({"OTEL_TRACES_SAMPLER": "jaeger_remote"})

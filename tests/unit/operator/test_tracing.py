@@ -1,6 +1,6 @@
 """The operator's spans (dockyard_operator.tracing) and the link to the facade request that changed the object: the
 request writes its traceparent beside its request id (dockyard_core.requestid.as_annotation), the reconcile's span
-links to it. SDK in-memory exporter; tracing off: no span."""
+links to it. Spans kept in memory; tracing off: no span."""
 
 from __future__ import annotations
 
@@ -8,38 +8,31 @@ import os
 from collections.abc import Iterator
 
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from dockyard_core import requestid
+from dockyard_core import tracing as core
 from dockyard_operator import tracing
 
 
 @pytest.fixture
-def spans(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[InMemorySpanExporter, TracerProvider]]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
+def spans(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[core.Span]]:
+    finished: list[core.Span] = []
     monkeypatch.setattr(tracing, "_STARTED", tuple(os.environ.get(v, "") for v in tracing._VARIABLES))
-    monkeypatch.setattr(tracing, "_TRACER", provider.get_tracer("test"))
-    yield exporter, provider
-    provider.shutdown()
+    monkeypatch.setattr(tracing, "_TRACER", core.Tracer(core.sampler({}), finished.append))
+    return finished
 
 
-def test_a_reconcile_span_links_to_the_request_that_changed_the_object(
-    spans: tuple[InMemorySpanExporter, TracerProvider],
-) -> None:
-    exporter, provider = spans
+def test_a_reconcile_span_links_to_the_request_that_changed_the_object(spans: list[core.Span]) -> None:
+    facade = core.Tracer(core.sampler({}), spans.append)
     token = requestid.current.set("req-1")
     try:
-        with provider.get_tracer("facade").start_as_current_span("POST deploy") as request:
+        with facade.start_span("POST deploy", core.SERVER) as request:
             annotations = requestid.as_annotation()
     finally:
         requestid.current.reset(token)
     assert annotations[requestid.REQUEST_ID_ANNOTATION] == "req-1"
     traceparent = annotations[requestid.TRACEPARENT_ANNOTATION]
-    assert f"{request.get_span_context().trace_id:032x}" in traceparent
+    assert traceparent == f"00-{request.trace_id:032x}-{request.span_id:016x}-01"
 
     body = {
         "kind": "ModelDeployment",
@@ -47,8 +40,8 @@ def test_a_reconcile_span_links_to_the_request_that_changed_the_object(
     }
     with tracing.object_span("reconcile ModelDeployment", body) as span:
         tracing.result(span, "success")
-    reconcile = next(s for s in exporter.get_finished_spans() if s.name == "reconcile ModelDeployment")
-    assert dict(reconcile.attributes or {}) == {
+    reconcile = next(s for s in spans if s.name == "reconcile ModelDeployment")
+    assert reconcile.attributes == {
         "k8s.namespace.name": "team",
         "dockyard.object.kind": "ModelDeployment",
         "dockyard.object.name": "llama",
@@ -56,10 +49,10 @@ def test_a_reconcile_span_links_to_the_request_that_changed_the_object(
         "dockyard.request_id": "req-1",
         "dockyard.result": "success",
     }
-    (link,) = reconcile.links
-    assert link.context.trace_id == request.get_span_context().trace_id
-    assert link.context.span_id == request.get_span_context().span_id
-    assert reconcile.context.trace_id != request.get_span_context().trace_id  # its own trace, linked
+    (link,) = reconcile.links or []
+    assert link == (request.trace_id, request.span_id, "", {"dockyard.link": "request"})
+    assert reconcile.trace_id != request.trace_id  # its own trace, linked
+    assert reconcile.parent_id == 0
 
 
 def test_no_traceparent_annotation_outside_a_traced_request() -> None:

@@ -1,0 +1,134 @@
+"""dockyard_core.otlp: what the exporter writes is an ExportTraceServiceRequest opentelemetry-proto's own classes
+decode field by field, and the sender's HTTP (content type, headers, gzip, retries) against a real loopback server."""
+
+from __future__ import annotations
+
+import gzip
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+
+from dockyard_core import otlp, tracing
+
+
+def value(any_value: AnyValue) -> Any:
+    kind = any_value.WhichOneof("value")
+    if kind == "array_value":
+        return [value(v) for v in any_value.array_value.values]
+    return getattr(any_value, kind)
+
+
+def attributes(message: Any) -> dict[str, Any]:
+    return {kv.key: value(kv.value) for kv in message.attributes}
+
+
+def test_a_batch_decodes_as_the_spans_that_were_recorded() -> None:
+    finished: list[tracing.Span] = []
+    tracer = tracing.Tracer(tracing.sampler({}), finished.append)
+    caller = tracing.extract("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "vendor=1")
+    server = tracer.start_span("POST /execute", tracing.SERVER, {"http.request.method": "POST"}, parent=caller)
+    with server, tracer.start_span("chat tiny", tracing.CLIENT, {"gen_ai.request.model": "tiny"}) as chat:
+        chat.set_attributes({"gen_ai.usage.input_tokens": 30, "n": -1, "t": 0.5, "ok": True, "l": ["a", "b"]})
+        chat.set_error("timeout")
+    linked = tracer.start_span("reconcile", links=tracing.links_to(server.traceparent(), {"dockyard.link": "request"}))
+    linked.set_attribute("text", "ünïcode")
+    linked.end()
+    encoder = otlp.Encoder(tracing.resource("dockyard-api", "1.0", {}), "dockyard", "1.0")
+    request = ExportTraceServiceRequest.FromString(encoder.request(finished) + encoder.request(finished[:1]))
+
+    assert len(request.resource_spans) == 2  # two requests concatenated: a repeated field, as protobuf merges
+    (scope_spans,) = request.resource_spans[0].scope_spans
+    assert attributes(request.resource_spans[0].resource)["service.name"] == "dockyard-api"
+    assert (scope_spans.scope.name, scope_spans.scope.version) == ("dockyard", "1.0")
+    decoded = {s.name: s for s in scope_spans.spans}
+    assert list(decoded) == ["chat tiny", "POST /execute", "reconcile"]
+    got_chat, got_server, got_linked = decoded.values()
+    assert got_server.trace_id == bytes.fromhex("0af7651916cd43dd8448eb211c80319c")
+    assert got_server.parent_span_id == bytes.fromhex("b7ad6b7169203331")
+    assert got_server.trace_state == "vendor=1"
+    assert got_server.kind == 2
+    assert got_chat.kind == 3
+    assert got_linked.kind == 1
+    assert got_chat.parent_span_id == got_server.span_id == server.span_id.to_bytes(8, "big")
+    assert attributes(got_chat) == {
+        "gen_ai.request.model": "tiny", "gen_ai.usage.input_tokens": 30, "n": -1, "t": 0.5, "ok": True,
+        "l": ["a", "b"], "error.type": "timeout",
+    }  # fmt: skip
+    assert (got_chat.status.code, got_chat.status.message) == (2, "timeout")
+    assert got_server.status.code == 0
+    assert got_chat.start_time_unix_nano == chat.start_ns
+    assert got_chat.end_time_unix_nano == chat.end_ns > 0
+    assert got_linked.parent_span_id == b""
+    (link,) = got_linked.links
+    assert (link.trace_id, link.span_id) == (got_server.trace_id, got_server.span_id)
+    assert attributes(link) == {"dockyard.link": "request"}
+    assert attributes(got_linked) == {"text": "ünïcode"}
+
+
+class Backend:
+    """A loopback OTLP/HTTP receiver that answers with the statuses it is given, then 200."""
+
+    def __init__(self) -> None:
+        self.statuses: list[int] = []
+        self.received: list[tuple[dict[str, str], bytes]] = []
+        backend = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                backend.received.append((dict(self.headers.items()), body))
+                self.send_response(backend.statuses.pop(0) if backend.statuses else 200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1/traces"
+
+
+@pytest.fixture
+def backend() -> Iterator[Backend]:
+    running = Backend()
+    thread = threading.Thread(target=running.server.serve_forever, daemon=True)
+    thread.start()
+    yield running
+    running.server.shutdown()
+
+
+def test_the_sender_posts_protobuf_with_the_headers_gzip_and_retries(backend: Backend) -> None:
+    backend.statuses = [503, 200, 400]
+    sender = otlp.Sender(otlp.Endpoint(backend.url, {"authorization": "Bearer t"}, 5.0, gzip=True))
+    pauses: list[float] = []
+    sender.send_with_retries(b"first", deadline=float("inf"), pause=lambda s: pauses.append(s) is not None)
+    with pytest.raises(otlp.ExportError, match="HTTP 400") as refused:
+        sender.send(b"second")
+    assert not refused.value.retryable
+    sender.close()
+    assert pauses == [0.5]  # the 503 was tried again once, after half a second
+    assert [gzip.decompress(body) for _, body in backend.received] == [b"first", b"first", b"second"]
+    headers = backend.received[0][0]
+    assert headers["Content-Type"] == "application/x-protobuf"
+    assert headers["Content-Encoding"] == "gzip"
+    assert headers["authorization"] == "Bearer t"
+
+
+def test_a_batch_reaches_the_backend_when_flushed(backend: Backend) -> None:
+    running = tracing.start("svc", "1", lambda reason, n: None, {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": backend.url})
+    assert running is not None
+    try:
+        for i in range(3):
+            with running.tracer.start_span(f"span {i}"):
+                pass
+        assert running.flush(5000)
+    finally:
+        running.stop()
+    request = ExportTraceServiceRequest.FromString(b"".join(body for _, body in backend.received))
+    names = [s.name for rs in request.resource_spans for ss in rs.scope_spans for s in ss.spans]
+    assert names == ["span 0", "span 1", "span 2"]
