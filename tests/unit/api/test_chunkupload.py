@@ -12,7 +12,9 @@ from pathlib import Path
 import anyio
 import httpx
 import pytest
+from python_multipart.multipart import MultipartParser
 
+from dockyard_api.public.imports import chunks
 from dockyard_api.public.imports.chunks import FLUSH_BYTES, MAX_GATHERED_BYTES, ChunkUpload, UnsupportedMediaType
 from dockyard_core.errors import DockyardError
 from dockyard_core.modelstore import ModelStore, SessionMeta
@@ -209,3 +211,44 @@ def test_receipt_goes_on_while_a_batch_is_written_within_the_gathering_bound(tmp
     assert writer.batches[0] >= FLUSH_BYTES
     assert writer.batches[1] >= MAX_GATHERED_BYTES
     assert max(writer.batches) <= MAX_GATHERED_BYTES + piece
+
+
+class CountingParser(MultipartParser):
+    writes = 0
+
+    def write(self, data: bytes) -> int:
+        CountingParser.writes += 1
+        return super().write(data)
+
+
+def test_file_pieces_without_a_delimiter_skip_the_parser(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inside the file part, a piece that holds no delimiter (nor the start of one at its end) is taken as
+    file data after one search, without the parser: only the first piece (the headers) and the last (the
+    closing delimiter) go through it."""
+    monkeypatch.setattr(chunks, "MultipartParser", CountingParser)
+    CountingParser.writes = 0
+    h = Harness(tmp_path)
+    data = os.urandom(LIMIT).replace(b"\r", b"\n")  # no CR: no delimiter can start anywhere
+    ctype, body = encoded([("chunkNumber", "2"), ("file", ("blob", data))])
+    number, chunk = h.read(ctype, body, piece=16 * 1024)
+    assert (number, chunk.path.read_bytes()) == (2, data)
+    assert h.pieces == len(body) // (16 * 1024) + 1
+    assert CountingParser.writes == 2
+
+
+@pytest.mark.parametrize("piece", [1, 2, 5, 29, 30, 31, 97, 1000, 4096])
+def test_delimiter_prefixes_in_the_file_data_are_data(tmp_path: Path, piece: int) -> None:
+    """File data full of prefixes of the delimiter, cut at every piece size around the delimiter's length:
+    whether a piece is taken by the fast path or the parser, the file holds exactly the data."""
+    boundary = b"\r\n------dockyard-test-boundary"
+    data = b"".join(boundary[:k] + bytes([k]) * (k % 7) for k in range(len(boundary))) * 20
+    data += b"\r\n--" + os.urandom(3000) + boundary[:-1]  # ends with all of the delimiter but its last byte
+    ctype, body = encoded([("file", ("blob", data)), ("chunkNumber", "4")])
+    number, chunk = Harness(tmp_path).read(ctype, body, piece=piece)
+    assert (number, chunk.path.read_bytes()) == (4, data)
+
+
+def test_the_delimiter_search_matches_bytes_find() -> None:
+    delimiter = b"\r\n--dockyard"
+    for data in (b"", b"x" * 100, b"\r\n--dockyar", b"ab\r\n--dockyardcd", os.urandom(5000) + delimiter):
+        assert chunks.has_delimiter(data, delimiter) == (data.find(delimiter) >= 0)

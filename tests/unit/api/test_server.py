@@ -7,13 +7,16 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import platform
+import subprocess
+import sys
 from typing import Any
 
 import pytest
 import uvicorn
 from uvicorn.server import ServerState
 
-from dockyard_api.server import HttpProtocol
+from dockyard_api.server import READ_BYTES, BufferedHttpProtocol, HttpProtocol
 
 
 class Transport(asyncio.Transport):
@@ -111,3 +114,121 @@ def test_a_piece_nobody_waits_for_is_kept_as_it_is_and_reading_pauses() -> None:
         protocol.connection_lost(None)
 
     asyncio.run(run())
+
+
+@pytest.mark.parametrize("cut", [1, 3, 17])
+def test_the_buffered_protocol_reads_into_one_buffer_of_its_own(cut: int) -> None:
+    """Reads go into the protocol's own buffer (no bytes object per read), the same one every time, and the
+    body arrives whole; it is a BufferedProtocol and not an asyncio.Protocol, which uvloop would feed bytes."""
+    received: list[bytes] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        while True:
+            message = await receive()
+            received.append(message["body"])
+            if not message.get("more_body"):
+                break
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"0")]})
+        await send({"type": "http.response.body", "body": b""})
+
+    async def run() -> None:
+        config = uvicorn.Config(app, lifespan="off", log_level="warning")
+        protocol = BufferedHttpProtocol(config=config, server_state=ServerState(), app_state={})
+        assert isinstance(protocol, asyncio.BufferedProtocol)
+        assert not isinstance(protocol, asyncio.Protocol)
+        protocol.connection_made(Transport())
+        raw = request(body)
+        step = len(raw) // cut + 1
+        buffers = set()
+        for i in range(0, len(raw), step):
+            buffer = protocol.get_buffer(-1)
+            buffers.add(id(buffer.obj))
+            piece = raw[i : i + step]
+            buffer[: len(piece)] = piece
+            protocol.buffer_updated(len(piece))
+            for _ in range(5):
+                await asyncio.sleep(0)
+        assert len(buffers) == 1
+        assert len(buffer) == READ_BYTES
+        protocol.connection_lost(None)
+
+    body = os.urandom(300_000)
+    asyncio.run(run())
+    assert b"".join(received) == body
+
+
+def test_uvloop_reads_the_socket_into_the_protocols_buffer() -> None:
+    """Served by uvloop on a socket, the facade's protocol is fed through get_buffer / buffer_updated (reads
+    of up to READ_BYTES, where uvloop's own buffer takes 256,000 bytes), and a 4 MiB body arrives whole."""
+    uvloop = pytest.importorskip("uvloop")
+    updates: list[int] = []
+    digests: list[str] = []
+
+    class Recording(BufferedHttpProtocol):
+        def buffer_updated(self, nbytes: int) -> None:
+            updates.append(nbytes)
+            super().buffer_updated(nbytes)
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        digest = hashlib.sha256()
+        while True:
+            message = await receive()
+            digest.update(message["body"])
+            if not message.get("more_body"):
+                break
+        digests.append(digest.hexdigest())
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    body = os.urandom(4 * 1024 * 1024)
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(
+            lambda: Recording(config=config, server_state=ServerState(), app_state={}), "127.0.0.1", 0
+        )
+        port = server.sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(request(body))
+        await writer.drain()
+        answer = await reader.readuntil(b"ok")
+        writer.close()
+        server.close()
+        assert answer.startswith(b"HTTP/1.1 200")
+
+    config = uvicorn.Config(app, lifespan="off", log_level="warning")
+    config.load()
+    uvloop.run(run())
+    assert digests == [hashlib.sha256(body).hexdigest()]
+    assert sum(updates) == len(request(body))
+    assert max(updates) <= READ_BYTES
+
+
+KEEP_SCRIPT = """
+import resource, sys
+from dockyard_api.server import keep_freed_memory
+if sys.argv[1] == "keep":
+    assert keep_freed_memory()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for i in range(200):  # body pieces of 1 MiB gathered into batches, each batch freed once written, as an upload's
+    batch = [bytes(1024 * 1024) for _ in range(8)]
+    del batch
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc", reason="glibc only")
+def test_freed_body_pieces_are_reused_without_page_faults() -> None:
+    """With keep_freed_memory, 1,600 MiB of 1 MiB pieces allocated and freed in batches of 8 fault in the
+    first batch's pages and few more, not those of most pieces again (glibc otherwise hands the memory back
+    and faults zeroed pages in again)."""
+
+    def faults(mode: str) -> int:
+        out = subprocess.run([sys.executable, "-c", KEEP_SCRIPT, mode], capture_output=True, text=True, check=True)
+        return int(out.stdout)
+
+    kept = faults("keep")
+    assert kept <= 3 * 8 * 256  # the first batch's pages (8 MiB) and little more
+    assert faults("default") > 10 * kept

@@ -2,7 +2,8 @@
 ``chunkNumber``): the file part goes straight from the request stream to a temporary file of the model
 store, in batches of :data:`FLUSH_BYTES` (larger, up to :data:`MAX_GATHERED_BYTES`, while the previous
 batch is still being written), so no chunk is ever held in memory (the pieces received are written as they
-are, without copying them into a buffer first).
+are, without copying them into a buffer first). Inside the file part, a piece that holds no delimiter is
+taken as file data after one search with the C library's ``memmem``, without going through the parser.
 
 The ``file`` part may come before or after ``chunkNumber``; when ``chunkNumber`` comes first it is
 checked before the file is read. Past the chunk limit the parser stops reading and the temporary file
@@ -13,13 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, cast
 
 import anyio
 from python_multipart.exceptions import FormParserError
-from python_multipart.multipart import MultipartParser, parse_options_header
+from python_multipart.multipart import MultipartParser, MultipartState, parse_options_header
 
 from dockyard_core.storeerrors import ChunkTooLarge
 from dockyard_core.storefiles import ChunkWriter, ReceivedChunk
@@ -43,6 +45,28 @@ cancel scope and checkpoints on every call; profiled in docs/benchmarks.md)."""
 MAX_FIELD_BYTES = 64
 MAX_HEADER_BYTES = 8 * 1024
 MAX_PARTS = 16
+
+
+def _libc_memmem() -> Callable[[bytes, int, bytes, int], int | None] | None:
+    try:
+        memmem = ctypes.CDLL(None).memmem
+    except (AttributeError, OSError):
+        return None
+    memmem.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t]
+    memmem.restype = ctypes.c_void_p
+    return cast("Callable[[bytes, int, bytes, int], int | None]", memmem)
+
+
+_MEMMEM = _libc_memmem()
+
+
+def has_delimiter(data: bytes, delimiter: bytes) -> bool:
+    """Whether ``delimiter`` occurs in ``data``: the C library's ``memmem`` where there is one (two to three
+    times faster than ``bytes.find`` on a body piece, and it runs without the GIL, so the write threads go
+    on meanwhile; docs/benchmarks.md), else ``bytes.find``."""
+    if _MEMMEM is None:
+        return data.find(delimiter) >= 0
+    return _MEMMEM(data, len(data), delimiter, len(delimiter)) is not None
 
 
 def _write_and_finish(writer: ChunkWriter, pieces: list[memoryview]) -> ReceivedChunk:
@@ -171,7 +195,8 @@ class ChunkUpload:
         parser = MultipartParser(params[b"boundary"], cast("MultipartCallbacks", callbacks))
         try:
             async for data in stream:
-                parser.write(data)
+                if not self._file_data_only(parser, data):
+                    parser.write(data)
                 if self._pending_bytes >= FLUSH_BYTES:
                     await self._flush(wait=self._pending_bytes >= MAX_GATHERED_BYTES)
             parser.finalize()
@@ -192,6 +217,29 @@ class ChunkUpload:
         except BaseException:
             await self._discard()
             raise
+
+    def _file_data_only(self, parser: MultipartParser, data: bytes) -> bool:
+        """Take ``data`` as file data, without the parser, when the parser is inside the file part with no
+        partial delimiter carried and ``data`` holds neither a delimiter nor the start of one at its end:
+        exactly what the parser would do with it (one ``part_data`` callback of the whole piece, its state
+        unchanged), after one faster search (:func:`has_delimiter`). Otherwise the parser takes the piece.
+        Whether the piece was taken."""
+        if (
+            self._part != "file"
+            or type(data) is not bytes
+            or parser.state != MultipartState.PART_DATA
+            or parser.index != 0
+            or parser.marks.get("part_data") != 0
+        ):
+            return False
+        delimiter = parser.boundary
+        if has_delimiter(data, delimiter):
+            return False
+        tail = data.rfind(delimiter[:1], max(0, len(data) - len(delimiter) + 1))
+        if tail >= 0 and delimiter.startswith(data[tail:]):
+            return False
+        self._on_part_data(data, 0, len(data))
+        return True
 
     async def _flush(self, *, wait: bool) -> None:
         """Hand the pending pieces to a worker thread and go on receiving while it writes them. When the
