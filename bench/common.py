@@ -12,6 +12,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -124,6 +125,41 @@ def control_plane_cpu_by_process(cluster: LocalCluster) -> Counter[str]:
     return total
 
 
+def tree_cpu(root: int) -> float:
+    """CPU seconds of a process and its descendants, living and exited: each one's own time, plus the time
+    of the children it has reaped (PostgreSQL's postmaster reaps the backends that ended)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        total += sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")  # utime stime cutime cstime
+        todo += children.get(pid, [])
+    return total
+
+
+def process_counters(pid: int) -> tuple[float, int, int]:
+    """A process's CPU seconds (user + system), context switches (voluntary and not: each time it slept
+    or was preempted) and read + write system calls so far (Linux /proc; zeros when it is gone)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+        io = dict(line.split(": ", 1) for line in Path(f"/proc/{pid}/io").read_text().splitlines())
+    except OSError:
+        return 0.0, 0, 0
+    switches = sum(int(line.split()[1]) for line in status.splitlines() if "ctxt_switches:" in line)
+    return cpu_seconds(pid), switches, int(io["syscr"]) + int(io["syscw"])
+
+
 def format_cpu(before: Counter[str], after: Counter[str]) -> str:
     """The CPU seconds each control-plane process used between two readings, largest first."""
     used = {name: after[name] - before.get(name, 0.0) for name in after}
@@ -153,12 +189,105 @@ def parse_request_counts(text: str) -> Counter[RequestKey]:
     return counts
 
 
-def request_counts(api: client.ApiClient) -> Counter[RequestKey]:
-    """The API server's request counts now (its /metrics, read with the cluster's admin credentials)."""
+def apiserver_metrics(api: client.ApiClient) -> str:
+    """The API server's /metrics page, read with the cluster's admin credentials."""
     method, url, headers, body, post = api.param_serialize("GET", "/metrics", auth_settings=["BearerToken"])
     response = api.call_api(method, url, headers, body, post)
     response.read()
-    return parse_request_counts(response.data.decode())
+    return str(response.data.decode())
+
+
+def request_counts(api: client.ApiClient) -> Counter[RequestKey]:
+    """The API server's request counts now (its /metrics)."""
+    return parse_request_counts(apiserver_metrics(api))
+
+
+def metric_sums(text: str, metric: str, labels: tuple[str, ...]) -> dict[tuple[str, ...], float]:
+    """The samples of one metric (a counter, or a histogram's ``_sum``/``_count``) summed by ``labels``
+    (a missing label reads as "")."""
+    sample = re.compile(rf"^{re.escape(metric)}\{{(?P<labels>[^}}]*)\}}\s+(?P<value>\S+)", re.MULTILINE)
+    sums: dict[tuple[str, ...], float] = {}
+    for match in sample.finditer(text):
+        found = dict(_LABEL.findall(match["labels"]))
+        key = tuple(found.get(label, "") for label in labels)
+        sums[key] = sums.get(key, 0.0) + float(match["value"])
+    return sums
+
+
+@dataclass(frozen=True)
+class ApiServerWork:
+    """What the API server has done so far, by resource, from its own /metrics: the requests, the
+    seconds it spent serving them (``apiserver_request_duration_seconds``, the watches left out: a watch
+    lasts as long as its client keeps it), the bytes it answered, and the watch events it sent (each
+    event encoded and sent once per watcher: ``apiserver_watch_events_total`` and ``_sizes``)."""
+
+    requests: Counter[RequestKey]
+    seconds: dict[RequestKey, float]
+    response_bytes: dict[RequestKey, float]
+    watch_events: dict[str, float]
+    watch_bytes: dict[str, float]
+
+    @classmethod
+    def read(cls, api: client.ApiClient) -> ApiServerWork:
+        return cls.parse(apiserver_metrics(api))
+
+    @classmethod
+    def parse(cls, text: str) -> ApiServerWork:
+        def by_request(metric: str) -> dict[RequestKey, float]:
+            out: dict[RequestKey, float] = {}
+            for (resource, sub, verb), v in metric_sums(text, metric, ("resource", "subresource", "verb")).items():
+                if verb not in ("WATCH", "WATCHLIST", "CONNECT") and resource:
+                    key = (f"{resource}/{sub}" if sub else resource, verb)
+                    out[key] = out.get(key, 0.0) + v
+            return out
+
+        def by_resource(metric: str) -> dict[str, float]:
+            return {resource: v for (resource,), v in metric_sums(text, metric, ("resource",)).items()}
+
+        return cls(parse_request_counts(text), by_request("apiserver_request_duration_seconds_sum"),
+                   by_request("apiserver_response_sizes_sum"), by_resource("apiserver_watch_events_total"),
+                   by_resource("apiserver_watch_events_sizes_sum"))  # fmt: skip
+
+    def since(self, before: ApiServerWork) -> ApiServerWork:
+        def diff(a: dict[Any, float], b: dict[Any, float]) -> dict[Any, float]:
+            return {k: v - b.get(k, 0.0) for k, v in a.items() if v - b.get(k, 0.0) > 0}
+
+        return ApiServerWork(count_diff(self.requests, before.requests), diff(self.seconds, before.seconds),
+                             diff(self.response_bytes, before.response_bytes),
+                             diff(self.watch_events, before.watch_events),
+                             diff(self.watch_bytes, before.watch_bytes))  # fmt: skip
+
+    def by_resource(self) -> dict[str, tuple[int, float, float, float, float]]:
+        """resource (subresources folded in) -> (requests, request seconds, response MB, watch events,
+        watch event MB)."""
+        out: dict[str, list[float]] = {}
+        for (res, _), n in self.requests.items():
+            out.setdefault(res.split("/")[0], [0.0] * 5)[0] += n
+        for i, values in ((1, self.seconds), (2, self.response_bytes)):
+            for (res, _), v in values.items():
+                out.setdefault(res.split("/")[0], [0.0] * 5)[i] += v / (1e6 if i == 2 else 1)
+        for i, by in ((3, self.watch_events), (4, self.watch_bytes)):
+            for res, v in by.items():
+                out.setdefault(res, [0.0] * 5)[i] += v / (1e6 if i == 4 else 1)
+        return {res: (int(v[0]), v[1], v[2], v[3], v[4]) for res, v in out.items()}
+
+
+def format_work(work: ApiServerWork, skip: Iterable[str] = ()) -> list[str]:
+    """One line per resource, most request seconds + watch MB first: what the API server spent on it
+    (resources with no request and only a few watch events, the watches' bookmarks, left out)."""
+    rows = sorted(
+        ((r, v) for r, v in work.by_resource().items() if r not in set(skip) and (v[0] or v[3] > 10)),
+        key=lambda rv: -(rv[1][1] + rv[1][4]),
+    )
+    lines = [
+        f"    {'resource':<28} {'requests':>8} {'req. s':>7} {'answer MB':>9} {'watch events':>12} {'event MB':>8}"
+    ]
+    lines += [f"    {r:<28} {n:>8} {s:>7.2f} {mb:>9.2f} {ev:>12.0f} {emb:>8.2f}" for r, (n, s, mb, ev, emb) in rows]
+    total = [sum(v[i] for _, v in rows) for i in range(5)]
+    lines.append(
+        f"    {'(all)':<28} {int(total[0]):>8} {total[1]:>7.2f} {total[2]:>9.2f} {total[3]:>12.0f} {total[4]:>8.2f}"
+    )
+    return lines
 
 
 def count_diff(after: Counter[RequestKey], before: Counter[RequestKey]) -> Counter[RequestKey]:

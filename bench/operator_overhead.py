@@ -22,7 +22,7 @@ clock rather than the workload (node leases and node status of the simulated nod
 apart. The operator's CPU-seconds per rollout are its process's user + system time (/proc), not
 wall time.
 
-    .venv/bin/python bench/operator_overhead.py [--count 200]
+    .venv/bin/python -m bench.operator_overhead [--count 200 --ready-delay-ms 30000]  (the figure of record's defaults)
 """
 
 from __future__ import annotations
@@ -40,21 +40,21 @@ from kubernetes import client
 
 from bench.common import (
     WRITE_VERBS,
+    ApiServerWork,
     RequestKey,
     api_for,
     bench_cluster,
     control_plane_cpu_by_process,
-    count_diff,
     cpu_seconds,
     delete_namespace,
     format_counts,
     format_cpu,
+    format_work,
     load,
     namespace,
     operator_process,
     operator_reconcile_causes,
     operator_reconciles,
-    request_counts,
     wait_until,
     watch_until_all,
 )
@@ -145,16 +145,17 @@ def run_plain(api: client.ApiClient, ns: str, names: list[tuple[str, str]], *, b
 
 def plain_phase(api: client.ApiClient, cluster: LocalCluster, names: list[tuple[str, str]], *, by_hand: bool) -> Phase:
     ns = namespace(api, "bench-plain")
-    cpu, before = control_plane_cpu_by_process(cluster), request_counts(api)
+    cpu, before = control_plane_cpu_by_process(cluster), ApiServerWork.read(api)
     took = run_plain(api, ns, names, by_hand=by_hand)
-    counts = count_diff(request_counts(api), before)
+    work = ApiServerWork.read(api).since(before)
     cpu_after = control_plane_cpu_by_process(cluster)
-    phase = Phase(took, sum(cpu_after.values()) - sum(cpu.values()), counts)
+    phase = Phase(took, sum(cpu_after.values()) - sum(cpu.values()), work.requests, cpu_after - cpu, work)
     delete_namespace(api, ns)
     what = "Deployments + Services (by hand)" if by_hand else "Deployments"
     print(f"plain {what}: {took:.1f}s  [control plane {phase.cpu:.1f} CPU-s; load {load()}]", flush=True)
     print(f"  CPU-s by process: {format_cpu(cpu, cpu_after)}", flush=True)
-    print_counts(counts, len(names))
+    print_counts(work.requests, len(names))
+    print("  what the API server spent, by resource:\n" + "\n".join(format_work(work)), flush=True)
     return phase
 
 
@@ -165,14 +166,47 @@ class Phase:
     """CPU seconds of the control plane (and the operator, where one runs)."""
     counts: Counter[RequestKey]
     """The API server's requests during the phase, by (resource, verb)."""
+    by_process: Counter[str]
+    """The control plane's CPU seconds by process (without the operator)."""
+    work: ApiServerWork
+    """What the API server spent by resource during the phase (its own metrics)."""
 
 
 def mean(phases: list[Phase]) -> Phase:
     counts: Counter[RequestKey] = Counter()
+    by_process: Counter[str] = Counter()
     for p in phases:
         counts.update(p.counts)
-    return Phase(sum(p.seconds for p in phases) / len(phases), sum(p.cpu for p in phases) / len(phases),
-                 Counter({k: round(v / len(phases)) for k, v in counts.items()}))  # fmt: skip
+        by_process.update(p.by_process)
+    n = len(phases)
+
+    def avg(get: Callable[[ApiServerWork], dict[Any, float]]) -> dict[Any, float]:
+        keys = {k for p in phases for k in get(p.work)}
+        return {k: sum(get(p.work).get(k, 0.0) for p in phases) / n for k in keys}
+
+    counts = Counter({k: round(v / n) for k, v in counts.items()})
+    work = ApiServerWork(counts, avg(lambda w: w.seconds), avg(lambda w: w.response_bytes),
+                         avg(lambda w: w.watch_events), avg(lambda w: w.watch_bytes))  # fmt: skip
+    return Phase(sum(p.seconds for p in phases) / n, sum(p.cpu for p in phases) / n, counts,
+                 Counter({k: v / n for k, v in by_process.items()}), work)  # fmt: skip
+
+
+def print_breakdown(dockyard: Phase, hand: Phase, operator_cpu: float) -> None:
+    """Where the ModelDeployments' extra CPU went against the same objects by hand: by process, and what
+    the API server spent by resource on each side."""
+    names = sorted(set(dockyard.by_process) | set(hand.by_process), key=lambda p: -dockyard.by_process.get(p, 0))
+    print("breakdown of the CPU-s ratio, ModelDeployments vs by hand (mean of the two by-hand runs):")
+    pairs = [f"{p} {dockyard.by_process.get(p, 0):.1f} vs {hand.by_process.get(p, 0):.1f}" for p in names]
+    print(f"  CPU-s by process: {', '.join(pairs)}, operator {operator_cpu:.1f} vs 0")
+    mine, theirs = dockyard.work.by_resource(), hand.work.by_resource()
+    print(f"    {'resource':<28} {'requests':>15} {'request s':>13} {'watch events':>15} {'event MB':>13}")
+    rows = sorted(set(mine) | set(theirs), key=lambda r: -((mine.get(r) or (0, 0, 0, 0, 0))[1]
+                                                            + (mine.get(r) or (0, 0, 0, 0, 0))[4]))  # fmt: skip
+    zero = (0, 0.0, 0.0, 0.0, 0.0)
+    for r in rows:
+        a, b = mine.get(r, zero), theirs.get(r, zero)
+        print(f"    {r:<28} {a[0]:>6} vs {b[0]:>6} {a[1]:>5.1f} vs {b[1]:>5.1f} {a[3]:>6.0f} vs {b[3]:>6.0f} "
+              f"{a[4]:>5.1f} vs {b[4]:>5.1f}")  # fmt: skip
 
 
 def run_dockyard(
@@ -207,8 +241,9 @@ def main() -> None:
     parser.add_argument(
         "--ready-delay-ms",
         type=int,
-        default=0,
-        help="simulated pods turn Ready this long after they start (kwok's pod-ready stage): a slow rollout",
+        default=30000,
+        help="simulated pods turn Ready this long after they start (kwok's pod-ready stage): a slow rollout; "
+        "30 s is the figure of record's setting, 0 the fastest rollout",
     )
     args = parser.parse_args()
     per_type = -(-args.count // len(DEVICE_TYPES)) + 1  # every replica takes a whole GPU node
@@ -227,14 +262,15 @@ def main() -> None:
 
         def started() -> None:
             readings.update(cpu=control_plane_cpu_by_process(cluster), operator=cpu_seconds(operator.pid),
-                            counts=request_counts(api), reconciles=operator_reconciles(operator.pid),
+                            work=ApiServerWork.read(api), reconciles=operator_reconciles(operator.pid),
                             causes=operator_reconcile_causes(operator.pid))  # fmt: skip
 
         took = run_dockyard(api, dock_ns, names, started, not args.unlabelled)
         cpu_after = control_plane_cpu_by_process(cluster)
         dockyard_cpu = sum(cpu_after.values()) - sum(readings["cpu"].values())
         operator_cpu = cpu_seconds(operator.pid) - readings["operator"]
-        counts = count_diff(request_counts(api), readings["counts"])
+        work = ApiServerWork.read(api).since(readings["work"])
+        counts = work.requests
         print(f"ModelDeployments via the operator: {took:.1f}s  [control plane {dockyard_cpu:.1f} CPU-s, "
               f"operator {operator_cpu:.1f} CPU-s = {1000 * operator_cpu / args.count:.1f} ms per rollout "
               f"(target <= 10); load {load()}]", flush=True)  # fmt: skip
@@ -249,8 +285,9 @@ def main() -> None:
         print("  the ModelDeployment reconciles per rollout by what queued them: "
               + ", ".join(f"{cause} {n / args.count:.2f}" for cause, n in by_cause if n), flush=True)  # fmt: skip
         print_counts(counts, args.count)
+        print("  what the API server spent, by resource:\n" + "\n".join(format_work(work)), flush=True)
         delete_namespace(api, dock_ns)
-    dockyard = Phase(took, dockyard_cpu + operator_cpu, counts)
+    dockyard = Phase(took, dockyard_cpu + operator_cpu, counts, cpu_after - readings["cpu"], work)
     by_hand.append(plain_phase(api, cluster, names, by_hand=True))
     plain.append(plain_phase(api, cluster, names, by_hand=False))
 
@@ -263,6 +300,7 @@ def main() -> None:
     print(f"Dockyard's own share, against the same Services and Deployments created by hand: "
           f"{dockyard.seconds:.1f} / {hand.seconds:.1f} = {dockyard.seconds / hand.seconds:.2f}; CPU seconds "
           f"{dockyard.cpu:.1f} / {hand.cpu:.1f} = {dockyard.cpu / hand.cpu:.2f} (informational)")  # fmt: skip
+    print_breakdown(dockyard, hand, operator_cpu)
     per_rollout = operator_writes(dockyard.counts) / args.count
     requests = workload_requests(dockyard.counts) / workload_requests(hand.counts)
     reconciles = reconciles_total / args.count

@@ -45,7 +45,6 @@ import threading
 import time
 from contextlib import ExitStack
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -54,7 +53,7 @@ import orjson
 from kubernetes import client
 from tests.support.scripted_model import Reply, scripted_model
 
-from bench.common import api_for, bench_cluster, cpu_seconds, load, namespace, operator_process
+from bench.common import api_for, bench_cluster, load, namespace, operator_process, process_counters, tree_cpu
 from bench.execute import facade_process, model_process, percentile, setup
 from dockyard_core import apikeys
 from dockyard_core.resources import GROUP
@@ -85,37 +84,17 @@ def serve_model(delay_ms: float) -> None:
 # --- processes' CPU ----------------------------------------------------------------------------------
 
 
-def tree_cpu(root: int) -> float:
-    """CPU seconds of a process and its descendants, living and exited: each one's own time, plus the time
-    of the children it has reaped (PostgreSQL's postmaster reaps the backends that ended)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry.name))
-    total, todo = 0.0, [root]
-    while todo:
-        pid = todo.pop()
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # gone meanwhile
-        total += sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")  # utime stime cutime cstime
-        todo += children.get(pid, [])
-    return total
-
-
-async def pg_sessions(url: str) -> int:
-    """Connections established to the server so far (pg_stat_database.sessions, PostgreSQL 14+): the
-    connections the replicas' pools opened during a phase."""
+async def pg_counts(url: str) -> tuple[int, int]:
+    """Connections established to the server so far (pg_stat_database.sessions, PostgreSQL 14+: the
+    connections the replicas' pools opened) and transactions ended (committed or rolled back)."""
     import asyncpg
 
     conn = await asyncpg.connect(url.replace("postgresql+asyncpg://", "postgresql://"))
     try:
-        return int(await conn.fetchval("SELECT coalesce(sum(sessions), 0) FROM pg_stat_database"))
+        row = await conn.fetchrow("SELECT coalesce(sum(sessions), 0), coalesce(sum(xact_commit + xact_rollback), 0) "
+                                  "FROM pg_stat_database")  # fmt: skip
+        assert row is not None
+        return int(row[0]), int(row[1])
     finally:
         await conn.close()
 
@@ -305,6 +284,7 @@ def main() -> None:
     parser.add_argument("--rate-limit", type=int, default=50, help="requestsPerMinute of the limits check")
     parser.add_argument("--sessions", type=int, default=16)
     parser.add_argument("--session-turns", type=int, default=6, help="at most 10: the whole history fits")
+    parser.add_argument("--idle-seconds", type=float, default=10.0, help="replicas' CPU measured without calls")
     parser.add_argument("--keep", action="store_true", help="leave the benchmark's control plane running")
     parser.add_argument("--serve-model", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -354,26 +334,43 @@ async def measure(args: argparse.Namespace, urls: list[str], procs: list[subproc
     usage_before = usage_totals(urls[0], ns, "bot-draft", token)
     sent_before = dict(bot.statuses)
     loads = [os.getloadavg()[0]]
-    runs: dict[int, list[tuple[float, float, float, float, float]]] = {1: [], 2: []}
+    idle = [process_counters(p.pid)[0] for p in procs]
+    await asyncio.sleep(args.idle_seconds)
+    idle = [(process_counters(p.pid)[0] - c) * 1000 / args.idle_seconds for p, c in zip(procs, idle, strict=True)]
+    print(f"  background CPU while idle ({args.idle_seconds:g} s, no calls): "
+          f"{' + '.join(f'{c:.1f}' for c in idle)} ms per second by replica", flush=True)  # fmt: skip
+    runs: dict[int, list[tuple[float, ...]]] = {1: [], 2: []}
     for round_ in range(1, args.rounds + 1):
         for replicas in (1, 2):
-            each = [cpu_seconds(p.pid) for p in procs]
-            facade_cpu, pg_cpu = sum(each), tree_cpu(pg_pid)
-            connections = await pg_sessions(database)
+            start = [process_counters(p.pid) for p in procs]
+            pg_cpu, (connections, xacts) = tree_cpu(pg_pid), await pg_counts(database)
             seconds, latencies, errors = await throughput(bot, replicas, args.turns, args.concurrency)
-            connections = await pg_sessions(database) - connections - 1  # less this reading's own
-            each = [cpu_seconds(p.pid) - before for p, before in zip(procs, each, strict=True)]
-            facade_cpu = sum(each) * 1000 / args.turns
+            end_connections, end_xacts = await pg_counts(database)
+            connections, xacts = end_connections - connections - 1, end_xacts - xacts - 1  # less a reading's own
+            used = [
+                [a - b for a, b in zip(process_counters(p.pid), was, strict=True)]
+                for p, was in zip(procs, start, strict=True)
+            ]
+            turns = [args.turns // replicas + (i < args.turns % replicas) if i < replicas else 0 for i in range(2)]
+            facade_cpu = sum(u[0] for u in used) * 1000 / args.turns
             pg_cpu = (tree_cpu(pg_pid) - pg_cpu) * 1000 / args.turns
+            switches, syscalls = (sum(u[i] for u in used) / args.turns for i in (1, 2))
             rps = args.turns / seconds
             loads.append(os.getloadavg()[0])
-            runs[replicas].append((rps, percentile(latencies, 50), percentile(latencies, 99), facade_cpu, pg_cpu))
+            runs[replicas].append((rps, percentile(latencies, 50), percentile(latencies, 99), facade_cpu, pg_cpu,
+                                   switches, syscalls, xacts / args.turns))  # fmt: skip
             print(f"  round {round_} {replicas} replica{'s' if replicas > 1 else ' '} {rps:7.1f} turns/s  p50 "
                   f"{runs[replicas][-1][1]:6.1f} ms  p99 {runs[replicas][-1][2]:6.1f} ms  facade CPU {facade_cpu:.2f} "
-                  f"ms/turn (CPU-s by replica {' + '.join(f'{c:.1f}' for c in each)} in {seconds:.1f} s)  "
+                  f"ms/turn (CPU-s by replica {' + '.join(f'{u[0]:.1f}' for u in used)} in {seconds:.1f} s)  "
                   f"PostgreSQL CPU {pg_cpu:.2f} ms/turn  connections opened {connections}  errors {errors}  "
                   f"load {loads[-1]:.1f}",
                   flush=True)  # fmt: skip
+            print("    by replica: " + "; ".join(
+                f"#{i + 1} {t} turns, {u[0]:.2f} CPU-s = {u[0] * 1000 / t if t else 0:.2f} ms/turn "
+                f"(idle share {idle[i] * seconds / t if t else 0:.2f}), {u[1] / t if t else u[1]:.1f} context switches "
+                f"and {u[2] / t if t else u[2]:.1f} read/write syscalls{' per turn' if t else ' in all'}"
+                for i, (t, u) in enumerate(zip(turns, used, strict=True))) + f"; PostgreSQL {xacts / args.turns:.2f} "
+                "transactions per turn", flush=True)  # fmt: skip
     problems, busy = await sessions_check(bot, args.sessions, args.session_turns)
     await until_answered(limited, 2)
     earlier, answered, refused, other = await rate_limit_check(limited, args.rate_limit)
@@ -382,7 +379,7 @@ async def measure(args: argparse.Namespace, urls: list[str], procs: list[subproc
     limited_usage = usage_totals(urls[0], ns, LIMITED_ENV, token)
     sent = {s: n - sent_before.get(s, 0) for s, n in bot.statuses.items()}
 
-    med = {r: [statistics.median(v[i] for v in runs[r]) for i in range(5)] for r in (1, 2)}
+    med = {r: [statistics.median(v[i] for v in runs[r]) for i in range(8)] for r in (1, 2)}
     ratio = med[2][0] / med[1][0]
     cpu_ratio = med[2][3] / med[1][3]
     cpus = os.cpu_count() or 1
@@ -400,7 +397,9 @@ async def measure(args: argparse.Namespace, urls: list[str], procs: list[subproc
     for r in (1, 2):
         lines.append(f"{r} replica{'s' if r > 1 else ' '}: {med[r][0]:7.1f} turns/s (median of rounds)  p50 "
                      f"{med[r][1]:.1f} ms  p99 {med[r][2]:.1f} ms  facade CPU {med[r][3]:.2f} ms/turn  PostgreSQL CPU "
-                     f"{med[r][4]:.2f} ms/turn")  # fmt: skip
+                     f"{med[r][4]:.2f} ms/turn; per turn {med[r][5]:.1f} context switches, {med[r][6]:.1f} read/write "
+                     f"syscalls of the facades, {med[r][7]:.2f} PostgreSQL transactions")  # fmt: skip
+    lines.append(f"background CPU of each replica while idle: {' + '.join(f'{c:.1f}' for c in idle)} ms/s")
     lines.append(f"rate limit {args.rate_limit}/min over both replicas, {2 * args.rate_limit} calls: "
                  f"{answered} answered (+ {earlier} readiness calls in the same minute), {refused} refused "
                  f"(429), {other} other; usage of {LIMITED_ENV}: {limited_got} (want {limited_want})")  # fmt: skip

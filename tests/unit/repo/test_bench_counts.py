@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from bench.common import count_diff, format_counts, parse_request_counts
+from bench.common import ApiServerWork, count_diff, format_counts, format_work, parse_request_counts
 
 PAGE = """\
 # HELP apiserver_request_total [STABLE] Counter of apiserver requests broken out for each verb, ...
@@ -33,3 +33,28 @@ def test_diff_keeps_what_grew_and_lists_writes_first() -> None:
     assert diff == Counter({("deployments", "APPLY"): 2, ("pods", "LIST"): 9, ("pods", "POST"): 1})
     lines = format_counts(diff)
     assert [line.split()[:2] for line in lines] == [["deployments", "APPLY"], ["pods", "POST"], ["pods", "LIST"]]
+
+
+WORK = """\
+apiserver_request_total{code="201",group="dockyard.dev",resource="modeldeployments",subresource="",verb="POST"} 200
+apiserver_request_total{code="200",group="dockyard.dev",resource="modeldeployments",subresource="status",verb="PATCH"} 200
+apiserver_request_total{code="200",group="",resource="pods",subresource="",verb="WATCH"} 2
+apiserver_request_duration_seconds_sum{component="apiserver",group="dockyard.dev",resource="modeldeployments",subresource="",verb="POST"} 1.5
+apiserver_request_duration_seconds_sum{component="apiserver",group="dockyard.dev",resource="modeldeployments",subresource="status",verb="PATCH"} 0.5
+apiserver_request_duration_seconds_sum{component="apiserver",group="",resource="pods",subresource="",verb="WATCH"} 600
+apiserver_request_duration_seconds_count{component="apiserver",group="",resource="pods",subresource="",verb="WATCH"} 2
+apiserver_watch_events_total{group="dockyard.dev",resource="modeldeployments",version="v1alpha1"} 1200
+apiserver_watch_events_sizes_sum{group="dockyard.dev",resource="modeldeployments",version="v1alpha1"} 2e+06
+apiserver_watch_events_total{group="",resource="pods",version="v1"} 800
+apiserver_watch_events_sizes_sum{group="",resource="pods",version="v1"} 5e+06
+"""
+
+
+def test_what_the_api_server_spent_by_resource_leaves_the_watches_duration_out_and_folds_subresources() -> None:
+    work = ApiServerWork.parse(WORK)
+    assert work.by_resource() == {
+        "modeldeployments": (400, 2.0, 0.0, 1200.0, 2.0),  # requests, seconds, answer MB, watch events, event MB
+        "pods": (2, 0.0, 0.0, 800.0, 5.0),  # a watch lasts as long as its client wants: not in the seconds
+    }
+    assert ApiServerWork.parse(WORK).since(work).by_resource() == {}
+    assert format_work(work)[1].split()[:2] == ["pods", "2"]  # most seconds + event MB first
