@@ -191,13 +191,17 @@ def mean(phases: list[Phase]) -> Phase:
                  Counter({k: v / n for k, v in by_process.items()}), work)  # fmt: skip
 
 
-def print_breakdown(dockyard: Phase, hand: Phase, operator_cpu: float) -> None:
-    """Where the ModelDeployments' extra CPU went against the same objects by hand: by process, and what
-    the API server spent by resource on each side."""
+def print_breakdown(dockyard: Phase, hand: Phase, operator_cpu: float, idle: float) -> None:
+    """Where the ModelDeployments' extra CPU went against the same objects by hand: by process, the share
+    of each phase's duration at the control plane's idle rate (``idle`` CPU-s per second: the simulated
+    nodes' heartbeats, controllers' resyncs), and what the API server spent by resource on each side."""
     names = sorted(set(dockyard.by_process) | set(hand.by_process), key=lambda p: -dockyard.by_process.get(p, 0))
     print("breakdown of the CPU-s ratio, ModelDeployments vs by hand (mean of the two by-hand runs):")
     pairs = [f"{p} {dockyard.by_process.get(p, 0):.1f} vs {hand.by_process.get(p, 0):.1f}" for p in names]
     print(f"  CPU-s by process: {', '.join(pairs)}, operator {operator_cpu:.1f} vs 0")
+    print(f"  at the control plane's idle rate ({idle:.3f} CPU-s/s) the phases' durations "
+          f"({dockyard.seconds:.1f} vs {hand.seconds:.1f} s) account for {idle * dockyard.seconds:.1f} vs "
+          f"{idle * hand.seconds:.1f} CPU-s")  # fmt: skip
     mine, theirs = dockyard.work.by_resource(), hand.work.by_resource()
     print(f"    {'resource':<28} {'requests':>15} {'request s':>13} {'watch events':>15} {'event MB':>13}")
     rows = sorted(set(mine) | set(theirs), key=lambda r: -((mine.get(r) or (0, 0, 0, 0, 0))[1]
@@ -205,6 +209,8 @@ def print_breakdown(dockyard: Phase, hand: Phase, operator_cpu: float) -> None:
     zero = (0, 0.0, 0.0, 0.0, 0.0)
     for r in rows:
         a, b = mine.get(r, zero), theirs.get(r, zero)
+        if not (a[0] or b[0] or a[3] > 10 or b[3] > 10):
+            continue  # a watch's bookmarks only
         print(f"    {r:<28} {a[0]:>6} vs {b[0]:>6} {a[1]:>5.1f} vs {b[1]:>5.1f} {a[3]:>6.0f} vs {b[3]:>6.0f} "
               f"{a[4]:>5.1f} vs {b[4]:>5.1f}")  # fmt: skip
 
@@ -238,6 +244,7 @@ def main() -> None:
         "--unlabelled", action="store_true", help="ModelDeployments as kubectl creates them (no dock-status-id label)"
     )
     parser.add_argument("--keep", action="store_true", help="leave the benchmark's control plane running")
+    parser.add_argument("--idle-seconds", type=float, default=20.0, help="the control plane's idle CPU measured first")
     parser.add_argument(
         "--ready-delay-ms",
         type=int,
@@ -254,6 +261,12 @@ def main() -> None:
     print(f"inputs: N={args.count} (1 replica each, device types round-robin), {nodes} fake GPU nodes, "
           f"pods Ready {args.ready_delay_ms} ms after they start, local control plane (kwok)", flush=True)  # fmt: skip
 
+    before = control_plane_cpu_by_process(cluster)
+    time.sleep(args.idle_seconds)
+    after = control_plane_cpu_by_process(cluster)
+    idle = (sum(after.values()) - sum(before.values())) / args.idle_seconds
+    print(f"control plane at idle for {args.idle_seconds:g} s: {idle:.3f} CPU-s per second "
+          f"({format_cpu(before, after)}; load {load()})", flush=True)  # fmt: skip
     plain = [plain_phase(api, cluster, names, by_hand=False)]
     by_hand = [plain_phase(api, cluster, names, by_hand=True)]
     with operator_process(cluster) as operator:
@@ -300,7 +313,7 @@ def main() -> None:
     print(f"Dockyard's own share, against the same Services and Deployments created by hand: "
           f"{dockyard.seconds:.1f} / {hand.seconds:.1f} = {dockyard.seconds / hand.seconds:.2f}; CPU seconds "
           f"{dockyard.cpu:.1f} / {hand.cpu:.1f} = {dockyard.cpu / hand.cpu:.2f} (informational)")  # fmt: skip
-    print_breakdown(dockyard, hand, operator_cpu)
+    print_breakdown(dockyard, hand, operator_cpu, idle)
     per_rollout = operator_writes(dockyard.counts) / args.count
     requests = workload_requests(dockyard.counts) / workload_requests(hand.counts)
     reconciles = reconciles_total / args.count
