@@ -148,16 +148,18 @@ def tree_cpu(root: int) -> float:
     return total
 
 
-def process_counters(pid: int) -> tuple[float, int, int]:
+def process_counters(pid: int) -> tuple[float, int, int, float]:
     """A process's CPU seconds (user + system), context switches (voluntary and not: each time it slept
-    or was preempted) and read + write system calls so far (Linux /proc; zeros when it is gone)."""
+    or was preempted), read + write system calls, and its system (kernel) CPU seconds so far (Linux /proc;
+    zeros when it is gone)."""
     try:
         status = Path(f"/proc/{pid}/status").read_text()
         io = dict(line.split(": ", 1) for line in Path(f"/proc/{pid}/io").read_text().splitlines())
+        stime = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[12])
     except OSError:
-        return 0.0, 0, 0
+        return 0.0, 0, 0, 0.0
     switches = sum(int(line.split()[1]) for line in status.splitlines() if "ctxt_switches:" in line)
-    return cpu_seconds(pid), switches, int(io["syscr"]) + int(io["syscw"])
+    return cpu_seconds(pid), switches, int(io["syscr"]) + int(io["syscw"]), stime / os.sysconf("SC_CLK_TCK")
 
 
 def format_cpu(before: Counter[str], after: Counter[str]) -> str:

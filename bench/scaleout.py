@@ -355,10 +355,11 @@ async def measure(args: argparse.Namespace, urls: list[str], procs: list[subproc
             facade_cpu = sum(u[0] for u in used) * 1000 / args.turns
             pg_cpu = (tree_cpu(pg_pid) - pg_cpu) * 1000 / args.turns
             switches, syscalls = (sum(u[i] for u in used) / args.turns for i in (1, 2))
+            system = sum(u[3] for u in used) * 1000 / args.turns
             rps = args.turns / seconds
             loads.append(os.getloadavg()[0])
             runs[replicas].append((rps, percentile(latencies, 50), percentile(latencies, 99), facade_cpu, pg_cpu,
-                                   switches, syscalls, xacts / args.turns))  # fmt: skip
+                                   switches, syscalls, xacts / args.turns, system))  # fmt: skip
             print(f"  round {round_} {replicas} replica{'s' if replicas > 1 else ' '} {rps:7.1f} turns/s  p50 "
                   f"{runs[replicas][-1][1]:6.1f} ms  p99 {runs[replicas][-1][2]:6.1f} ms  facade CPU {facade_cpu:.2f} "
                   f"ms/turn (CPU-s by replica {' + '.join(f'{u[0]:.1f}' for u in used)} in {seconds:.1f} s)  "
@@ -366,8 +367,9 @@ async def measure(args: argparse.Namespace, urls: list[str], procs: list[subproc
                   f"load {loads[-1]:.1f}",
                   flush=True)  # fmt: skip
             print("    by replica: " + "; ".join(
-                f"#{i + 1} {t} turns, {u[0]:.2f} CPU-s = {u[0] * 1000 / t if t else 0:.2f} ms/turn "
-                f"(idle share {idle[i] * seconds / t if t else 0:.2f}), {u[1] / t if t else u[1]:.1f} context switches "
+                f"#{i + 1} {t} turns, {u[0]:.2f} CPU-s = {u[0] * 1000 / t if t else 0:.2f} ms/turn (system "
+                f"{u[3] * 1000 / t if t else 0:.2f}, idle share {idle[i] * seconds / t if t else 0:.2f}), "
+                f"{u[1] / t if t else u[1]:.1f} context switches "
                 f"and {u[2] / t if t else u[2]:.1f} read/write syscalls{' per turn' if t else ' in all'}"
                 for i, (t, u) in enumerate(zip(turns, used, strict=True))) + f"; PostgreSQL {xacts / args.turns:.2f} "
                 "transactions per turn", flush=True)  # fmt: skip
@@ -379,7 +381,7 @@ async def measure(args: argparse.Namespace, urls: list[str], procs: list[subproc
     limited_usage = usage_totals(urls[0], ns, LIMITED_ENV, token)
     sent = {s: n - sent_before.get(s, 0) for s, n in bot.statuses.items()}
 
-    med = {r: [statistics.median(v[i] for v in runs[r]) for i in range(8)] for r in (1, 2)}
+    med = {r: [statistics.median(v[i] for v in runs[r]) for i in range(9)] for r in (1, 2)}
     ratio = med[2][0] / med[1][0]
     cpu_ratio = med[2][3] / med[1][3]
     cpus = os.cpu_count() or 1
@@ -396,7 +398,8 @@ async def measure(args: argparse.Namespace, urls: list[str], procs: list[subproc
     lines = [f"\nloadavg after: {load()}"]
     for r in (1, 2):
         lines.append(f"{r} replica{'s' if r > 1 else ' '}: {med[r][0]:7.1f} turns/s (median of rounds)  p50 "
-                     f"{med[r][1]:.1f} ms  p99 {med[r][2]:.1f} ms  facade CPU {med[r][3]:.2f} ms/turn  PostgreSQL CPU "
+                     f"{med[r][1]:.1f} ms  p99 {med[r][2]:.1f} ms  facade CPU {med[r][3]:.2f} ms/turn (system "
+                     f"{med[r][8]:.2f})  PostgreSQL CPU "
                      f"{med[r][4]:.2f} ms/turn; per turn {med[r][5]:.1f} context switches, {med[r][6]:.1f} read/write "
                      f"syscalls of the facades, {med[r][7]:.2f} PostgreSQL transactions")  # fmt: skip
     lines.append(f"background CPU of each replica while idle: {' + '.join(f'{c:.1f}' for c in idle)} ms/s")
