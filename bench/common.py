@@ -162,6 +162,17 @@ def process_counters(pid: int) -> tuple[float, int, int, float]:
     return cpu_seconds(pid), switches, int(io["syscr"]) + int(io["syscw"]), stime / os.sysconf("SC_CLK_TCK")
 
 
+def fit_per_second(points: Iterable[tuple[float, float]]) -> tuple[float, float, float]:
+    """Least squares of ``cost = a + b / rate`` over (rate, cost) points: a process's CPU per unit of work
+    (``a``) and per second of work (``b``, in cost units x rate units), and the largest residual."""
+    pts = [(1 / rate, cost) for rate, cost in points if rate > 0]
+    mx, my = sum(x for x, _ in pts) / len(pts), sum(y for _, y in pts) / len(pts)
+    spread = sum((x - mx) ** 2 for x, _ in pts)
+    b = sum((x - mx) * (y - my) for x, y in pts) / spread if spread else 0.0
+    a = my - b * mx
+    return a, b, max(abs(y - a - b * x) for x, y in pts)
+
+
 def format_cpu(before: Counter[str], after: Counter[str]) -> str:
     """The CPU seconds each control-plane process used between two readings, largest first."""
     used = {name: after[name] - before.get(name, 0.0) for name in after}

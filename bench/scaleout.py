@@ -53,7 +53,16 @@ import orjson
 from kubernetes import client
 from tests.support.scripted_model import Reply, scripted_model
 
-from bench.common import api_for, bench_cluster, load, namespace, operator_process, process_counters, tree_cpu
+from bench.common import (
+    api_for,
+    bench_cluster,
+    fit_per_second,
+    load,
+    namespace,
+    operator_process,
+    process_counters,
+    tree_cpu,
+)
 from bench.execute import facade_process, model_process, percentile, setup
 from dockyard_core import apikeys
 from dockyard_core.resources import GROUP
@@ -403,6 +412,10 @@ async def measure(args: argparse.Namespace, urls: list[str], procs: list[subproc
                      f"{med[r][4]:.2f} ms/turn; per turn {med[r][5]:.1f} context switches, {med[r][6]:.1f} read/write "
                      f"syscalls of the facades, {med[r][7]:.2f} PostgreSQL transactions")  # fmt: skip
     lines.append(f"background CPU of each replica while idle: {' + '.join(f'{c:.1f}' for c in idle)} ms/s")
+    a, b, off = fit_per_second((v[0] / r, v[3]) for r in (1, 2) for v in runs[r])
+    lines.append(f"facade CPU per turn, all phases ~ {a:.2f} ms + {b:.0f} ms/s / (turns/s per replica), largest "
+                 f"residual {off:.2f} ms: every serving replica pays the {b:.0f} ms per second (at {med[2][0]:.0f} "
+                 f"turns/s: 2 replicas {a + 2 * b / med[2][0]:.2f}, 1 {a + b / med[2][0]:.2f} ms/turn)")  # fmt: skip
     lines.append(f"rate limit {args.rate_limit}/min over both replicas, {2 * args.rate_limit} calls: "
                  f"{answered} answered (+ {earlier} readiness calls in the same minute), {refused} refused "
                  f"(429), {other} other; usage of {LIMITED_ENV}: {limited_got} (want {limited_want})")  # fmt: skip

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from bench.common import ApiServerWork, count_diff, format_counts, format_work, parse_request_counts
+from bench.common import ApiServerWork, count_diff, fit_per_second, format_counts, format_work, parse_request_counts
 
 PAGE = """\
 # HELP apiserver_request_total [STABLE] Counter of apiserver requests broken out for each verb, ...
@@ -58,3 +58,9 @@ def test_what_the_api_server_spent_by_resource_leaves_the_watches_duration_out_a
     }
     assert ApiServerWork.parse(WORK).since(work).by_resource() == {}
     assert format_work(work)[1].split()[:2] == ["pods", "2"]  # most seconds + event MB first
+
+
+def test_the_cost_per_unit_and_per_second_are_recovered_from_phases_at_different_rates() -> None:
+    points = [(rate, 1.2 + 150 / rate) for rate in (640, 410, 270, 120)]  # ms per turn at turns per second
+    a, b, off = fit_per_second(points)
+    assert (round(a, 6), round(b, 6), round(off, 9)) == (1.2, 150.0, 0.0)
