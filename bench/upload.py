@@ -19,7 +19,9 @@ A run is the direct writes, the facade upload, and the next run's direct writes:
 facade's throughput over that of the faster way of the direct writes, each the mean of the writes on
 either side of the upload (the disk and the machine change between runs); both ratios are printed. A
 direct write of a few chunks and a two-chunk upload warm up first.
-The figure of a size is the median of its runs; every run is printed with the load average.
+The figure of a size is the median of its runs; every run is printed with the load average and the CPU
+seconds per GiB of the facade (and of its event loop thread, which carries the HTTP path), of the client
+and of the direct writes.
 
 Memory: a fresh facade per size; its peak RSS (VmHWM) after the runs of a size must not grow with the
 file size. Targets (issue #31): facade / direct >= 0.75 at every size.
@@ -59,6 +61,16 @@ BOUNDARY = "dockyard-bench-7f3a9c"
 TARGET = 0.75
 PHASES: list[tuple[float, float]] = []
 """(seconds of the start call, seconds of the chunks) of every upload, for the printout."""
+
+
+def loop_cpu_seconds(pid: int) -> float:
+    """CPU seconds of the process's main thread (the facade's event loop; the chunk writes run in other
+    threads), NaN when unknown."""
+    try:
+        fields = Path(f"/proc/{pid}/task/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def chunk_parts(block: bytes, number: int) -> list[bytes | memoryview]:
@@ -193,6 +205,7 @@ class Run:
     facade_cpu: float
     client_cpu: float
     load: float
+    loop_cpu: float
     start_s: float = 0.0
     """Of ``facade_s``, the start call (a Model created in the control plane); the complete call is
     another such round trip."""
@@ -219,7 +232,8 @@ class Run:
         )
         return (f"  {self.size_mib} MiB run {index}: facade {self.size_mib / self.facade_s:.0f} MiB/s (start call "
                 f"{self.start_s * 1000:.0f} ms; facade "
-                f"{self.facade_cpu / gib:.2f} CPU-s per GiB, client {self.client_cpu / gib:.2f}); {ways}; ratio "
+                f"{self.facade_cpu / gib:.2f} CPU-s per GiB, its event loop thread {self.loop_cpu / gib:.2f}; "
+                f"client {self.client_cpu / gib:.2f}); {ways}; ratio "
                 f"{self.ratio:.2f}; load {self.load:.1f}")  # fmt: skip
 
 
@@ -251,12 +265,15 @@ class Bench:
         return {way: direct_write(way, self.work / "direct", self.block, chunks, self.workers, self.fsync)
                 for way in DIRECT_WAYS}  # fmt: skip
 
-    def timed_upload(self, facade: Facade, mib: int) -> tuple[float, float, float]:
-        """Seconds, facade CPU seconds and client CPU seconds of one upload of ``mib``."""
-        cpu, client_cpu = cpu_seconds(facade.proc.pid), cpu_seconds(os.getpid())
+    def timed_upload(self, facade: Facade, mib: int) -> tuple[float, float, float, float]:
+        """Seconds, facade CPU seconds, client CPU seconds and the facade's event loop thread's CPU seconds of
+        one upload of ``mib``."""
+        pid = facade.proc.pid
+        cpu, client_cpu, loop_cpu = cpu_seconds(pid), cpu_seconds(os.getpid()), loop_cpu_seconds(pid)
         elapsed = upload(facade.port, self.base, self.key, self.block, mib // self.chunk_mib, self.workers)
+        cpu, loop_cpu = cpu_seconds(pid) - cpu, loop_cpu_seconds(pid) - loop_cpu
         shutil.rmtree(self.store / "sessions", ignore_errors=True)
-        return elapsed, cpu_seconds(facade.proc.pid) - cpu, cpu_seconds(os.getpid()) - client_cpu
+        return elapsed, cpu, cpu_seconds(os.getpid()) - client_cpu, loop_cpu
 
     def size(self, mib: int, runs: int) -> tuple[list[Run], float, float]:
         """The runs of one size on a fresh facade; and its peak RSS at start and after the runs."""
@@ -267,9 +284,10 @@ class Bench:
             done: list[Run] = []
             direct = self.direct(mib)
             for index in range(1, runs + 1):
-                elapsed, cpu, client_cpu = self.timed_upload(facade, mib)
+                elapsed, cpu, client_cpu, loop_cpu = self.timed_upload(facade, mib)
                 after = self.direct(mib)
-                done.append(Run(mib, direct, after, elapsed, cpu, client_cpu, os.getloadavg()[0], PHASES[-1][0]))
+                load = os.getloadavg()[0]
+                done.append(Run(mib, direct, after, elapsed, cpu, client_cpu, load, loop_cpu, PHASES[-1][0]))
                 print(done[-1].line(index), flush=True)
                 direct = after
             return done, idle, peak_rss_mib(facade.proc.pid)
@@ -311,10 +329,11 @@ def main() -> None:
                 upload(facade.port, bench.base, bench.key, bench.block, 2, bench.workers)
                 for mib in sizes:
                     for _ in range(args.runs):
-                        elapsed, cpu, client_cpu = bench.timed_upload(facade, mib)
+                        elapsed, cpu, client_cpu, loop_cpu = bench.timed_upload(facade, mib)
                         gib = mib / 1024
-                        print(f"facade {mib} MiB: {mib / elapsed:.0f} MiB/s; facade {cpu / gib:.2f} CPU-s per GiB, "
-                              f"client {client_cpu / gib:.2f}; load {os.getloadavg()[0]:.1f}")  # fmt: skip
+                        print(f"facade {mib} MiB: {mib / elapsed:.0f} MiB/s; facade {cpu / gib:.2f} CPU-s per GiB "
+                              f"(event loop thread {loop_cpu / gib:.2f}), client {client_cpu / gib:.2f}; load "
+                              f"{os.getloadavg()[0]:.1f}")  # fmt: skip
             return
         results: dict[int, tuple[list[Run], float, float]] = {}
         for mib in sizes:
