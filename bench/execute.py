@@ -363,13 +363,17 @@ def main() -> None:
         for path in paths:
             run_path(path, args.warmup, args.concurrency, target)
         memory = [("after warm-up", rss_mib(proc.pid))]
+        backend_cpu = tracing.backend_cpu(backend)
         cpu_ms: dict[str, list[float]] = {mode: [] for mode in modes}
         guarded_cpu_ms: dict[str, list[float]] = {mode: [] for mode in modes}
         traced_cpu_ms: dict[str, list[float]] = {mode: [] for mode in modes}
         spent_by = {"facade": cpu_ms, "guarded": guarded_cpu_ms, "traced": traced_cpu_ms}
         for round_ in range(1, args.rounds + 1):
+            # the facade paths in turn first and last (direct always first): a round's later calls meet a warmer
+            # or a busier machine, which must not count for or against one path
+            order = paths if round_ % 2 else (paths[0], *reversed(paths[1:]))
             for mode in modes:
-                for path in paths:
+                for path in order:
                     pid = traced_proc.pid if path == "traced" else proc.pid
                     before = cpu_seconds(pid)
                     result = run_path(path, args.calls, args.concurrency, target, spreads[mode])
@@ -387,7 +391,10 @@ def main() -> None:
         sequential = {path: run_path(path, args.sequential, 1, target) for path in paths}
         memory.append(("at the end", rss_mib(proc.pid)))
         if backend:
-            tracing.summary(modes, results, sequential, (cpu_ms, traced_cpu_ms), backend, traced_url)
+            tracing.summary(
+                modes, results, sequential, (cpu_ms, traced_cpu_ms), backend, traced_url,
+                (tracing.backend_cpu(backend) - backend_cpu) * 1000 / (args.calls * args.rounds * len(modes)),
+            )  # fmt: skip
 
     print(f"\nloadavg after: {load()}")
     for mode in modes:

@@ -26,7 +26,8 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 AttributeValue = str | bool | int | float | Sequence[str] | Sequence[bool] | Sequence[int] | Sequence[float]
-_FIXED64 = struct.Struct("<Q")
+_TIMES = struct.Struct("<BQBQ")
+"""Tag and value of start_time_unix_nano (7, fixed64), then of end_time_unix_nano (8, fixed64)."""
 _DOUBLE = struct.Struct("<d")
 _CACHE_LIMIT = 4096
 log = logging.getLogger(__name__)
@@ -44,6 +45,8 @@ class FinishedSpan(Protocol):
     start_ns: int
     end_ns: int
     attributes: dict[str, Any]
+    statics: list[Any] | None
+    """Blocks of attributes encoded once (``encoded``: their KeyValue fields)."""
     links: list[tuple[int, int, str, Mapping[str, Any]]] | None
     status_code: int
     status_message: str
@@ -79,6 +82,11 @@ def _any_value(value: Any) -> bytes:
     return field(1, str(value).encode("utf-8", "replace"))
 
 
+def attribute_fields(attributes: Mapping[str, Any]) -> bytes:
+    """``attributes`` as the repeated KeyValue field (9) of a Span."""
+    return b"".join(field(9, key_value(k, v)) for k, v in attributes.items())
+
+
 def key_value(key: str, value: Any) -> bytes:
     """One ``KeyValue`` message (not yet framed as a field)."""
     return field(1, key.encode()) + field(2, _any_value(value))
@@ -90,54 +98,62 @@ class Encoder:
     def __init__(self, resource: Mapping[str, Any], scope: str, scope_version: str) -> None:
         self._resource = field(1, b"".join(field(1, key_value(k, v)) for k, v in resource.items()))
         self._scope = field(1, field(1, scope.encode()) + field(2, scope_version.encode()))
-        self._pairs: dict[tuple[str, Any], bytes] = {}
+        self._pairs: dict[tuple[str, Any, type], bytes] = {}
+        self._headings: dict[tuple[str, int], bytes] = {}
 
-    def _attribute(self, key: str, value: Any) -> bytes:
-        try:
-            cache_key = (key, value)
-            found = self._pairs.get(cache_key)
-        except TypeError:  # a list: not hashable, not cached
-            return field(9, key_value(key, value))
+    def _cached(self, cache_key: tuple[str, Any, type]) -> bytes:
+        if len(self._pairs) >= _CACHE_LIMIT:
+            self._pairs.clear()
+        found = self._pairs[cache_key] = field(9, key_value(cache_key[0], cache_key[1]))
+        return found
+
+    def _heading(self, name: str, kind: int) -> bytes:
+        """The span's name and kind fields (names repeat: ``chat tiny``, ``step 1``)."""
+        found = self._headings.get((name, kind))
         if found is None:
-            if len(self._pairs) >= _CACHE_LIMIT:
-                self._pairs.clear()
-            found = self._pairs[cache_key] = field(9, key_value(key, value))
+            if len(self._headings) >= _CACHE_LIMIT:
+                self._headings.clear()
+            found = self._headings[(name, kind)] = field(5, name.encode("utf-8", "replace")) + b"\x30" + varint(kind)
         return found
 
     def span(self, span: FinishedSpan) -> bytes:
-        parts = [
-            b"\x0a\x10",
-            span.trace_id.to_bytes(16, "big"),
-            b"\x12\x08",
-            span.span_id.to_bytes(8, "big"),
-        ]
+        """One ``Span`` message, framed as field 2 of ``ScopeSpans``. An attribute is encoded once per (key,
+        value, type) and kept (the cache is emptied when it holds 4096)."""
+        out = bytearray(b"\x0a\x10")
+        out += span.trace_id.to_bytes(16, "big")
+        out += b"\x12\x08"
+        out += span.span_id.to_bytes(8, "big")
         if span.tracestate:
-            parts.append(field(3, span.tracestate.encode()))
+            out += field(3, span.tracestate.encode())
         if span.parent_id:
-            parts += (b"\x22\x08", span.parent_id.to_bytes(8, "big"))
-        parts += (
-            field(5, span.name.encode("utf-8", "replace")),
-            b"\x30",
-            varint(span.kind),
-            b"\x39",
-            _FIXED64.pack(span.start_ns),
-            b"\x41",
-            _FIXED64.pack(span.end_ns),
-        )
-        attribute = self._attribute
-        parts += [attribute(k, v) for k, v in span.attributes.items()]
+            out += b"\x22\x08"
+            out += span.parent_id.to_bytes(8, "big")
+        out += self._heading(span.name, span.kind)
+        out += _TIMES.pack(0x39, span.start_ns, 0x41, span.end_ns)
+        for static in span.statics or ():
+            out += static.encoded
+        pairs = self._pairs
+        for key, value in span.attributes.items():
+            kind = type(value)  # in the key: True and 1, 1 and 1.0 are equal, and hash alike
+            if kind is list:
+                value = tuple(value)
+            cache_key = (key, value, kind)
+            try:
+                out += pairs.get(cache_key) or self._cached(cache_key)
+            except TypeError:  # a value that cannot be a key
+                out += field(9, key_value(key, value))
         for trace_id, span_id, tracestate, attributes in span.links or ():
             link = b"\x0a\x10" + trace_id.to_bytes(16, "big") + b"\x12\x08" + span_id.to_bytes(8, "big")
             if tracestate:
                 link += field(3, tracestate.encode())
             link += b"".join(field(4, key_value(k, v)) for k, v in attributes.items())
-            parts.append(field(13, link))
+            out += field(13, link)
         if span.status_code:
             status = b"\x18" + varint(span.status_code)
             if span.status_message:
                 status = field(2, span.status_message.encode("utf-8", "replace")) + status
-            parts.append(field(15, status))
-        return field(2, b"".join(parts))
+            out += field(15, status)
+        return b"\x12" + varint(len(out)) + out
 
     def request(self, spans: Iterable[FinishedSpan]) -> bytes:
         """An ``ExportTraceServiceRequest`` of ``spans``."""
@@ -256,6 +272,7 @@ class BatchExporter:
         self.queue: collections.deque[FinishedSpan] = collections.deque()
         self._wake = threading.Event()
         self._idle = threading.Event()
+        self._flush = threading.Event()
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="dockyard-otlp-export", daemon=True)
         self._thread.start()
@@ -271,17 +288,22 @@ class BatchExporter:
             self._wake.set()
 
     def _run(self) -> None:
-        while not self._stopping.is_set():
-            self._wake.wait(self.delay_s)
+        """Woken by a full batch: send full batches (fewer, larger requests); every ``delay_s``, on a flush
+        and at the stop: send everything."""
+        while True:
+            woken = self._wake.wait(self.delay_s)
             self._wake.clear()
-            self._export_all()
-        self._export_all()
+            stopping = self._stopping.is_set()
+            self._export(everything=stopping or not woken or self._flush.is_set())
+            if stopping:
+                break
         self.sender.close()
 
-    def _export_all(self) -> None:
-        self._idle.clear()
+    def _export(self, everything: bool) -> None:
         queue = self.queue
-        while queue:
+        if everything:
+            self._flush.clear()
+        while len(queue) >= self.max_batch or (everything and queue):
             batch = [queue.popleft() for _ in range(min(len(queue), self.max_batch))]
             try:
                 body = self.encoder.request(batch)
@@ -292,11 +314,13 @@ class BatchExporter:
             except Exception:  # a span that cannot be encoded must not stop the exporter
                 log.exception("%d spans not exported", len(batch))
                 self.on_drop("export_failed", len(batch))
-        self._idle.set()
+        if everything:
+            self._idle.set()
 
     def flush(self, timeout_s: float = 5.0) -> bool:
         """Send what is queued now; True when it went out (or failed) within the timeout."""
         self._idle.clear()
+        self._flush.set()
         self._wake.set()
         return self._idle.wait(timeout_s)
 

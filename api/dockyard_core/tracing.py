@@ -31,11 +31,17 @@ import re
 import time
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar, Token
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
 from dockyard_core import otlp
+from dockyard_core.tracesettings import CONTENT_VARIABLE as CONTENT_VARIABLE
+from dockyard_core.tracesettings import TraceSettings as TraceSettings
+from dockyard_core.tracesettings import TracingConfigError as TracingConfigError
+from dockyard_core.tracesettings import number
+from dockyard_core.tracesettings import resource as resource
+from dockyard_core.tracesettings import settings_from_env as settings_from_env
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +49,6 @@ OnDrop = Callable[[str, int], None]
 """Receives (reason, count) for spans that will never reach the backend: ``queue_full`` (the bounded queue
 was full), ``export_failed`` (the backend refused them or could not be reached)."""
 
-CONTENT_VARIABLE = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
-"""The GenAI instrumentations' switch for message text; Dockyard adds text only redacted (docs)."""
 
 INTERNAL, SERVER, CLIENT = 1, 2, 3
 """Span kinds (OTLP's numbers)."""
@@ -52,14 +56,25 @@ ERROR = 2
 """The status code of a failed span (OTLP's number)."""
 
 
-class TracingConfigError(ValueError):
-    """The OTEL_* variables ask for something Dockyard cannot do (named in the message)."""
-
-
 # --- spans and the current one -----------------------------------------------------------------------
 
 _CURRENT: ContextVar[Span | None] = ContextVar("dockyard_span", default=None)
 _bits = random.getrandbits
+_now = time.time_ns
+
+
+class Static:
+    """Attributes that repeat from span to span (a route's, an app version's, a model call's settings): made
+    once (cache them) and encoded once, so that a span with them costs one reference, not a dict and an
+    encoding per attribute."""
+
+    __slots__ = ("attributes", "encoded", "name")
+
+    def __init__(self, attributes: Mapping[str, Any], name: str = "") -> None:
+        self.attributes = dict(attributes)
+        self.encoded = otlp.attribute_fields(self.attributes)
+        self.name = name
+        """The name of the spans it is made for, where that repeats too (``chat {model}``)."""
 
 
 class Span:
@@ -80,6 +95,7 @@ class Span:
         "sampled",
         "span_id",
         "start_ns",
+        "statics",
         "status_code",
         "status_message",
         "trace_id",
@@ -91,15 +107,15 @@ class Span:
         trace_id: int,
         span_id: int,
         sampled: bool,
-        tracestate: str = "",
-        *,
-        parent_id: int = 0,
-        name: str = "",
-        kind: int = INTERNAL,
-        attributes: dict[str, Any] | None = None,
-        links: list[tuple[int, int, str, Mapping[str, Any]]] | None = None,
-        sink: Callable[[Span], None] | None = None,
+        tracestate: str,
+        parent_id: int,
+        name: str,
+        kind: int,
+        attributes: dict[str, Any],
+        links: list[tuple[int, int, str, Mapping[str, Any]]] | None,
+        sink: Callable[[Span], None] | None,
         remote: bool = False,
+        statics: list[Static] | None = None,
     ) -> None:
         self.trace_id = trace_id
         self.span_id = span_id
@@ -109,13 +125,14 @@ class Span:
         self.remote = remote
         self.name = name
         self.kind = kind
-        self.attributes = attributes if attributes is not None else {}
+        self.attributes = attributes
+        self.statics = statics
         self.links = links
         self.status_code = 0
         self.status_message = ""
         self._sink = sink
         self._token: Token[Span | None] | None = None
-        self.start_ns = time.time_ns()
+        self.start_ns = _now()
         self.end_ns = 0
 
     @property
@@ -130,6 +147,22 @@ class Span:
         if self._sink is not None:
             self.attributes.update(values)
 
+    def add_static(self, static: Static) -> None:
+        """Attributes made and encoded once (:class:`Static`); never also set one by one."""
+        if self._sink is not None:
+            if self.statics is None:
+                self.statics = [static]
+            else:
+                self.statics.append(static)
+
+    def all_attributes(self) -> dict[str, Any]:
+        """The span's attributes, those of its :class:`Static` blocks included."""
+        merged: dict[str, Any] = {}
+        for static in self.statics or ():
+            merged.update(static.attributes)
+        merged.update(self.attributes)
+        return merged
+
     def set_error(self, code: str) -> None:
         """The span failed with ``code`` (``error.type`` and an error status; never an exception's message,
         which may quote what a model or a tool wrote)."""
@@ -143,7 +176,7 @@ class Span:
     def end(self) -> None:
         sink, self._sink = self._sink, None
         if sink is not None:
-            self.end_ns = time.time_ns()
+            self.end_ns = _now()
             sink(self)
 
     def activate(self) -> None:
@@ -185,7 +218,8 @@ def extract(traceparent: str | None, tracestate: str | None = None) -> Span | No
     trace_id, span_id = int(trace_hex, 16), int(span_hex, 16)
     if not trace_id or not span_id:
         return None
-    return Span(trace_id, span_id, bool(int(flags, 16) & 1), (tracestate or "")[:512], remote=True)
+    state = (tracestate or "")[:512]
+    return Span(trace_id, span_id, bool(int(flags, 16) & 1), state, 0, "", SERVER, {}, None, None, remote=True)
 
 
 def inject(headers: dict[str, str], span: Span | None = None) -> None:
@@ -263,130 +297,26 @@ class Tracer:
         links: list[tuple[int, int, str, Mapping[str, Any]]] | None = None,
         parent: Span | None = None,
         use_current: bool = True,
+        static: Static | None = None,
     ) -> Span:
-        """A new span (enter it, or :meth:`Span.activate` it, to make it current; end it)."""
+        """A new span (enter it, or :meth:`Span.activate` it, to make it current; end it); ``static``: attributes
+        made and encoded once (:class:`Static`)."""
         if parent is None and use_current:
             parent = _CURRENT.get()
         if parent is None:
             trace_id, parent_id, tracestate = _bits(128) or 1, 0, ""
         else:
             trace_id, parent_id, tracestate = parent.trace_id, parent.span_id, parent.tracestate
-        sampled = self.sample(parent, trace_id)
-        return Span(
-            trace_id,
-            _bits(64) or 1,
-            sampled,
-            tracestate,
-            parent_id=parent_id,
-            name=name,
-            kind=kind,
-            attributes=attributes if sampled else None,
-            links=links if sampled else None,
-            sink=self.sink if sampled else None,
-        )
+        if self.sample(parent, trace_id):
+            return Span(
+                trace_id, _bits(64) or 1, True, tracestate, parent_id, name, kind,
+                {} if attributes is None else attributes, links, self.sink, False,
+                None if static is None else [static],
+            )  # fmt: skip
+        return Span(trace_id, _bits(64) or 1, False, tracestate, parent_id, name, kind, {}, None, None)
 
 
 # --- configuration ---------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TraceSettings:
-    endpoint: str
-    """The OTLP/HTTP traces URL (…/v1/traces)."""
-    capture_content: bool
-    headers: Mapping[str, str] = field(default_factory=dict)
-    timeout_s: float = 10.0
-    gzip: bool = False
-    ca_file: str | None = None
-    client_cert: str | None = None
-    client_key: str | None = None
-
-
-def _variable(env: Mapping[str, str], name: str) -> str:
-    """``OTEL_EXPORTER_OTLP_TRACES_<name>``, else ``OTEL_EXPORTER_OTLP_<name>``."""
-    return (env.get(f"OTEL_EXPORTER_OTLP_TRACES_{name}") or env.get(f"OTEL_EXPORTER_OTLP_{name}") or "").strip()
-
-
-def _pairs(raw: str, variable: str) -> dict[str, str]:
-    """``key=value,key=value`` (values percent-encoded), as OTEL_EXPORTER_OTLP_HEADERS and
-    OTEL_RESOURCE_ATTRIBUTES write them."""
-    out: dict[str, str] = {}
-    for item in raw.split(","):
-        if not item.strip():
-            continue
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise TracingConfigError(f"{variable}: {item.strip()!r} is not key=value")
-        out[unquote(key.strip())] = unquote(value.strip())
-    return out
-
-
-def _number(env: Mapping[str, str], name: str, default: float, raw: str | None = None) -> float:
-    raw = env.get(name, "").strip() if raw is None else raw
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError as exc:
-        raise TracingConfigError(f"{name}={raw!r} is not a number") from exc
-    if value < 0:
-        raise TracingConfigError(f"{name}={raw!r} is negative")
-    return value
-
-
-def settings_from_env(environ: Mapping[str, str] | None = None) -> TraceSettings | None:
-    """What the OTEL_* variables ask for; None when tracing is off."""
-    env = os.environ if environ is None else environ
-    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
-        return None
-    exporters = [e.strip().lower() for e in env.get("OTEL_TRACES_EXPORTER", "otlp").split(",") if e.strip()]
-    if not exporters or exporters == ["none"]:
-        return None
-    if exporters != ["otlp"]:
-        raise TracingConfigError(f"OTEL_TRACES_EXPORTER={','.join(exporters)}: Dockyard exports with otlp only")
-    endpoint = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
-    if not endpoint:
-        base = env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip()
-        if not base:
-            return None
-        endpoint = base.rstrip("/") + "/v1/traces"
-    protocol = _variable(env, "PROTOCOL") or "http/protobuf"
-    if protocol != "http/protobuf":
-        raise TracingConfigError(
-            f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol}: Dockyard exports OTLP over HTTP (http/protobuf, port 4318)"
-        )
-    if not endpoint.startswith(("http://", "https://")):
-        raise TracingConfigError(f"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT={endpoint!r} is not an http(s) URL")
-    compression = _variable(env, "COMPRESSION").lower()
-    if compression not in ("", "none", "gzip"):
-        raise TracingConfigError(f"OTEL_EXPORTER_OTLP_COMPRESSION={compression}: Dockyard compresses with gzip only")
-    timeout_ms = _number(env, "OTEL_EXPORTER_OTLP_TIMEOUT", 10000, _variable(env, "TIMEOUT"))
-    return TraceSettings(
-        endpoint,
-        env.get(CONTENT_VARIABLE, "").strip().lower() == "true",
-        headers=_pairs(_variable(env, "HEADERS"), "OTEL_EXPORTER_OTLP_HEADERS"),
-        timeout_s=max(0.001, timeout_ms / 1000),
-        gzip=compression == "gzip",
-        ca_file=_variable(env, "CERTIFICATE") or None,
-        client_cert=_variable(env, "CLIENT_CERTIFICATE") or None,
-        client_key=_variable(env, "CLIENT_KEY") or None,
-    )
-
-
-def resource(service: str, version: str, env: Mapping[str, str]) -> dict[str, Any]:
-    """The resource attributes: the process's own, under ``OTEL_RESOURCE_ATTRIBUTES``, under
-    ``OTEL_SERVICE_NAME``."""
-    out: dict[str, Any] = {
-        "service.name": service,
-        "service.version": version,
-        "telemetry.sdk.name": "dockyard",
-        "telemetry.sdk.language": "python",
-        "telemetry.sdk.version": version,
-    }
-    out.update(_pairs(env.get("OTEL_RESOURCE_ATTRIBUTES", ""), "OTEL_RESOURCE_ATTRIBUTES"))
-    if env.get("OTEL_SERVICE_NAME", "").strip():
-        out["service.name"] = env["OTEL_SERVICE_NAME"].strip()
-    return out
 
 
 @dataclass(frozen=True)
@@ -423,10 +353,10 @@ def start(service: str, version: str, on_drop: OnDrop, environ: Mapping[str, str
         encoder,
         sender,
         on_drop,
-        max_queue=int(_number(env, "OTEL_BSP_MAX_QUEUE_SIZE", 2048)) or 1,
-        max_batch=int(_number(env, "OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512)) or 1,
-        delay_s=_number(env, "OTEL_BSP_SCHEDULE_DELAY", 5000) / 1000,
-        export_timeout_s=_number(env, "OTEL_BSP_EXPORT_TIMEOUT", 30000) / 1000,
+        max_queue=int(number(env, "OTEL_BSP_MAX_QUEUE_SIZE", 2048)) or 1,
+        max_batch=int(number(env, "OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512)) or 1,
+        delay_s=number(env, "OTEL_BSP_SCHEDULE_DELAY", 5000) / 1000,
+        export_timeout_s=number(env, "OTEL_BSP_EXPORT_TIMEOUT", 30000) / 1000,
     )
     log.info("tracing on: the spans of %s go to %s", service, settings.endpoint)
     return Tracing(Tracer(sample, exporter), exporter, settings)

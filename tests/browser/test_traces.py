@@ -111,7 +111,7 @@ def test_a_widget_turn_is_one_trace_from_the_browser_to_the_model_and_the_tool(
     trace_id, browser_span = parent_of(sent[0]["traceparent"])
 
     trace = trace_with(jaeger, trace_id, "POST /e/", "invoke_agent", "execute_tool weather", "POST weather")
-    # the tree: browser -> facade's server span (the turn) -> agent -> steps -> chat / tool -> tool request
+    # the tree: browser -> facade's server span (the turn) -> agent -> chat / tool (by step) -> tool request
     server = trace.one("POST /e/")
     assert server.parent_id == browser_span, (server, browser_span)
     assert server.tags["http.route"] == "/e/{namespace}/{environment}/v1/apps/{app_id}/execute"
@@ -122,11 +122,11 @@ def test_a_widget_turn_is_one_trace_from_the_browser_to_the_model_and_the_tool(
     turn = server
     agent = trace.one("invoke_agent helper")
     assert agent.parent_id == server.span_id
-    steps = sorted(trace.children(agent), key=lambda s: s.name)
-    assert [s.name for s in steps] == ["step 1", "step 2"], steps
-    chats = [trace.one_child(step, "chat") for step in steps]
+    # each step of the tool loop: its model call and the tools it called, children of the agent's span
+    chats = sorted(trace.named("chat"), key=lambda s: s.tags["dockyard.agent.step"])
+    assert [(c.parent_id, c.tags["dockyard.agent.step"]) for c in chats] == [(agent.span_id, 1), (agent.span_id, 2)]
     tool = trace.one("execute_tool weather")
-    assert tool.parent_id == steps[0].span_id
+    assert (tool.parent_id, tool.tags["dockyard.agent.step"]) == (agent.span_id, 1)
     request = trace.one("POST weather")
     assert request.parent_id == tool.span_id
     assert request.kind == "client"

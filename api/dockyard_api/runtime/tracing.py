@@ -8,10 +8,11 @@ The span tree of a turn::
     │                                                                      carries the turn's attributes
     ├─ chat {model}                     CLIENT  routing call (apps with several agents) and guard-model calls
     └─ invoke_agent {agent}
-       └─ step {n}                      one per model call of the agent's tool loop
-          ├─ chat {model}               CLIENT  traceparent sent to the engine (vLLM joins its own spans)
-          └─ execute_tool {tool}
-             └─ POST {tool} | tools/call {tool}   CLIENT  traceparent sent to the tool (HTTP, MCP)
+       ├─ chat {model}                  CLIENT  step 1: the model call (traceparent sent to the engine: vLLM
+       │                                        joins its own spans), dockyard.agent.step=1
+       ├─ execute_tool {tool}                   the tools that step called, dockyard.agent.step=1
+       │  └─ POST {tool} | tools/call {tool}   CLIENT  traceparent sent to the tool (HTTP, MCP)
+       └─ chat {model}                  CLIENT  step 2 ...
 
 A turn run outside a request (an evaluation's, a shadow run's) gets its own ``turn {app}`` span instead.
 Attributes: the app, its version, the environment, the session (``gen_ai.conversation.id``), the agent, the
@@ -28,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -38,7 +40,7 @@ from prometheus_client import Counter
 from dockyard_api import __version__
 from dockyard_api.metrics import REGISTRY
 from dockyard_core import tracing
-from dockyard_core.tracing import CLIENT, SERVER, Span, Tracer
+from dockyard_core.tracing import CLIENT, SERVER, Span, Static, Tracer
 
 if TYPE_CHECKING:
     from dockyard_api.runtime.config import EnvironmentView
@@ -98,28 +100,33 @@ def request(scope: Mapping[str, Any]) -> Span | None:
         elif name == b"tracestate":
             state = value.decode("latin-1")
     method = scope.get("method", "")
-    attributes: dict[str, Any] = {
-        "http.request.method": method,
-        "url.path": scope.get("path", ""),
-        "url.scheme": scope.get("scheme", "http"),
-    }
+    static = _request_static(method, scope.get("path", ""), scope.get("scheme", "http"))
     query = scope.get("query_string")
-    if query:
-        attributes["url.query"] = tracing.query_names(query.decode("latin-1"))
-    span = TRACER.start_span(method, SERVER, attributes, parent=tracing.extract(parent, state), use_current=False)
+    attributes = {"url.query": tracing.query_names(query.decode("latin-1"))} if query else None
+    span = TRACER.start_span(
+        method, SERVER, attributes, parent=tracing.extract(parent, state), use_current=False, static=static
+    )
     span.activate()
     return span
 
 
+@functools.lru_cache(maxsize=1024)
+def _request_static(method: str, path: str, scheme: str) -> Static:
+    return Static({"http.request.method": method, "url.path": path, "url.scheme": scheme})
+
+
 def request_done(span: Span, route: str, status: int) -> None:
     if span.recording:
-        span.name = f"{span.attributes['http.request.method']} {route}"
-        span.attributes["http.route"] = route
-        span.attributes["http.response.status_code"] = status
+        span.name = f"{span.name} {route}"
+        span.add_static(_response_static(route, status))
         if status >= 500:
-            span.status_code, span.status_message = tracing.ERROR, str(status)
-            span.attributes["error.type"] = str(status)
+            span.set_error(str(status))
     span.finish()
+
+
+@functools.lru_cache(maxsize=1024)
+def _response_static(route: str, status: int) -> Static:
+    return Static({"http.route": route, "http.response.status_code": status})
 
 
 # --- hooks of a turn ---------------------------------------------------------------------------------
@@ -138,20 +145,27 @@ def turn(env: EnvironmentView, version: str, session: str) -> Turn | None:
     turn outside a request starts (and makes current) a ``turn {app}`` span."""
     if TRACER is None:
         return None
-    attributes = {
-        "gen_ai.conversation.id": session,
-        "dockyard.app": env.app,
-        "dockyard.app.version": version,
-        "dockyard.environment": env.name,
-        "dockyard.environment.namespace": env.namespace,
-    }
+    static = _turn_static(env.app, version, env.name, env.namespace)
     span = tracing.current()
     if span is not None and span.kind == SERVER:
-        span.set_attributes(attributes)
+        span.add_static(static)
+        span.set_attribute("gen_ai.conversation.id", session)
         return Turn(span, owned=False)
-    span = TRACER.start_span(f"turn {env.app}", attributes=attributes)
+    span = TRACER.start_span(f"turn {env.app}", attributes={"gen_ai.conversation.id": session}, static=static)
     span.activate()
     return Turn(span, owned=True)
+
+
+@functools.lru_cache(maxsize=1024)
+def _turn_static(app: str, version: str, environment: str, namespace: str) -> Static:
+    return Static(
+        {
+            "dockyard.app": app,
+            "dockyard.app.version": version,
+            "dockyard.environment": environment,
+            "dockyard.environment.namespace": namespace,
+        }
+    )
 
 
 def turn_done(
@@ -159,15 +173,16 @@ def turn_done(
 ) -> None:
     """The turn answered ``body``: its agent, tokens, tools and guardrail actions; the message and the answer
     only as :func:`content` allows."""
-    traced.span.set_attributes(
-        {
-            "gen_ai.agent.name": body["agent"],
-            "gen_ai.usage.input_tokens": body["tokens"]["input"],
-            "gen_ai.usage.output_tokens": body["tokens"]["output"],
-            "dockyard.tools_used": list(body["tools_used"]),
-            "dockyard.guardrails": [f"{g['action']}={g['stage']}:{g['policy']}" for g in body["guardrails"]],
-        }
-    )
+    attributes: dict[str, Any] = {
+        "gen_ai.agent.name": body["agent"],
+        "gen_ai.usage.input_tokens": body["tokens"]["input"],
+        "gen_ai.usage.output_tokens": body["tokens"]["output"],
+    }
+    if body["tools_used"]:
+        attributes["dockyard.tools_used"] = list(body["tools_used"])
+    if body["guardrails"]:
+        attributes["dockyard.guardrails"] = [f"{g['action']}={g['stage']}:{g['policy']}" for g in body["guardrails"]]
+    traced.span.set_attributes(attributes)
     content(traced.span, pii, key, str(body["session_id"]), message, answer)
     if traced.owned:
         traced.span.finish()
@@ -205,36 +220,68 @@ def failed(span: Span | None, code: str) -> None:
 def agent(name: str, model: str | None, session: str | None) -> contextlib.AbstractContextManager[Span | None]:
     if TRACER is None:
         return NOOP
+    attributes = {"gen_ai.conversation.id": session} if session else None
+    return TRACER.start_span(f"invoke_agent {name}", attributes=attributes, static=_agent_static(name, model or ""))
+
+
+@functools.lru_cache(maxsize=1024)
+def _agent_static(name: str, model: str) -> Static:
     attributes = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": name}
     if model:
         attributes["gen_ai.request.model"] = model
-    if session:
-        attributes["gen_ai.conversation.id"] = session
-    return TRACER.start_span(f"invoke_agent {name}", attributes=attributes)
+    return Static(attributes)
 
 
-def step(number: int) -> contextlib.AbstractContextManager[Span | None]:
-    if TRACER is None:
-        return NOOP
-    return TRACER.start_span(f"step {number}", attributes={"dockyard.agent.step": number})
+_STEP: ContextVar[int] = ContextVar("dockyard_agent_step", default=0)
+
+
+class _Step:
+    __slots__ = ("number", "token")
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+
+    def __enter__(self) -> None:
+        self.token = _STEP.set(self.number)
+
+    def __exit__(self, *exc: object) -> None:
+        _STEP.reset(self.token)
+
+
+def step(number: int) -> contextlib.AbstractContextManager[None]:
+    """Step ``number`` of an agent's tool loop: not a span of its own (as the GenAI conventions have it, the
+    model call and the tool calls of an agent are children of its ``invoke_agent`` span); its ``chat`` and
+    ``execute_tool`` spans carry ``dockyard.agent.step``."""
+    return NOOP if TRACER is None else _Step(number)
 
 
 def chat(base_url: str, body: Mapping[str, Any]) -> contextlib.AbstractContextManager[Span | None]:
     if TRACER is None:
         return NOOP
-    model = str(body.get("model") or "")
+    tools = body.get("tools")
+    offered = tuple(str(t.get("function", {}).get("name")) for t in tools) if tools else ()
+    settings = (body.get("max_tokens"), body.get("temperature"), body.get("top_p"), bool(body.get("stream")))
+    static = _chat_static(base_url, str(body.get("model") or ""), settings, offered, _STEP.get())
+    return TRACER.start_span(static.name, CLIENT, static=static)
+
+
+@functools.lru_cache(maxsize=1024)
+def _chat_static(base_url: str, model: str, settings: tuple[Any, ...], offered: tuple[str, ...], step: int) -> Static:
+    """A model call's attributes: they repeat from turn to turn of an app (its model, its settings)."""
     attributes: dict[str, Any] = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": "openai"}
     attributes.update(_server(base_url))
     if model:
         attributes["gen_ai.request.model"] = model
-    for name, key in (("max_tokens", "max_tokens"), ("temperature", "temperature"), ("top_p", "top_p")):
-        if isinstance(body.get(key), int | float):
-            attributes[f"gen_ai.request.{name}"] = body[key]
-    if body.get("stream"):
+    for name, value in zip(("max_tokens", "temperature", "top_p"), settings, strict=False):
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            attributes[f"gen_ai.request.{name}"] = value
+    if settings[3]:
         attributes["gen_ai.request.stream"] = True
-    if body.get("tools"):
-        attributes["dockyard.tools_offered"] = [str(t.get("function", {}).get("name")) for t in body["tools"]]
-    return TRACER.start_span(f"chat {model}".strip(), CLIENT, attributes)
+    if offered:
+        attributes["dockyard.tools_offered"] = list(offered)
+    if step:
+        attributes["dockyard.agent.step"] = step
+    return Static(attributes, name=f"chat {model}".strip())
 
 
 def chat_done(span: Span | None, tokens_in: int, tokens_out: int, finish: str | None, calls: list[str]) -> None:
@@ -251,14 +298,20 @@ def tool(name: str, call_id: str) -> contextlib.AbstractContextManager[Span | No
     if TRACER is None:
         return NOOP
     return TRACER.start_span(
-        f"execute_tool {name}",
-        attributes={
-            "gen_ai.operation.name": "execute_tool",
-            "gen_ai.tool.name": name,
-            "gen_ai.tool.call.id": call_id,
-            "gen_ai.tool.type": "function",
-        },
+        f"execute_tool {name}", attributes={"gen_ai.tool.call.id": call_id}, static=_tool_static(name, _STEP.get())
     )
+
+
+@functools.lru_cache(maxsize=1024)
+def _tool_static(name: str, step: int) -> Static:
+    attributes: dict[str, Any] = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": name,
+        "gen_ai.tool.type": "function",
+    }
+    if step:
+        attributes["dockyard.agent.step"] = step
+    return Static(attributes)
 
 
 def tool_done(span: Span | None, ok: bool) -> None:

@@ -82,17 +82,21 @@ def test_an_agent_turn_is_a_tree_of_spans_and_every_server_gets_the_traceparent(
     assert result.response == "12 degrees and rain."
     finished = spans
     agent = by_name(finished, "invoke_agent helper")
-    step1, step2 = by_name(finished, "step 1"), by_name(finished, "step 2")
-    assert step1.parent_id == agent.span_id
+    assert not [s for s in finished if s.name.startswith("step")]  # a step is its chat span and its tools
     chats = [s for s in finished if s.name == "chat tiny"]
-    assert [c.parent_id for c in chats] == [step1.span_id, step2.span_id]
+    assert [(c.parent_id, c.all_attributes()["dockyard.agent.step"]) for c in chats] == [
+        (agent.span_id, 1),
+        (agent.span_id, 2),
+    ]
     http_tool, mcp_tool = by_name(finished, "execute_tool weather"), by_name(finished, "execute_tool desk__forecast")
+    assert (http_tool.parent_id, mcp_tool.parent_id) == (agent.span_id, agent.span_id)
+    assert http_tool.all_attributes()["dockyard.agent.step"] == mcp_tool.all_attributes()["dockyard.agent.step"] == 1
     http_request, mcp_request = by_name(finished, "POST weather"), by_name(finished, "tools/call forecast")
     assert http_request.parent_id == http_tool.span_id
     assert mcp_request.parent_id == mcp_tool.span_id
     assert len({s.trace_id for s in finished}) == 1
 
-    assert chats[0].attributes == {
+    assert chats[0].all_attributes() == {
         "gen_ai.operation.name": "chat",
         "gen_ai.provider.name": "openai",
         "server.address": "127.0.0.1",
@@ -102,13 +106,14 @@ def test_an_agent_turn_is_a_tree_of_spans_and_every_server_gets_the_traceparent(
         "gen_ai.request.temperature": 0.2,
         "gen_ai.request.top_p": 0.9,
         "dockyard.tools_offered": ["weather", "desk__forecast"],
+        "dockyard.agent.step": 1,
         "gen_ai.usage.input_tokens": 30,
         "gen_ai.usage.output_tokens": 5,
         "gen_ai.response.finish_reasons": ["tool_calls"],
         "dockyard.tool_calls": ["weather", "desk__forecast"],
     }
-    assert http_tool.attributes["gen_ai.tool.call.id"] == "c1"
-    assert mcp_request.attributes["mcp.method.name"] == "tools/call"
+    assert http_tool.all_attributes()["gen_ai.tool.call.id"] == "c1"
+    assert mcp_request.all_attributes()["mcp.method.name"] == "tools/call"
 
     # what each server received: the traceparent of the span that called it
     trace_id = agent.trace_id

@@ -31,7 +31,9 @@ def test_a_batch_decodes_as_the_spans_that_were_recorded() -> None:
     finished: list[tracing.Span] = []
     tracer = tracing.Tracer(tracing.sampler({}), finished.append)
     caller = tracing.extract("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "vendor=1")
-    server = tracer.start_span("POST /execute", tracing.SERVER, {"http.request.method": "POST"}, parent=caller)
+    static = tracing.Static({"dockyard.app": "bot", "url.scheme": "http"})
+    server = tracer.start_span("POST /execute", tracing.SERVER, {"m": "POST"}, parent=caller, static=static)
+    server.add_static(tracing.Static({"http.response.status_code": 200}))
     with server, tracer.start_span("chat tiny", tracing.CLIENT, {"gen_ai.request.model": "tiny"}) as chat:
         chat.set_attributes({"gen_ai.usage.input_tokens": 30, "n": -1, "t": 0.5, "ok": True, "l": ["a", "b"]})
         chat.set_error("timeout")
@@ -61,6 +63,9 @@ def test_a_batch_decodes_as_the_spans_that_were_recorded() -> None:
     }  # fmt: skip
     assert (got_chat.status.code, got_chat.status.message) == (2, "timeout")
     assert got_server.status.code == 0
+    assert attributes(got_server) == {"dockyard.app": "bot", "url.scheme": "http", "http.response.status_code": 200,
+                                      "m": "POST"}  # fmt: skip
+    assert server.all_attributes() == attributes(got_server)
     assert got_chat.start_time_unix_nano == chat.start_ns
     assert got_chat.end_time_unix_nano == chat.end_ns > 0
     assert got_linked.parent_span_id == b""
