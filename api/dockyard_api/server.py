@@ -13,12 +13,13 @@ above uvicorn's high-water mark).
 
 uvloop reads a socket into a buffer of its own of 256,000 bytes and hands the protocol a new ``bytes``
 copy of every read (asyncio does the same with 256 KiB). :class:`BufferedHttpProtocol` wraps
-:class:`HttpProtocol` as an ``asyncio.BufferedProtocol``: the socket is read straight into a buffer of
-the connection (:data:`READ_BYTES`, reused for every read) and httptools parses it from there, so a
-body byte is copied once fewer, and a 16 MiB chunk arrives in about 16 reads instead of 66 (fewer trips
-through uvicorn, the ASGI receive chain and the multipart parser). httptools copies what it hands on
-(URL, headers, body pieces), so nothing refers to the buffer once a read is parsed. uvloop feeds a
-protocol this way only if it is not an ``asyncio.Protocol``, hence the wrapper rather than a subclass.
+:class:`HttpProtocol` as an ``asyncio.BufferedProtocol``: the socket is read straight into one buffer of
+:data:`READ_BYTES` and httptools parses it from there, so a body byte is copied once fewer, and a 16 MiB
+chunk arrives in about 16 reads instead of 66 (fewer trips through uvicorn, the ASGI receive chain and the
+multipart parser). httptools copies what it hands on (URL, headers, body pieces), so nothing refers to the
+buffer once a read is parsed, and a read is parsed before the event loop reads any other socket: all the
+connections of an event loop's thread share the one buffer (1 MiB per thread, not per connection). uvloop
+feeds a protocol this way only if it is not an ``asyncio.Protocol``, hence the wrapper, not a subclass.
 
 Body pieces of up to 1 MiB are allocated and freed at a high rate; glibc's allocator gave the freed
 memory back to the kernel and faulted zeroed pages in again for the next piece (about 100,000 page
@@ -36,6 +37,7 @@ import asyncio
 import ctypes
 import platform
 import sys
+import threading
 from typing import Any, cast
 
 import uvicorn
@@ -62,11 +64,21 @@ class HttpProtocol(HttpToolsProtocol):
 
 
 READ_BYTES = 1024 * 1024
-"""The most one read of the socket takes: a connection's receive buffer, reused for every read."""
+"""The most one read of a socket takes: the size of the receive buffer of an event loop's thread."""
+_READ_BUFFERS = threading.local()
+
+
+def read_buffer() -> memoryview:
+    """The receive buffer of this thread's event loop, shared by its connections (see the module docstring)."""
+    buffer: memoryview | None = getattr(_READ_BUFFERS, "buffer", None)
+    if buffer is None:
+        buffer = _READ_BUFFERS.buffer = memoryview(bytearray(READ_BYTES))
+    return buffer
 
 
 class BufferedHttpProtocol(asyncio.BufferedProtocol):
-    """:class:`HttpProtocol` fed by reads into a buffer of its own (see the module docstring)."""
+    """:class:`HttpProtocol` fed by reads into the receive buffer of its event loop's thread (see the module
+    docstring)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.http = HttpProtocol(*args, **kwargs)
@@ -88,8 +100,7 @@ class BufferedHttpProtocol(asyncio.BufferedProtocol):
         self.http.resume_writing()
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        if self._buffer is None:
-            self._buffer = memoryview(bytearray(READ_BYTES))
+        self._buffer = read_buffer()
         return self._buffer
 
     def buffer_updated(self, nbytes: int) -> None:

@@ -117,9 +117,10 @@ def test_a_piece_nobody_waits_for_is_kept_as_it_is_and_reading_pauses() -> None:
 
 
 @pytest.mark.parametrize("cut", [1, 3, 17])
-def test_the_buffered_protocol_reads_into_one_buffer_of_its_own(cut: int) -> None:
-    """Reads go into the protocol's own buffer (no bytes object per read), the same one every time, and the
-    body arrives whole; it is a BufferedProtocol and not an asyncio.Protocol, which uvloop would feed bytes."""
+def test_the_buffered_protocol_reads_into_the_threads_one_buffer(cut: int) -> None:
+    """Reads go into the thread's receive buffer (no bytes object per read), the same one every time and for
+    every connection, and the body arrives whole; the protocol is a BufferedProtocol and not an
+    asyncio.Protocol, which uvloop would feed bytes."""
     received: list[bytes] = []
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
@@ -150,6 +151,8 @@ def test_the_buffered_protocol_reads_into_one_buffer_of_its_own(cut: int) -> Non
                 await asyncio.sleep(0)
         assert len(buffers) == 1
         assert len(buffer) == READ_BYTES
+        other = BufferedHttpProtocol(config=config, server_state=ServerState(), app_state={})
+        assert other.get_buffer(-1).obj is buffer.obj  # one buffer per thread, not per connection
         protocol.connection_lost(None)
 
     body = os.urandom(300_000)
@@ -159,7 +162,8 @@ def test_the_buffered_protocol_reads_into_one_buffer_of_its_own(cut: int) -> Non
 
 def test_uvloop_reads_the_socket_into_the_protocols_buffer() -> None:
     """Served by uvloop on a socket, the facade's protocol is fed through get_buffer / buffer_updated (reads
-    of up to READ_BYTES, where uvloop's own buffer takes 256,000 bytes), and a 4 MiB body arrives whole."""
+    of up to READ_BYTES, where uvloop's own buffer takes 256,000 bytes), and the bodies of two connections sent
+    at once arrive whole."""
     uvloop = pytest.importorskip("uvloop")
     updates: list[int] = []
     digests: list[str] = []
@@ -182,7 +186,15 @@ def test_uvloop_reads_the_socket_into_the_protocols_buffer() -> None:
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
         await send({"type": "http.response.body", "body": b"ok"})
 
-    body = os.urandom(4 * 1024 * 1024)
+    bodies = [os.urandom(4 * 1024 * 1024), os.urandom(3 * 1024 * 1024 + 17)]
+
+    async def send(port: int, body: bytes) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(request(body))
+        await writer.drain()
+        answer = await reader.readuntil(b"ok")
+        writer.close()
+        assert answer.startswith(b"HTTP/1.1 200")
 
     async def run() -> None:
         loop = asyncio.get_running_loop()
@@ -190,19 +202,14 @@ def test_uvloop_reads_the_socket_into_the_protocols_buffer() -> None:
             lambda: Recording(config=config, server_state=ServerState(), app_state={}), "127.0.0.1", 0
         )
         port = server.sockets[0].getsockname()[1]
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(request(body))
-        await writer.drain()
-        answer = await reader.readuntil(b"ok")
-        writer.close()
+        await asyncio.gather(*(send(port, body) for body in bodies))  # two connections, one shared buffer
         server.close()
-        assert answer.startswith(b"HTTP/1.1 200")
 
     config = uvicorn.Config(app, lifespan="off", log_level="warning")
     config.load()
     uvloop.run(run())
-    assert digests == [hashlib.sha256(body).hexdigest()]
-    assert sum(updates) == len(request(body))
+    assert sorted(digests) == sorted(hashlib.sha256(body).hexdigest() for body in bodies)
+    assert sum(updates) == sum(len(request(body)) for body in bodies)
     assert max(updates) <= READ_BYTES
 
 
