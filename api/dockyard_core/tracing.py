@@ -202,6 +202,12 @@ def current() -> Span | None:
     return _CURRENT.get()
 
 
+def detach() -> None:
+    """No current span from here on in this task (whose context is its own copy): work a request starts in
+    the background (an evaluation run) makes traces of its own instead of parts of that request's."""
+    _CURRENT.set(None)
+
+
 _TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?")
 
 

@@ -147,8 +147,8 @@ def turn(env: EnvironmentView, version: str, session: str) -> Turn | None:
         return None
     static = _turn_static(env.app, version, env.name, env.namespace)
     span = tracing.current()
-    if span is not None and span.kind == SERVER:
-        span.add_static(static)
+    if span is not None and span.kind == SERVER and span.recording and "gen_ai.conversation.id" not in span.attributes:
+        span.add_static(static)  # the request's span is its (one) turn's
         span.set_attribute("gen_ai.conversation.id", session)
         return Turn(span, owned=False)
     span = TRACER.start_span(f"turn {env.app}", attributes={"gen_ai.conversation.id": session}, static=static)

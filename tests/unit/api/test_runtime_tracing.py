@@ -131,3 +131,39 @@ def test_off_no_span_and_no_traceparent(model: ScriptedModel) -> None:
     model.script(Reply(text="hello"))
     run(World(model.url), [AgentSpec("solo", "", "tiny")])
     assert "traceparent" not in {k.lower() for k in model.requests[0].headers}
+
+
+class Env:
+    app, name, namespace = "bot", "prod", "team"
+
+
+def test_the_requests_span_is_its_turns_and_a_turn_elsewhere_has_its_own(spans: list[core.Span]) -> None:
+    scope = {"type": "http", "method": "POST", "path": "/e/team/prod/v1/apps/bot/execute", "query_string": b"k=v"}
+    request = tracing.request(scope)
+    assert request is not None
+    first = tracing.turn(Env, "v1", "s-1")  # type: ignore[arg-type]
+    second = tracing.turn(Env, "v1", "s-2")  # type: ignore[arg-type]  # e.g. a background run started by it
+    assert first is not None
+    assert second is not None
+    assert (first.span, first.owned) == (request, False)
+    assert second.owned
+    assert second.span.name == "turn bot"
+    assert second.span.parent_id == request.span_id
+    tracing.turn_failed(second, "timeout")
+    tracing.request_done(request, "/e/{namespace}/{environment}/v1/apps/{app_id}/execute", 200)
+    assert [s.name for s in spans] == ["turn bot", "POST /e/{namespace}/{environment}/v1/apps/{app_id}/execute"]
+    assert request.all_attributes() == {
+        "http.request.method": "POST", "url.path": "/e/team/prod/v1/apps/bot/execute", "url.scheme": "http",
+        "url.query": "k=REDACTED", "dockyard.app": "bot", "dockyard.app.version": "v1", "dockyard.environment": "prod",
+        "dockyard.environment.namespace": "team", "gen_ai.conversation.id": "s-1",
+        "http.route": "/e/{namespace}/{environment}/v1/apps/{app_id}/execute", "http.response.status_code": 200,
+    }  # fmt: skip
+    assert second.span.all_attributes()["error.type"] == "timeout"
+    assert core.current() is None
+
+    async def background() -> core.Span | None:
+        core.detach()
+        return core.current()
+
+    with core.Tracer(core.sampler({}), spans.append).start_span("POST /runs", core.SERVER):
+        assert asyncio.run(background()) is None  # a task's own context: the request's span is not its parent

@@ -32,7 +32,7 @@ from dockyard_api.management.evaluations.schemas import (
 from dockyard_api.runtime.evaluation import EvaluationRunner, Plan
 from dockyard_api.runtime.service import AppRuntime
 from dockyard_api.store import ConversationStore, EvaluationRuns, StoredRun
-from dockyard_core import evaluations
+from dockyard_core import evaluations, tracing
 from dockyard_core.errors import ConflictError, DockyardError, InvalidError, NotFoundError
 from dockyard_core.repository import Repositories
 from dockyard_core.resources.v1alpha1 import Environment
@@ -197,6 +197,7 @@ class EvaluationService(CallerService):
         return found.spec, 0
 
     async def _execute(self, plan: Plan, env: Environment, *, shadow: bool, bound: float) -> None:
+        tracing.detach()  # the run's turns are traces of their own, not parts of the request that started it
         results: list[dict[str, Any]] = []
 
         async def progress(so_far: list[dict[str, Any]]) -> None:
