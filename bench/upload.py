@@ -59,8 +59,8 @@ from dockyard_core.storefiles import ChunkWriter
 MiB = 1024 * 1024
 BOUNDARY = "dockyard-bench-7f3a9c"
 TARGET = 0.75
-PHASES: list[tuple[float, float]] = []
-"""(seconds of the start call, seconds of the chunks) of every upload, for the printout."""
+PHASES: list[tuple[float, float, float]] = []
+"""(seconds of the start call, of the chunks, of the complete call) of every upload, for the printout."""
 
 
 def loop_cpu_seconds(pid: int) -> float:
@@ -183,11 +183,12 @@ def upload(port: int, base: str, key: str, block: bytes, chunks: int, workers: i
     chunks_from = time.monotonic()
     with ThreadPoolExecutor(workers) as pool:
         list(pool.map(lambda n: send(started["sessionId"], n), range(chunks)))
-    PHASES.append((chunks_from - start, time.monotonic() - chunks_from))
+    complete_from = time.monotonic()
     # a new connection: the one of the start call idled past the server's keep-alive timeout
     job = call(http.client.HTTPConnection("127.0.0.1", port, timeout=120), "POST",
                f"{base}/{started['sessionId']}/complete", None, head)  # fmt: skip
     elapsed = time.monotonic() - start
+    PHASES.append((chunks_from - start, complete_from - chunks_from, elapsed - (complete_from - start)))
     assert job["status"] == "IN_PROGRESS", job
     return elapsed
 
@@ -207,8 +208,9 @@ class Run:
     load: float
     loop_cpu: float
     start_s: float = 0.0
-    """Of ``facade_s``, the start call (a Model created in the control plane); the complete call is
-    another such round trip."""
+    """Of ``facade_s``, the start call (a Model created in the control plane)."""
+    complete_s: float = 0.0
+    """Of ``facade_s``, the complete call (the import job started)."""
 
     def direct_s(self, way: str) -> float:
         return (self.direct_before[way][0] + self.direct_after[way][0]) / 2
@@ -231,7 +233,7 @@ class Run:
             for way in DIRECT_WAYS
         )
         return (f"  {self.size_mib} MiB run {index}: facade {self.size_mib / self.facade_s:.0f} MiB/s (start call "
-                f"{self.start_s * 1000:.0f} ms; facade "
+                f"{self.start_s * 1000:.0f} ms, complete call {self.complete_s * 1000:.0f} ms; facade "
                 f"{self.facade_cpu / gib:.2f} CPU-s per GiB, its event loop thread {self.loop_cpu / gib:.2f}; "
                 f"client {self.client_cpu / gib:.2f}); {ways}; ratio "
                 f"{self.ratio:.2f}; load {self.load:.1f}")  # fmt: skip
@@ -287,7 +289,8 @@ class Bench:
                 elapsed, cpu, client_cpu, loop_cpu = self.timed_upload(facade, mib)
                 after = self.direct(mib)
                 load = os.getloadavg()[0]
-                done.append(Run(mib, direct, after, elapsed, cpu, client_cpu, load, loop_cpu, PHASES[-1][0]))
+                start_s, _, complete_s = PHASES[-1]
+                done.append(Run(mib, direct, after, elapsed, cpu, client_cpu, load, loop_cpu, start_s, complete_s))
                 print(done[-1].line(index), flush=True)
                 direct = after
             return done, idle, peak_rss_mib(facade.proc.pid)
