@@ -277,11 +277,12 @@ def run_path(path: str, calls: int, concurrency: int, target: dict[str, str], sp
             else:
                 url = target["execute" if path == "facade" else path]
                 body = orjson.dumps({"message": MESSAGE, "metadata": {"user_id": "bench"}})
-                key = target["key" if path in ("facade", "traced") else f"{path}_key"]
+                key = target["key" if path in ("facade", *tracing.PATHS) else f"{path}_key"]
                 headers = {"Content-Type": "application/json", "Authorization": f"Bearer {key}"}
 
             async def send() -> tuple[int, str]:
-                async with http.post(url, data=body, headers=headers) as response:
+                sent = tracing.sampled(headers) if path == "traced" else headers  # a new trace per turn
+                async with http.post(url, data=body, headers=sent) as response:
                     return response.status, await response.text()
 
             result = await run_async(calls, concurrency, send, spread_s)
@@ -340,7 +341,7 @@ def main() -> None:
         f"arrivals={','.join(modes)}, database={args.database}, guardrails={args.guardrails}, tracing={args.tracing}, "
         f"cpus={os.cpu_count()}, loadavg={load()}"
     )
-    paths = ("direct", "facade", *(["guarded"] if args.guardrails else []), *(["traced"] if args.tracing else []))
+    paths = ("direct", "facade", *(["guarded"] if args.guardrails else []), *(tracing.PATHS if args.tracing else []))
     cluster = bench_cluster("bench-execute", nodes_per_type=1)
     api = api_for(cluster)
     ns = namespace(api, "bench-execute")
@@ -357,7 +358,8 @@ def main() -> None:
         target = {"model": model_url, "execute": f"{url}/e/{ns}/bot-draft/v1/apps/bot/execute", "key": keys["bot"]}
         if args.guardrails:
             target |= {"guarded": f"{url}/e/{ns}/guarded-draft/v1/apps/guarded/execute", "guarded_key": keys["guarded"]}
-        target["traced"] = f"{traced_url}/e/{ns}/bot-draft/v1/apps/bot/execute"
+        for path in tracing.PATHS:
+            target[path] = f"{traced_url}/e/{ns}/bot-draft/v1/apps/bot/execute"
         for path in paths[1:]:
             wait_until(lambda p=path: run_path(p, 1, 1, target).errors == 0, 30, f"the facade answering {path} calls")
         for path in paths:
@@ -367,14 +369,15 @@ def main() -> None:
         cpu_ms: dict[str, list[float]] = {mode: [] for mode in modes}
         guarded_cpu_ms: dict[str, list[float]] = {mode: [] for mode in modes}
         traced_cpu_ms: dict[str, list[float]] = {mode: [] for mode in modes}
-        spent_by = {"facade": cpu_ms, "guarded": guarded_cpu_ms, "traced": traced_cpu_ms}
+        unsampled_cpu_ms: dict[str, list[float]] = {mode: [] for mode in modes}
+        spent_by = {"facade": cpu_ms, "guarded": guarded_cpu_ms, "traced": traced_cpu_ms, "unsampled": unsampled_cpu_ms}
         for round_ in range(1, args.rounds + 1):
             # the facade paths in turn first and last (direct always first): a round's later calls meet a warmer
             # or a busier machine, which must not count for or against one path
             order = paths if round_ % 2 else (paths[0], *reversed(paths[1:]))
             for mode in modes:
                 for path in order:
-                    pid = traced_proc.pid if path == "traced" else proc.pid
+                    pid = traced_proc.pid if path in tracing.PATHS else proc.pid
                     before = cpu_seconds(pid)
                     result = run_path(path, args.calls, args.concurrency, target, spreads[mode])
                     result.arrivals = mode
@@ -392,7 +395,7 @@ def main() -> None:
         memory.append(("at the end", rss_mib(proc.pid)))
         if backend:
             tracing.summary(
-                modes, results, sequential, (cpu_ms, traced_cpu_ms), backend, traced_url,
+                modes, results, sequential, (cpu_ms, unsampled_cpu_ms, traced_cpu_ms), backend, traced_url,
                 (tracing.backend_cpu(backend) - backend_cpu) * 1000 / (args.calls * args.rounds * len(modes)),
             )  # fmt: skip
 
