@@ -376,13 +376,20 @@ def main() -> None:
             # or a busier machine, which must not count for or against one path
             order = paths if round_ % 2 else (paths[0], *reversed(paths[1:]))
             for mode in modes:
+                done: dict[str, tuple[Result, float]] = {}
                 for path in order:
-                    pid = traced_proc.pid if path in tracing.PATHS else proc.pid
-                    before = cpu_seconds(pid)
-                    result = run_path(path, args.calls, args.concurrency, target, spreads[mode])
+                    if path in tracing.PATHS and path not in done:  # both at once, in alternating segments
+                        done |= tracing.interleaved(run_path, args.calls, args.concurrency, target, spreads[mode],
+                                                    traced_proc.pid)  # fmt: skip
+                    if path in done:
+                        result, spent = done[path]
+                    else:
+                        before = cpu_seconds(proc.pid)
+                        result = run_path(path, args.calls, args.concurrency, target, spreads[mode])
+                        spent = (cpu_seconds(proc.pid) - before) * 1000 / args.calls
                     result.arrivals = mode
                     if path != "direct":
-                        spent_by[path][mode].append((cpu_seconds(pid) - before) * 1000 / args.calls)
+                        spent_by[path][mode].append(spent)
                     results.append(result)
                     p50, p99 = percentile(result.latencies_ms, 50), percentile(result.latencies_ms, 99)
                     print(
