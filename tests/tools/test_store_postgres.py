@@ -10,10 +10,8 @@ from collections.abc import Awaitable, Iterator
 from datetime import UTC, date, datetime, timedelta
 from typing import Any, TypeVar
 
-import asyncpg
 import pytest
 from sqlalchemy import func, select, text
-from sqlalchemy.dialects.postgresql.asyncpg import AsyncAdapt_asyncpg_connection
 
 from dockyard_api.store import ConversationStore, Turn, migrate
 from dockyard_api.store.schema import messages, sessions
@@ -285,45 +283,6 @@ def test_postgres_stopped_answers_503_with_the_reason_and_recovers_without_resta
         await close(store)
 
     run(main())
-
-
-def test_connections_the_server_ended_are_replaced_and_no_checkout_pings_the_server(
-    pg: Postgres, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """No transaction pays a ping (SQLAlchemy's pre-ping: BEGIN, an empty query and ROLLBACK at every
-    checkout); pooled connections the server ended (pg_terminate_backend, as a restart ends them) are
-    replaced at checkout, so the next turns succeed on the same store."""
-    pings = 0
-    original = AsyncAdapt_asyncpg_connection.ping
-
-    def counted(self: AsyncAdapt_asyncpg_connection) -> None:
-        nonlocal pings
-        pings += 1
-        original(self)
-
-    monkeypatch.setattr(AsyncAdapt_asyncpg_connection, "ping", counted)
-
-    async def main() -> None:
-        [store] = await replicas(pg, 1, busy_wait_seconds=0)
-        done = await asyncio.gather(*(turn(store, session_id=f"s{i}") for i in range(8)))  # several connections
-        await asyncio.gather(*(finish(store, t, "before") for t in done))
-        database = store.url.database
-        admin = await asyncpg.connect(pg.url().replace("postgresql+asyncpg://", "postgresql://"))
-        try:
-            ended = await admin.fetchval("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                                         "WHERE datname = $1", database)  # fmt: skip
-            assert ended >= 2
-            while await admin.fetchval("SELECT count(*) FROM pg_stat_activity WHERE datname = $1", database):
-                await asyncio.sleep(0.05)  # the backends are gone; their sockets are closed
-        finally:
-            await admin.close()
-        again = await asyncio.gather(*(turn(store, session_id=f"s{i}") for i in range(8)))
-        assert [[m.content for m in t.history] for t in again] == [["before", "re: before"]] * 8
-        await asyncio.gather(*(finish(store, t, "after") for t in again))
-        await close(store)
-
-    run(main())
-    assert pings == 0
 
 
 def test_a_turn_cut_by_the_outage_frees_its_session_once_postgres_is_back(pg: Postgres) -> None:

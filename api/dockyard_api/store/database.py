@@ -92,13 +92,12 @@ class Database:
         else:
             self.engine = create_async_engine(
                 self.url,
+                pool_pre_ping=True,  # a connection cut by a database restart is replaced, not used
                 pool_size=pool_size,
                 max_overflow=max(2, pool_size // 4),
                 pool_timeout=connect_timeout_seconds,
                 connect_args={"timeout": connect_timeout_seconds, "command_timeout": statement_timeout_seconds},
             )
-            # a connection cut by a database restart is replaced, not used
-            event.listen(self.engine.sync_engine, "checkout", _replace_if_closed)
         self._sql = Statements(self.dialect)
         self._closed = False
         self._ready = False
@@ -296,19 +295,6 @@ class Database:
     def _check_ready(self) -> None:
         if not self._ready:
             raise DatabaseUnavailableError(f"the conversation database is not ready: {self._last_error}")
-
-
-def _replace_if_closed(dbapi_connection: Any, record: Any, proxy: Any) -> None:
-    """At each checkout from the PostgreSQL pool: a connection the server closed (a restart or failover
-    ends every session with an error and closes the socket, which asyncpg notices on the event loop) is
-    replaced by a new one (DisconnectionError: the pool reconnects and retries the checkout).
-
-    Instead of SQLAlchemy's ``pool_pre_ping``, which asks the server at every checkout (BEGIN, an empty
-    query, ROLLBACK: three more round trips per transaction, on the facade's and PostgreSQL's CPU). What only
-    a round trip would find, a peer gone without closing the socket, now fails the transaction's first
-    statement after the statement timeout, where the ping would have failed the checkout after it."""
-    if dbapi_connection._connection.is_closed():
-        raise sa_exc.DisconnectionError("the server closed the connection")
 
 
 def _sweep(conn: Connection) -> None:
