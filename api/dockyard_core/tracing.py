@@ -66,7 +66,8 @@ _now = time.time_ns
 class Static:
     """Attributes that repeat from span to span (a route's, an app version's, a model call's settings): made
     once (cache them) and encoded once, so that a span with them costs one reference, not a dict and an
-    encoding per attribute."""
+    encoding per attribute. ``name``: the name of the spans it is made for, where that repeats too
+    (``chat {model}``)."""
 
     __slots__ = ("attributes", "encoded", "name")
 
@@ -74,7 +75,6 @@ class Static:
         self.attributes = dict(attributes)
         self.encoded = otlp.attribute_fields(self.attributes)
         self.name = name
-        """The name of the spans it is made for, where that repeats too (``chat {model}``)."""
 
 
 class Span:
