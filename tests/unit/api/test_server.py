@@ -10,6 +10,7 @@ import os
 import platform
 import subprocess
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -52,10 +53,9 @@ def request(body: bytes) -> bytes:
     return head.encode() + body
 
 
-async def serve(pieces: list[bytes], *, read_between: bool) -> tuple[list[bytes], bytes, HttpProtocol]:
-    """Feed the request in ``pieces`` (letting the app read between them when ``read_between``); return the
-    body messages the app received, the response and the protocol."""
-    received: list[bytes] = []
+def collecting_app(received: list[bytes], answer: Callable[[bytes], bytes]) -> Any:
+    """An ASGI app that keeps every body message of a request in ``received`` and answers 200 with
+    ``answer(the whole body)``."""
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
         while True:
@@ -63,10 +63,19 @@ async def serve(pieces: list[bytes], *, read_between: bool) -> tuple[list[bytes]
             received.append(message["body"])
             if not message.get("more_body"):
                 break
-        digest = hashlib.sha256(b"".join(received)).hexdigest().encode()
-        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"64")]})
-        await send({"type": "http.response.body", "body": digest})
+        body = answer(b"".join(received))
+        headers = [(b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
 
+    return app
+
+
+async def serve(pieces: list[bytes], *, read_between: bool) -> tuple[list[bytes], bytes, HttpProtocol]:
+    """Feed the request in ``pieces`` (letting the app read between them when ``read_between``); return the
+    body messages the app received, the response and the protocol."""
+    received: list[bytes] = []
+    app = collecting_app(received, lambda body: hashlib.sha256(body).hexdigest().encode())
     config = uvicorn.Config(app, http=HttpProtocol, lifespan="off", log_level="warning")
     protocol = HttpProtocol(config=config, server_state=ServerState(), app_state={})
     protocol.connection_made(Transport())
@@ -122,15 +131,7 @@ def test_the_buffered_protocol_reads_into_the_threads_one_buffer(cut: int) -> No
     every connection, and the body arrives whole; the protocol is a BufferedProtocol and not an
     asyncio.Protocol, which uvloop would feed bytes."""
     received: list[bytes] = []
-
-    async def app(scope: Any, receive: Any, send: Any) -> None:
-        while True:
-            message = await receive()
-            received.append(message["body"])
-            if not message.get("more_body"):
-                break
-        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"0")]})
-        await send({"type": "http.response.body", "body": b""})
+    app = collecting_app(received, lambda body: b"")
 
     async def run() -> None:
         config = uvicorn.Config(app, lifespan="off", log_level="warning")
