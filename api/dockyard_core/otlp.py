@@ -21,9 +21,10 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urlsplit
+
+from dockyard_core.tracesettings import TraceSettings
 
 AttributeValue = str | bool | int | float | Sequence[str] | Sequence[bool] | Sequence[int] | Sequence[float]
 _TIMES = struct.Struct("<BQBQ")
@@ -177,17 +178,6 @@ class ExportError(Exception):
         self.retryable = retryable
 
 
-@dataclass(frozen=True)
-class Endpoint:
-    url: str
-    headers: Mapping[str, str]
-    timeout_s: float
-    gzip: bool
-    ca_file: str | None = None
-    client_cert: str | None = None
-    client_key: str | None = None
-
-
 _RETRYABLE = {429, 502, 503, 504}
 
 
@@ -195,9 +185,9 @@ class Sender:
     """POSTs encoded batches to one OTLP/HTTP traces URL over one kept-alive connection (the exporter
     thread's only)."""
 
-    def __init__(self, endpoint: Endpoint) -> None:
-        self.endpoint = endpoint
-        parts = urlsplit(endpoint.url)
+    def __init__(self, settings: TraceSettings) -> None:
+        self.settings = settings
+        parts = urlsplit(settings.endpoint)
         self._https = parts.scheme == "https"
         self._host = parts.hostname or "localhost"
         self._port = parts.port or (443 if self._https else 80)
@@ -205,27 +195,27 @@ class Sender:
         self._headers = {
             "Content-Type": "application/x-protobuf",
             "User-Agent": "dockyard-otlp",
-            **endpoint.headers,
+            **settings.headers,
         }
-        if endpoint.gzip:
+        if settings.gzip:
             self._headers["Content-Encoding"] = "gzip"
         self._conn: http.client.HTTPConnection | None = None
 
     def _connection(self) -> http.client.HTTPConnection:
         if self._conn is None:
             if self._https:
-                context = ssl.create_default_context(cafile=self.endpoint.ca_file)
-                if self.endpoint.client_cert:
-                    context.load_cert_chain(self.endpoint.client_cert, self.endpoint.client_key)
+                context = ssl.create_default_context(cafile=self.settings.ca_file)
+                if self.settings.client_cert:
+                    context.load_cert_chain(self.settings.client_cert, self.settings.client_key)
                 self._conn = http.client.HTTPSConnection(
-                    self._host, self._port, timeout=self.endpoint.timeout_s, context=context
+                    self._host, self._port, timeout=self.settings.timeout_s, context=context
                 )
             else:
-                self._conn = http.client.HTTPConnection(self._host, self._port, timeout=self.endpoint.timeout_s)
+                self._conn = http.client.HTTPConnection(self._host, self._port, timeout=self.settings.timeout_s)
         return self._conn
 
     def send(self, body: bytes) -> None:
-        if self.endpoint.gzip:
+        if self.settings.gzip:
             body = gzip.compress(body, compresslevel=6)
         try:
             conn = self._connection()
@@ -317,7 +307,7 @@ class BatchExporter:
                 body = self.encoder.request(batch, pause_every=64)
                 self.sender.send_with_retries(body, time.monotonic() + self.export_timeout_s, self._stopping.wait)
             except ExportError as exc:
-                log.warning("%d spans not exported to %s: %s", len(batch), self.sender.endpoint.url, exc)
+                log.warning("%d spans not exported to %s: %s", len(batch), self.sender.settings.endpoint, exc)
                 self.on_drop("export_failed", len(batch))
             except Exception:  # a span that cannot be encoded must not stop the exporter
                 log.exception("%d spans not exported", len(batch))

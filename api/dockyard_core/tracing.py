@@ -349,12 +349,7 @@ def start(service: str, version: str, on_drop: OnDrop, environ: Mapping[str, str
     env = os.environ if environ is None else environ
     sample = sampler(env)
     encoder = otlp.Encoder(resource(service, version, env), "dockyard", version)
-    sender = otlp.Sender(
-        otlp.Endpoint(
-            settings.endpoint, settings.headers, settings.timeout_s, settings.gzip,
-            settings.ca_file, settings.client_cert, settings.client_key,
-        )
-    )  # fmt: skip
+    sender = otlp.Sender(settings)
     exporter = otlp.BatchExporter(
         encoder,
         sender,

@@ -109,7 +109,7 @@ def backend() -> Iterator[Backend]:
 
 def test_the_sender_posts_protobuf_with_the_headers_gzip_and_retries(backend: Backend) -> None:
     backend.statuses = [503, 200, 400]
-    sender = otlp.Sender(otlp.Endpoint(backend.url, {"authorization": "Bearer t"}, 5.0, gzip=True))
+    sender = otlp.Sender(tracing.TraceSettings(backend.url, False, {"authorization": "Bearer t"}, 5.0, gzip=True))
     pauses: list[float] = []
     sender.send_with_retries(b"first", deadline=float("inf"), pause=lambda s: pauses.append(s) is not None)
     with pytest.raises(otlp.ExportError, match="HTTP 400") as refused:
