@@ -29,6 +29,11 @@ from dockyard_core.tracesettings import TraceSettings
 AttributeValue = str | bool | int | float | Sequence[str] | Sequence[bool] | Sequence[int] | Sequence[float]
 _TIMES = struct.Struct("<BQBQ")
 """Tag and value of start_time_unix_nano (7, fixed64), then of end_time_unix_nano (8, fixed64)."""
+_IDS = struct.Struct(">BBQQBBQ")
+"""Tag, length and value of trace_id (1: 16 bytes, big-endian, as two halves), then of span_id (2: 8 bytes)."""
+_PARENT = struct.Struct(">BBQ")
+"""Tag, length and value of parent_span_id (4: 8 bytes)."""
+_LOW64 = 0xFFFFFFFFFFFFFFFF
 _DOUBLE = struct.Struct("<d")
 _CACHE_LIMIT = 4096
 log = logging.getLogger(__name__)
@@ -120,16 +125,13 @@ class Encoder:
     def span(self, span: FinishedSpan) -> bytes:
         """One ``Span`` message, framed as field 2 of ``ScopeSpans``. An attribute is encoded once per (key,
         value, type) and kept (the cache is emptied when it holds 4096)."""
-        out = bytearray(b"\x0a\x10")
-        out += span.trace_id.to_bytes(16, "big")
-        out += b"\x12\x08"
-        out += span.span_id.to_bytes(8, "big")
+        trace_id = span.trace_id
+        out = bytearray(_IDS.pack(0x0A, 0x10, trace_id >> 64, trace_id & _LOW64, 0x12, 0x08, span.span_id))
         if span.tracestate:
             out += field(3, span.tracestate.encode())
         if span.parent_id:
-            out += b"\x22\x08"
-            out += span.parent_id.to_bytes(8, "big")
-        out += self._heading(span.name, span.kind)
+            out += _PARENT.pack(0x22, 0x08, span.parent_id)
+        out += self._headings.get((span.name, span.kind)) or self._heading(span.name, span.kind)
         out += _TIMES.pack(0x39, span.start_ns, 0x41, span.end_ns)
         for static in span.statics or ():
             out += static.encoded
@@ -144,7 +146,7 @@ class Encoder:
             except TypeError:  # a value that cannot be a key
                 out += field(9, key_value(key, value))
         for trace_id, span_id, tracestate, attributes in span.links or ():
-            link = b"\x0a\x10" + trace_id.to_bytes(16, "big") + b"\x12\x08" + span_id.to_bytes(8, "big")
+            link = _IDS.pack(0x0A, 0x10, trace_id >> 64, trace_id & _LOW64, 0x12, 0x08, span_id)
             if tracestate:
                 link += field(3, tracestate.encode())
             link += b"".join(field(4, key_value(k, v)) for k, v in attributes.items())
@@ -154,20 +156,14 @@ class Encoder:
             if span.status_message:
                 status = field(2, span.status_message.encode("utf-8", "replace")) + status
             out += field(15, status)
-        return b"\x12" + varint(len(out)) + out
+        size = len(out)
+        if 0x80 <= size < 0x4000:  # most spans: their size in a two-byte varint
+            return bytes((0x12, size & 0x7F | 0x80, size >> 7)) + out
+        return b"\x12" + varint(size) + out
 
-    def request(self, spans: Sequence[FinishedSpan], pause_every: int = 0) -> bytes:
-        """An ``ExportTraceServiceRequest`` of ``spans``; with ``pause_every``, the thread lets others run
-        (``time.sleep(0)`` gives up the GIL) after each that many spans: an event loop in the same process
-        then waits for a few spans' encoding at most, not for a whole batch's."""
-        if pause_every:
-            pieces: list[bytes] = []
-            for start in range(0, len(spans), pause_every):
-                pieces += map(self.span, spans[start : start + pause_every])
-                time.sleep(0)
-        else:
-            pieces = list(map(self.span, spans))
-        return field(1, self._resource + field(2, self._scope + b"".join(pieces)))
+    def request(self, spans: Sequence[bytes]) -> bytes:
+        """An ``ExportTraceServiceRequest`` of spans encoded by :meth:`span`."""
+        return field(1, self._resource + field(2, self._scope + b"".join(spans)))
 
 
 class ExportError(Exception):
@@ -267,7 +263,8 @@ class BatchExporter:
         self.encoder, self.sender, self.on_drop = encoder, sender, on_drop
         self.max_queue, self.max_batch, self.delay_s = max_queue, max(1, min(max_batch, max_queue)), delay_s
         self.export_timeout_s = export_timeout_s
-        self.queue: collections.deque[FinishedSpan] = collections.deque()
+        self.queue: collections.deque[bytes] = collections.deque()
+        """Finished spans, encoded (:meth:`Encoder.span`)."""
         self._wake = threading.Event()
         self._idle = threading.Event()
         self._flush = threading.Event()
@@ -276,12 +273,23 @@ class BatchExporter:
         self._thread.start()
 
     def __call__(self, span: FinishedSpan) -> None:
-        """A span ended: queued, or dropped and counted when the queue is full (never waits)."""
+        """A span ended: encoded and queued, or dropped and counted when the queue is full (never waits).
+
+        Encoded here, not in the export thread: the queue then holds bytes, which the garbage collector does
+        not track. Spans kept until their batch is sent (seconds, hundreds of them) would survive collections
+        and be promoted to the oldest generation, where, dying there, they make the full collections of the
+        whole process's heap come more often: that cost more than the encoding (docs/benchmarks.md)."""
         queue = self.queue
         if len(queue) >= self.max_queue:
             self.on_drop("queue_full", 1)
             return
-        queue.append(span)
+        try:
+            encoded = self.encoder.span(span)
+        except Exception:  # a span that cannot be encoded must not fail the work it traced
+            log.exception("span %r not exported", span.name)
+            self.on_drop("export_failed", 1)
+            return
+        queue.append(encoded)
         if len(queue) >= self.max_batch and not self._wake.is_set():
             self._wake.set()
 
@@ -304,12 +312,12 @@ class BatchExporter:
         while len(queue) >= self.max_batch or (everything and queue):
             batch = [queue.popleft() for _ in range(min(len(queue), self.max_batch))]
             try:
-                body = self.encoder.request(batch, pause_every=64)
+                body = self.encoder.request(batch)
                 self.sender.send_with_retries(body, time.monotonic() + self.export_timeout_s, self._stopping.wait)
             except ExportError as exc:
                 log.warning("%d spans not exported to %s: %s", len(batch), self.sender.settings.endpoint, exc)
                 self.on_drop("export_failed", len(batch))
-            except Exception:  # a span that cannot be encoded must not stop the exporter
+            except Exception:  # whatever else went wrong must not stop the exporter
                 log.exception("%d spans not exported", len(batch))
                 self.on_drop("export_failed", len(batch))
         if everything:

@@ -141,12 +141,15 @@ class Turn:
 
 
 def turn(env: EnvironmentView, version: str, session: str) -> Turn | None:
-    """The turn's span (None when tracing is off): the request's SERVER span gets the turn's attributes; a
-    turn outside a request starts (and makes current) a ``turn {app}`` span."""
+    """The turn's span (None when tracing is off or the request's trace is not sampled): the request's SERVER
+    span gets the turn's attributes; a turn outside a request starts (and makes current) a ``turn {app}``
+    span."""
     if TRACER is None:
         return None
-    static = _turn_static(env.app, version, env.name, env.namespace)
     span = tracing.current()
+    if span is not None and not span.sampled:
+        return None
+    static = _turn_static(env.app, version, env.name, env.namespace)
     if span is not None and span.kind == SERVER and span.recording and "gen_ai.conversation.id" not in span.attributes:
         span.add_static(static)  # the request's span is its (one) turn's
         span.set_attribute("gen_ai.conversation.id", session)
@@ -217,8 +220,18 @@ def failed(span: Span | None, code: str) -> None:
         span.set_error(code)
 
 
+def unsampled() -> bool:
+    """Whether the current trace is one the sampler left out: then no span of it is recorded, and the hooks
+    make none (a local child's sampling decision is always its parent's, with each of the six samplers:
+    the parent-based ones follow a local parent, and the others decide by the trace id, which the child
+    shares). What is sent on (``traceparent``, flag 00) is the current span's. Tracing on thus costs a turn
+    it does not sample the request's span and these tests, not four spans that record nothing."""
+    span = tracing.current()
+    return span is not None and not span.sampled
+
+
 def agent(name: str, model: str | None, session: str | None) -> contextlib.AbstractContextManager[Span | None]:
-    if TRACER is None:
+    if TRACER is None or unsampled():
         return NOOP
     attributes = {"gen_ai.conversation.id": session} if session else None
     return TRACER.start_span(f"invoke_agent {name}", attributes=attributes, static=_agent_static(name, model or ""))
@@ -252,11 +265,11 @@ def step(number: int) -> contextlib.AbstractContextManager[None]:
     """Step ``number`` of an agent's tool loop: not a span of its own (as the GenAI conventions have it, the
     model call and the tool calls of an agent are children of its ``invoke_agent`` span); its ``chat`` and
     ``execute_tool`` spans carry ``dockyard.agent.step``."""
-    return NOOP if TRACER is None else _Step(number)
+    return NOOP if TRACER is None or unsampled() else _Step(number)
 
 
 def chat(base_url: str, body: Mapping[str, Any]) -> contextlib.AbstractContextManager[Span | None]:
-    if TRACER is None:
+    if TRACER is None or unsampled():
         return NOOP
     tools = body.get("tools")
     offered = tuple(str(t.get("function", {}).get("name")) for t in tools) if tools else ()
@@ -295,7 +308,7 @@ def chat_done(span: Span | None, tokens_in: int, tokens_out: int, finish: str | 
 
 
 def tool(name: str, call_id: str) -> contextlib.AbstractContextManager[Span | None]:
-    if TRACER is None:
+    if TRACER is None or unsampled():
         return NOOP
     return TRACER.start_span(
         f"execute_tool {name}", attributes={"gen_ai.tool.call.id": call_id}, static=_tool_static(name, _STEP.get())
@@ -328,6 +341,9 @@ def tool_request(
     """The CLIENT span of a request to a tool (``kind`` http or mcp); the span's traceparent is added to
     ``headers`` (so the tool's own spans join the trace)."""
     if TRACER is None:
+        return NOOP
+    if unsampled():
+        tracing.inject(headers)  # the trace goes on, not sampled
         return NOOP
     attributes: dict[str, Any] = {"dockyard.tool.kind": kind, "gen_ai.tool.name": name, **_server(url)}
     if kind == "mcp":

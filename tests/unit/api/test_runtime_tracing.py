@@ -133,6 +133,32 @@ def test_off_no_span_and_no_traceparent(model: ScriptedModel) -> None:
     assert "traceparent" not in {k.lower() for k in model.requests[0].headers}
 
 
+def test_a_trace_the_sampler_leaves_out_records_nothing_and_goes_on_unsampled(
+    model: ScriptedModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    finished: list[core.Span] = []
+    ratio_0 = core.sampler({"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0"})
+    monkeypatch.setattr(tracing, "TRACER", core.Tracer(ratio_0, finished.append))
+    request = tracing.request({"type": "http", "method": "POST", "path": "/e/team/prod/v1/apps/bot/execute"})
+    assert request is not None
+    assert not request.sampled
+    assert tracing.unsampled()
+    assert tracing.turn(Env, "v1", "s-1") is None  # type: ignore[arg-type]
+    assert tracing.agent("bot", "tiny", None) is tracing.NOOP
+    assert tracing.chat("http://m", {}) is tracing.NOOP
+    assert tracing.tool("t", "c") is tracing.NOOP
+    weather = model.tool("weather", lambda args: {"celsius": 12})
+    model.script(Reply(calls=[Call("weather", {"city": "Oslo"}, id="c1")]), Reply(text="12 degrees."))
+    run(World(model.url, http_tools={"weather": weather}), [AgentSpec("solo", "", "tiny", ("weather",))])
+    tracing.request_done(request, "/e/{namespace}/{environment}/v1/apps/{app_id}/execute", 200)
+
+    assert finished == []
+    # the engine and the tool still get the trace, marked not sampled, from the request's span
+    sent = [r.headers["traceparent"] for r in [*model.requests, *model.tool_requests]]
+    assert sent == [request.traceparent()] * 3
+    assert request.traceparent().endswith("-00")
+
+
 class Env:
     app, name, namespace = "bot", "prod", "team"
 

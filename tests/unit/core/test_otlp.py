@@ -41,7 +41,9 @@ def test_a_batch_decodes_as_the_spans_that_were_recorded() -> None:
     linked.set_attribute("text", "ünïcode")
     linked.end()
     encoder = otlp.Encoder(tracing.resource("dockyard-api", "1.0", {}), "dockyard", "1.0")
-    request = ExportTraceServiceRequest.FromString(encoder.request(finished) + encoder.request(finished[:1]))
+    request = ExportTraceServiceRequest.FromString(
+        encoder.request([encoder.span(s) for s in finished]) + encoder.request([encoder.span(finished[0])])
+    )
 
     assert len(request.resource_spans) == 2  # two requests concatenated: a repeated field, as protobuf merges
     (scope_spans,) = request.resource_spans[0].scope_spans
