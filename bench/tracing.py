@@ -18,7 +18,7 @@ the spans Jaeger holds, its CPU per traced turn (it shares the machine's cores h
 facade dropped (``dockyard_api_spans_dropped_total``).
 
 ``python -m bench.tracing``: the recorder alone in one process (the hooks of a turn and the export thread,
-paced), tracing off, on for turns not sampled, and on for sampled ones, alternated.
+which runs between turns), tracing off, on for turns not sampled, and on for sampled ones, alternated.
 """
 
 from __future__ import annotations
@@ -289,8 +289,14 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--turns", type=int, default=20000)
-    parser.add_argument("--pause-ms", type=float, default=0.5, help="between turns (the export thread's time)")
-    parser.add_argument("--rounds", type=int, default=3, help="off and on alternated, this many times each")
+    parser.add_argument(
+        "--pause-ms",
+        type=float,
+        default=0.0,
+        help="a sleep between turns (0: time.sleep(0), which lets the export thread run); with 0.5 "
+        "the rounds of one run scattered 2-4x (docs/benchmarks.md)",
+    )
+    parser.add_argument("--rounds", type=int, default=5, help="off, unsampled and traced alternated, this many times")
     args = parser.parse_args()
     print(f"inputs: turns={args.turns} per round, pause={args.pause_ms} ms, rounds={args.rounds}, "
           f"cpus={os.cpu_count()}, loadavg={' '.join(f'{v:.2f}' for v in os.getloadavg())}")  # fmt: skip
