@@ -245,7 +245,9 @@ def test_import_interrupted_with_ctrl_c_resumes_and_the_sha256_matches(
     sha = model_file(path, 12 * MiB)
     total = -(-path.stat().st_size // (256 * KiB))
 
-    upload = start_upload(path, env, "--max-rate", "3MiB")
+    # 12 s at most for the interruption to come after the fourth chunk (a loaded CI machine took more than the 4 s
+    # of 3 MiB/s once, and the upload finished first)
+    upload = start_upload(path, env, "--max-rate", "1MiB")
     before = wait_for_chunks(state_home, facade, namespace, key, at_least=4)
     upload.send_signal(signal.SIGINT)
     _, err = upload.communicate(timeout=60)
@@ -285,7 +287,7 @@ def test_import_carries_on_through_a_facade_restart(
     env = cli_env(facade, namespace, "prod", key=key, state=state_home)
     path = tmp_path / "restart.safetensors"
     sha = model_file(path, 8 * MiB)
-    upload = start_upload(path, env, "--max-rate", "2MiB", "--json")
+    upload = start_upload(path, env, "--max-rate", "1MiB", "--json")  # 8 s: time to stop the facade midway
     wait_for_chunks(state_home, facade, namespace, key, at_least=2)
     facade.stop()  # the facade goes away in the middle of the upload ...
     assert upload.poll() is None  # ... the command keeps retrying
