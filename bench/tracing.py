@@ -71,16 +71,16 @@ def interleaved(
         for path in PATHS if segment % 2 == 0 else PATHS[::-1]:
             before = cpu_seconds(pid)
             parts[path].append(run_path(path, per, concurrency, target, spread_s))
-            spent[path].append((cpu_seconds(pid) - before) * 1000 / max(1, parts[path][-1].calls))
+            spent[path].append((cpu_seconds(pid) - before) * 1000)
     out: dict[str, tuple[Any, float, list[float]]] = {}
     for path, results in parts.items():
-        total_ms = sum(ms * r.calls for ms, r in zip(spent[path], results, strict=True))
+        per_call = [ms / max(1, r.calls) for ms, r in zip(spent[path], results, strict=True)]
         whole = results[0]
         whole.calls = sum(r.calls for r in results)
         whole.seconds = sum(r.seconds for r in results)
         whole.latencies_ms = [v for r in results for v in r.latencies_ms]
         whole.errors = sum(r.errors for r in results)
-        out[path] = (whole, total_ms / max(1, whole.calls), spent[path])
+        out[path] = (whole, sum(spent[path]) / max(1, whole.calls), per_call)
     return out
 
 
