@@ -239,9 +239,9 @@ def hooks_of_a_turn(number: int, scope: dict[str, Any]) -> None:
 
     body = {"model": "bench-model", "messages": [], "max_tokens": 64, "temperature": 0.2, "top_p": 0.9}
     answer = {"agent": "bot", "tokens": {"input": 12, "output": 7}, "tools_used": [], "guardrails": [],
-              "session_id": f"s-{number}"}  # fmt: skip
+              "session_id": f"ses_{number:032x}"}  # fmt: skip
     span = hooks.request(scope)
-    turn = hooks.turn(Env, "v1", f"s-{number}")  # type: ignore[arg-type]
+    turn = hooks.turn(Env, "v1", f"ses_{number:032x}")  # type: ignore[arg-type]
     with hooks.agent("bot", "bench-model", None), hooks.step(1), hooks.chat("http://127.0.0.1:9000/v1", body) as chat:
         sent: dict[str, str] = {}
         hooks.inject(sent)

@@ -36,6 +36,9 @@ _PARENT = struct.Struct(">BBQ")
 _LOW64 = 0xFFFFFFFFFFFFFFFF
 _DOUBLE = struct.Struct("<d")
 _CACHE_LIMIT = 4096
+_KEPT_STRING = 16
+"""String values up to this length are encoded once per (key, value) and kept (names, codes, reasons); longer ones
+(a session's id, a tool call's) come once per trace and are encoded each time, keeping the cache for what repeats."""
 log = logging.getLogger(__name__)
 
 
@@ -106,12 +109,27 @@ class Encoder:
         self._scope = field(1, field(1, scope.encode()) + field(2, scope_version.encode()))
         self._pairs: dict[tuple[str, Any, type], bytes] = {}
         self._headings: dict[tuple[str, int], bytes] = {}
+        self._keys: dict[str, bytes] = {}
 
     def _cached(self, cache_key: tuple[str, Any, type]) -> bytes:
         if len(self._pairs) >= _CACHE_LIMIT:
             self._pairs.clear()
         found = self._pairs[cache_key] = field(9, key_value(cache_key[0], cache_key[1]))
         return found
+
+    def _string(self, key: str, value: str) -> bytes:
+        """A KeyValue field of a string value that is not kept (an id: a session's, a call's), written without
+        the general path's calls: its key's field is kept instead."""
+        prefix = self._keys.get(key)
+        if prefix is None:
+            if len(self._keys) >= _CACHE_LIMIT:
+                self._keys.clear()
+            prefix = self._keys[key] = field(1, key.encode())
+        raw = value.encode("utf-8", "replace")
+        size, length = len(raw), len(prefix) + len(raw) + 4
+        if length < 0x80:  # every length a one-byte varint
+            return bytes((0x4A, length)) + prefix + bytes((0x12, size + 2, 0x0A, size)) + raw
+        return field(9, prefix + field(2, field(1, raw)))
 
     def _heading(self, name: str, kind: int) -> bytes:
         """The span's name and kind fields (names repeat: ``chat tiny``, ``step 1``)."""
@@ -138,6 +156,9 @@ class Encoder:
         pairs = self._pairs
         for key, value in span.attributes.items():
             kind = type(value)  # in the key: True and 1, 1 and 1.0 are equal, and hash alike
+            if kind is str and len(value) > _KEPT_STRING:  # an id, seen once: not worth keeping
+                out += self._string(key, value)
+                continue
             if kind is list:
                 value = tuple(value)
             cache_key = (key, value, kind)

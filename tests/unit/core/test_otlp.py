@@ -39,6 +39,10 @@ def test_a_batch_decodes_as_the_spans_that_were_recorded() -> None:
         chat.set_error("timeout")
     linked = tracer.start_span("reconcile", links=tracing.links_to(server.traceparent(), {"dockyard.link": "request"}))
     linked.set_attribute("text", "ünïcode")
+    # strings longer than 16 characters take the encoder's own path (not kept): one whose field fits a one-byte
+    # length, one with a long key, one of multi-byte characters over 127 bytes
+    ids = {"gen_ai.conversation.id": "ses_" + "0123456789abcdef" * 2, "k" * 120: "seventeen chars..", "long": "ü" * 70}
+    linked.set_attributes(ids)
     linked.end()
     encoder = otlp.Encoder(tracing.resource("dockyard-api", "1.0", {}), "dockyard", "1.0")
     request = ExportTraceServiceRequest.FromString(
@@ -74,7 +78,7 @@ def test_a_batch_decodes_as_the_spans_that_were_recorded() -> None:
     (link,) = got_linked.links
     assert (link.trace_id, link.span_id) == (got_server.trace_id, got_server.span_id)
     assert attributes(link) == {"dockyard.link": "request"}
-    assert attributes(got_linked) == {"text": "ünïcode"}
+    assert attributes(got_linked) == {"text": "ünïcode", **ids}
 
 
 class Backend:
