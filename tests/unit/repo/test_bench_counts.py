@@ -64,3 +64,21 @@ def test_the_cost_per_unit_and_per_second_are_recovered_from_phases_at_different
     points = [(rate, 1.2 + 150 / rate) for rate in (640, 410, 270, 120)]  # ms per turn at turns per second
     a, b, off = fit_per_second(points)
     assert (round(a, 6), round(b, 6), round(off, 9)) == (1.2, 150.0, 0.0)
+
+
+def test_the_interval_of_a_median_holds_it_and_narrows_with_more_pairs() -> None:
+    """bench.tracing's 95 % interval of the judged median (percentile bootstrap, seeded: the same pairs give the
+    same interval)."""
+    import random
+
+    from bench.tracing import median_interval
+
+    draw = random.Random(7)
+    few = [draw.gauss(3.0, 10.0) for _ in range(20)]
+    many = few + [draw.gauss(3.0, 10.0) for _ in range(480)]
+    for values in (few, many):
+        low, high = median_interval(values)
+        assert low <= sorted(values)[len(values) // 2] <= high
+    assert median_interval(many)[1] - median_interval(many)[0] < (median_interval(few)[1] - median_interval(few)[0]) / 2
+    assert median_interval(few) == median_interval(list(few))
+    assert median_interval([2.0]) == (2.0, 2.0)
