@@ -18,7 +18,7 @@ import dockyard_operator.handlers  # noqa: F401  (registers the handlers)
 from dockyard_core import logs
 from dockyard_operator import memprofile
 
-WATCH_HANDLERS = frozenset({"model_deployment_event", "tool_deployment_event", "model_event", "tool_event"})
+WATCH_HANDLERS = frozenset({"tool_deployment_event", "model_event", "tool_event"})
 
 
 def _quiet_watch_handlers(record: logging.LogRecord) -> bool:
@@ -57,6 +57,8 @@ def main(argv: list[str] | None = None) -> None:
                 peering_name=None if args.standalone else args.peering,
                 clusterwide=not args.namespace,
                 namespaces=args.namespace,
+                # the operator's own watches (ModelDeployments) serve the same namespaces as kopf's
+                memo=kopf.Memo(namespaces=tuple(args.namespace)),
             )
         )
 

@@ -72,9 +72,12 @@ class Context:
     devices: Mapping[str, Device]
     """The device catalog, read once from the settings (``device_catalog``)."""
     views: Views | None = None
+    indexes: Mapping[str, Any] = field(default_factory=dict)
+    """All of kopf's indexes by name (captured with ``views``), for what runs outside a kopf handler: the
+    Environments' reconcile after a ModelDeployment watch event."""
     workloads: WorkloadViews | None = None
-    """The workloads' Deployments and Pods (list + watch, started by the first ModelDeployment or
-    ToolDeployment event)."""
+    """The workloads' Deployments and Pods (list + watch, started with the ModelDeployments' watch by the
+    first kopf handler call, once kopf's indexes are filled)."""
     executor: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(API_CONCURRENCY, thread_name_prefix="kube")
     )

@@ -16,8 +16,9 @@ The queue turns them into reconciles the way controller-runtime's work queue doe
   status written) while the later ones wait, instead of each API call of every object queueing behind
   those of all the others.
 
-What the queue keeps is a cache of what the API says plus pending triggers: after a restart kopf's
-initial listing triggers every object again, so nothing here must survive a restart.
+What the queue keeps is a cache of what the API says plus pending triggers: after a restart the first
+list (the operator's own of ModelDeployments, kopf's initial listing of ToolDeployments) triggers every
+object again, so nothing here must survive a restart.
 """
 
 from __future__ import annotations

@@ -8,11 +8,16 @@ ModelDeployments and ToolDeployments are reconciled by a :class:`~dockyard_opera
 each: the watch events of the object, of its Deployment and Pods (:mod:`dockyard_operator.workloads`),
 and of its Model or Tool only trigger a reconcile, which the queue coalesces and serialises per object.
 No kopf timer runs per object, so kopf needs no finalizer on them and writes no bookkeeping to them.
+
+kopf does not watch ModelDeployments: :mod:`dockyard_operator.model_deployments` lists and watches them and
+hands each to the listeners registered here with :func:`on_model_deployment` (the work queue and the
+autoscalers below, the Environments in ``environments.py``), as kopf called its ``on.event`` handlers.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import kopf
@@ -65,7 +70,7 @@ def _views(ctx: Context, kw: dict[str, Any]) -> Views:
 
 async def reconcile_queued(ctx: Context, reconcile: Any, body: Body) -> Outcome:
     """Run one queued reconcile; a conflict or a vanished object is an outcome, not an error."""
-    assert ctx.views is not None  # set by the handler that queued the object
+    assert ctx.views is not None  # set before the watches that queue objects start (_start)
     assert ctx.workloads is not None
     if not ctx.workloads.synced:  # after a start: not before the workloads' first list is in
         await ctx.workloads.wait_synced()
@@ -86,29 +91,63 @@ async def reconcile_queued(ctx: Context, reconcile: Any, body: Body) -> Outcome:
         return outcome
 
 
-def _watch(memo: kopf.Memo, queue: WorkQueue, event: kopf.RawEvent, body: kopf.Body, kw: dict[str, Any]) -> None:
+def _start(memo: kopf.Memo, kw: dict[str, Any]) -> None:
+    """Once kopf's indexes are filled (kopf calls no handler before every indexed kind's initial listing
+    is in): capture them, and start the watches whose events queue reconciles that read them."""
     ctx: Context = memo.ctx
-    if ctx.views is None:
-        ctx.views = _views(ctx, kw)  # kopf's indexes are live mappings: capture them once
-        # Started here, inside kopf's processing of an event: the tasks of the list + watch, and the
-        # reconciles their events start, inherit the context kopf posts Events from (kopf.info/warn).
-        assert ctx.workloads is not None
-        ctx.workloads.start()
-    if event["type"] == "DELETED":  # children go with their owner (garbage collection)
+    if ctx.views is not None:
+        return
+    ctx.indexes = {name: index for name, index in kw.items() if isinstance(index, kopf.Index)}
+    ctx.views = _views(ctx, kw)  # kopf's indexes are live mappings: capture them once
+    # Started here, inside kopf's processing of an event: the tasks of the lists + watches, and the
+    # reconciles their events start, inherit the context kopf posts Events from (kopf.info/warn).
+    assert ctx.workloads is not None
+    ctx.workloads.start()
+    memo.model_deployments.start()
+
+
+# Any cluster that can run a ModelDeployment has Nodes, and kopf watches them anyway (node_capacity): the
+# first event of one after kopf's indexes are filled starts the watches (a ToolDeployment's, a Model's or
+# a Tool's does too, whichever comes first). Afterwards the filter keeps kopf from calling it at all.
+@kopf.on.event("", "v1", "nodes", when=lambda memo, **_: memo.ctx.views is None)
+async def indexes_filled(memo: kopf.Memo, **kw: Any) -> None:
+    _start(memo, kw)
+
+
+ModelDeploymentListener = Callable[[kopf.Memo, Body, bool], None]
+MODEL_DEPLOYMENT_LISTENERS: list[ModelDeploymentListener] = []
+"""What hears of each ModelDeployment (``listener(memo, body, deleted)``), in order of registration (as
+kopf called its handlers): the watch is not kopf's (:mod:`dockyard_operator.model_deployments`)."""
+
+
+def on_model_deployment(listener: ModelDeploymentListener) -> ModelDeploymentListener:
+    """Register a listener of the ModelDeployment watch (the way ``@kopf.on.event`` registered a handler)."""
+    MODEL_DEPLOYMENT_LISTENERS.append(listener)
+    return listener
+
+
+def model_deployment_changed(memo: kopf.Memo, body: Body, deleted: bool) -> None:
+    """One ModelDeployment listed, added, modified or deleted: every listener hears of it."""
+    for listener in MODEL_DEPLOYMENT_LISTENERS:
+        listener(memo, body, deleted)
+
+
+def _watch(memo: kopf.Memo, queue: WorkQueue, body: Body, deleted: bool) -> None:
+    if deleted:  # children go with their owner (garbage collection)
         queue.forget(body)
-        ctx.forget(body["metadata"]["uid"])
+        memo.ctx.forget(body["metadata"]["uid"])
     else:
         queue.observe(body)
 
 
-# Every watch event of the object (creation, any change, the initial listing after a restart) queues a
-# reconcile: level-based, and no handler-progress bookkeeping is written back to the objects.
-@kopf.on.event(GROUP, VERSION, "modeldeployments")
-async def model_deployment_event(event: kopf.RawEvent, memo: kopf.Memo, body: kopf.Body, **kw: Any) -> None:
-    _watch(memo, memo.mdeps, event, body, kw)
+# Every watch event of the object (creation, any change, the listing after a start or a lost watch)
+# queues a reconcile: level-based, and no handler-progress bookkeeping is written back to the objects.
+@on_model_deployment
+def model_deployment_event(memo: kopf.Memo, body: Body, deleted: bool) -> None:
+    _watch(memo, memo.mdeps, body, deleted)
     key = key_of(body)
     autoscalers: dict[ObjectKey, asyncio.Task[None]] = memo.autoscalers
-    if event["type"] == "DELETED":
+    if deleted:
         if (task := autoscalers.pop(key, None)) is not None:
             task.cancel()
     elif autoscaling_enabled(body.get("spec") or {}) and (key not in autoscalers or autoscalers[key].done()):
@@ -117,15 +156,18 @@ async def model_deployment_event(event: kopf.RawEvent, memo: kopf.Memo, body: ko
 
 @kopf.on.event(GROUP, VERSION, "tooldeployments")
 async def tool_deployment_event(event: kopf.RawEvent, memo: kopf.Memo, body: kopf.Body, **kw: Any) -> None:
-    _watch(memo, memo.tdeps, event, body, kw)
+    _start(memo, kw)
+    _watch(memo, memo.tdeps, body, event["type"] == "DELETED")
 
 
 # A Model or Tool that appears, becomes ReadyToDeploy or changes: queue the deployments of its namespace.
 @kopf.on.event(GROUP, VERSION, "models")
-async def model_event(namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
+async def model_event(namespace: str | None, memo: kopf.Memo, **kw: Any) -> None:
+    _start(memo, kw)
     memo.mdeps.trigger_all(memo.mdeps.keys(namespace or ""), "model")
 
 
 @kopf.on.event(GROUP, VERSION, "tools")
-async def tool_event(namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
+async def tool_event(namespace: str | None, memo: kopf.Memo, **kw: Any) -> None:
+    _start(memo, kw)
     memo.tdeps.trigger_all(memo.tdeps.keys(namespace or ""), "tool")

@@ -1,10 +1,14 @@
 """kopf handlers of Environments: every event of one, a periodic re-check, an event of one of its
-ToolDeployments, a change of the health of a ModelDeployment its version's agents call, and its deletion
-call the kopf-free reconcile (``reconcile/environment.py``) and post the Events it returns; the indexes of
-AppVersions and Environments it reads."""
+ToolDeployments, a change of the health of a ModelDeployment its version's agents call (heard from the
+operator's own watch of ModelDeployments, ``deployments.py``), and its deletion call the kopf-free
+reconcile (``reconcile/environment.py``) and post the Events it returns; the indexes of AppVersions and
+Environments it reads."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
@@ -12,12 +16,14 @@ import kopf
 from dockyard_core.resources import GROUP
 from dockyard_core.resources.v1alpha1 import ENVIRONMENT_LABEL, VERSION
 from dockyard_operator.context import Context, snapshot
+from dockyard_operator.handlers.deployments import on_model_deployment
 from dockyard_operator.handlers.events import post_events
 from dockyard_operator.reconcile.environment import environment_deleted as forget_environment
 from dockyard_operator.reconcile.environment import environments_tested, environments_using, reconcile_environment
 from dockyard_operator.settings import operator_settings
 
 SETTINGS = operator_settings()
+log = logging.getLogger(__name__)
 
 # --- indexes -----------------------------------------------------------------------------------------
 
@@ -32,7 +38,7 @@ def environment_index(namespace: str | None, name: str, body: kopf.Body, **_: An
     return {(namespace or "", name): snapshot(body)}
 
 
-async def _reconcile(memo: kopf.Memo, env: dict[str, Any], kw: dict[str, Any]) -> None:
+async def _reconcile(memo: kopf.Memo, env: dict[str, Any], kw: Mapping[str, Any]) -> None:
     ctx: Context = memo.ctx
     outcome = await reconcile_environment(ctx, env, kw.get("appversions"), kw.get("environment_index"))
     post_events(env, outcome.events)
@@ -60,12 +66,34 @@ async def environment_tool_changed(namespace: str | None, labels: kopf.Labels, m
         await _reconcile(memo, env, kw)
 
 
-@kopf.on.event(GROUP, VERSION, "modeldeployments")
-async def environment_model_changed(type: str | None, body: kopf.Body, memo: kopf.Memo, **kw: Any) -> None:
+@on_model_deployment
+def environment_model_changed(memo: kopf.Memo, body: Mapping[str, Any], deleted: bool) -> None:
     """A ModelDeployment whose health changes (its job's status or reason, its Ready condition, its
-    deletion) reconciles the environments whose version's agents call it at once."""
-    for env in environments_using(memo.ctx, kw["environment_index"], body, deleted=type == "DELETED"):
+    deletion) reconciles the environments whose version's agents call it at once. Its watch is not kopf's
+    (no ``kw``: kopf's indexes as captured on ``ctx.indexes``), and must not wait for the reconciles: each
+    runs as a task of its own (serialised per Environment by its lock)."""
+    ctx: Context = memo.ctx
+    for env in environments_using(ctx, ctx.indexes["environment_index"], body, deleted=deleted):
+        name = f"environment {env['metadata']['name']}"
+        task = asyncio.create_task(_reconcile_logged(memo, env, ctx.indexes), name=name)
+        _RUNNING.add(task)
+        task.add_done_callback(_RUNNING.discard)
+
+
+_RUNNING: set[asyncio.Task[None]] = set()
+"""The Environments' reconciles started by ModelDeployment events (held until done: the loop keeps only weak
+references to tasks)."""
+
+
+async def _reconcile_logged(memo: kopf.Memo, env: dict[str, Any], kw: Mapping[str, Any]) -> None:
+    """:func:`_reconcile`, its failure logged as kopf logs a failed event handler's (the periodic re-check
+    and the Environment's next event try again)."""
+    try:
         await _reconcile(memo, env, kw)
+    except Exception:
+        meta = env["metadata"]
+        log.exception("reconciling Environment %s/%s after a ModelDeployment event failed", meta["namespace"],
+                      meta["name"])  # fmt: skip
 
 
 @kopf.on.event(GROUP, VERSION, "apps")

@@ -9,12 +9,14 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Callable, Collection
 from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
 import httpx
 import kopf
+from kopf._cogs.structs.references import NamespaceName, match_namespace  # kopf's matching of --namespace
 
 from dockyard_core import devices
 from dockyard_core.kubeclient import AsyncKube, KubeError
@@ -23,9 +25,10 @@ from dockyard_core.resources import GROUP
 from dockyard_core.resources.v1alpha1 import VERSION
 from dockyard_operator import health, monitoring
 from dockyard_operator.context import API_CONCURRENCY, Context
-from dockyard_operator.handlers.deployments import reconcile_queued
+from dockyard_operator.handlers.deployments import model_deployment_changed, reconcile_queued
 from dockyard_operator.handlers.events import post_event
 from dockyard_operator.kube import KubeApi
+from dockyard_operator.model_deployments import ModelDeployments
 from dockyard_operator.reconcile.model import Importer
 from dockyard_operator.reconcile.modeldeployment import reconcile_model_deployment
 from dockyard_operator.reconcile.tooldeployment import reconcile_tool_deployment
@@ -38,13 +41,13 @@ from dockyard_operator.workqueue import WorkQueue
 WATCH_ONLY = frozenset(
     {
         ("v1", "Node"),
-        (f"{GROUP}/{VERSION}", "ModelDeployment"),
         (f"{GROUP}/{VERSION}", "ToolDeployment"),
         (f"{GROUP}/{VERSION}", "Tool"),
     }
 )
 """Kinds with only index and on-event handlers here (no create/update/resume/delete handler): kopf needs
-no diff base of them (tests/unit/operator/test_handlers.py keeps this true)."""
+no diff base of them (tests/unit/operator/test_handlers.py keeps this true). ModelDeployments have none at
+all: kopf does not watch them (``model_deployments.py``)."""
 
 
 class DiffBaseOfChangeHandled(kopf.AnnotationsDiffBaseStorage):
@@ -90,7 +93,11 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     memo.tdeps = WorkQueue(
         "ToolDeployment", partial(reconcile_queued, ctx, reconcile_tool_deployment), max_concurrent=API_CONCURRENCY
     )
-    ctx.workloads = WorkloadViews(http, partial(_owner_changed, memo))  # started by the first event of a kind
+    # Both started by the first kopf handler call, once kopf's indexes are filled (deployments.py).
+    ctx.workloads = WorkloadViews(http, partial(_owner_changed, memo))
+    memo.model_deployments = ModelDeployments(
+        http, partial(model_deployment_changed, memo), _namespace_filter(memo.get("namespaces") or ())
+    )
     memo.autoscalers = {}
     memo.http = httpx.AsyncClient(timeout=config.metrics_timeout_seconds)
     memo.importer = Importer(config, memo.ctx.kube, post_event)
@@ -99,6 +106,15 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     memo.health = health.HealthState(api=http)
     await health.start(memo.health, config.health_host, config.health_port)
     memo.health.started.set()
+
+
+def _namespace_filter(patterns: Collection[str]) -> Callable[[str], bool] | None:
+    """The namespaces kopf serves (``python -m dockyard_operator --namespace``, handed over in the memo),
+    matched as kopf matches them (globs, ``!`` exclusions); None: all of them. The ModelDeployments' watch
+    is cluster-wide either way, like the workloads' (the chart's ClusterRole grants it)."""
+    if not patterns:
+        return None
+    return lambda namespace: any(match_namespace(NamespaceName(namespace), pattern) for pattern in patterns)
 
 
 WEBHOOK_CONFIGURATION = "dockyard.dev"
@@ -147,6 +163,8 @@ def _owner_changed(memo: kopf.Memo, key: Key, cause: str) -> None:
 
 @kopf.on.cleanup()
 async def cleanup(memo: kopf.Memo, **_: Any) -> None:
+    if "model_deployments" in memo:  # first: its events start autoscalers
+        await memo.model_deployments.stop()
     for task in memo.get("autoscalers", {}).values():
         task.cancel()
     if "ctx" in memo and memo.ctx.workloads is not None:
