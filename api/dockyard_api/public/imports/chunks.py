@@ -4,6 +4,8 @@ store, in batches of :data:`FLUSH_BYTES` (larger, up to :data:`MAX_GATHERED_BYTE
 batch is still being written), so no chunk is ever held in memory (the pieces received are written as they
 are, without copying them into a buffer first). Inside the file part, a piece that holds no delimiter is
 taken as file data after one search with the C library's ``memmem``, without going through the parser.
+Where the server offers it (``dockyard_api.server.RawBody``), the rest of the body after the file data has
+begun is read from the socket by one thread, which takes each read the same way and writes it at once.
 
 The ``file`` part may come before or after ``chunkNumber``; when ``chunkNumber`` comes first it is
 checked before the file is read. Past the chunk limit the parser stops reading and the temporary file
@@ -17,7 +19,7 @@ import contextlib
 import ctypes
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
 import anyio
 from python_multipart.exceptions import FormParserError
@@ -47,12 +49,20 @@ MAX_HEADER_BYTES = 8 * 1024
 MAX_PARTS = 16
 
 
+class RawReader(Protocol):
+    """What :meth:`ChunkUpload.read` uses of the server's :class:`~dockyard_api.server.RawBody`."""
+
+    def ready(self) -> bool: ...
+
+    async def read(self, consume: Callable[[memoryview], None]) -> None: ...
+
+
 def _libc_memmem() -> Callable[[bytes, int, bytes, int], int | None] | None:
     try:
         memmem = ctypes.CDLL(None).memmem
     except (AttributeError, OSError):
         return None
-    memmem.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t]
+    memmem.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t]  # bytes or an address
     memmem.restype = ctypes.c_void_p
     return cast("Callable[[bytes, int, bytes, int], int | None]", memmem)
 
@@ -60,13 +70,26 @@ def _libc_memmem() -> Callable[[bytes, int, bytes, int], int | None] | None:
 _MEMMEM = _libc_memmem()
 
 
-def has_delimiter(data: bytes, delimiter: bytes) -> bool:
-    """Whether ``delimiter`` occurs in ``data``: the C library's ``memmem`` where there is one (two to three
-    times faster than ``bytes.find`` on a body piece, and it runs without the GIL, so the write threads go
-    on meanwhile; docs/benchmarks.md), else ``bytes.find``."""
+def has_delimiter(data: bytes | memoryview, delimiter: bytes) -> bool:
+    """Whether ``delimiter`` occurs in ``data`` (bytes, or a view of a writable buffer: a raw read's): the C
+    library's ``memmem`` where there is one (two to three times faster than ``bytes.find`` on a body piece, and
+    it runs without the GIL, so the write threads go on meanwhile; docs/benchmarks.md), else ``bytes.find``."""
     if _MEMMEM is None:
-        return data.find(delimiter) >= 0
-    return _MEMMEM(data, len(data), delimiter, len(delimiter)) is not None
+        return (data if type(data) is bytes else bytes(data)).find(delimiter) >= 0
+    if type(data) is bytes:
+        return _MEMMEM(data, len(data), delimiter, len(delimiter)) is not None
+    start = ctypes.addressof(ctypes.c_char.from_buffer(data)) if len(data) else 0
+    return _MEMMEM(ctypes.c_void_p(start), len(data), delimiter, len(delimiter)) is not None  # type: ignore[arg-type]
+
+
+def _plain(data: bytes | memoryview, delimiter: bytes) -> bool:
+    """Whether ``data`` holds neither ``delimiter`` nor the start of one at its end (then, inside the file part,
+    it is all file data)."""
+    if has_delimiter(data, delimiter):
+        return False
+    end = bytes(data[max(0, len(data) - len(delimiter) + 1) :])  # at most the delimiter's length
+    tail = end.rfind(delimiter[:1])
+    return tail < 0 or not delimiter.startswith(end[tail:])
 
 
 def _write_and_finish(writer: ChunkWriter, pieces: list[memoryview]) -> ReceivedChunk:
@@ -102,6 +125,8 @@ class ChunkUpload:
         self._pending_bytes = 0
         self._writing: Future[object] | None = None
         self._received = 0
+        self.raw = False
+        """Whether the rest of the body was read raw (:meth:`read`'s ``raw``)."""
 
     # -- python-multipart callbacks (synchronous, called from parser.write) --
 
@@ -174,9 +199,14 @@ class ChunkUpload:
 
     # -- driving --
 
-    async def read(self, content_type: str | None, stream: AsyncIterator[bytes]) -> tuple[int, ReceivedChunk]:
+    async def read(
+        self, content_type: str | None, stream: AsyncIterator[bytes], raw: RawReader | None = None
+    ) -> tuple[int, ReceivedChunk]:
         """Parse the whole request; return the chunk number and the received chunk (its temporary file).
-        On any error the temporary file is deleted and the error raised."""
+        On any error the temporary file is deleted and the error raised. ``raw``: the request's
+        :class:`~dockyard_api.server.RawBody` (when the server offers one): once the file part's data has
+        begun and nothing is in flight, the rest of the body is read and written by one thread
+        (:meth:`_take_raw`), not through the event loop."""
         kind, params = parse_options_header(content_type or "")
         if kind != b"multipart/form-data" or not params.get(b"boundary"):
             raise UnsupportedMediaType(
@@ -197,6 +227,12 @@ class ChunkUpload:
             async for data in stream:
                 if not self._file_data_only(parser, data):
                     parser.write(data)
+                if raw is not None and self._in_file_data(parser):
+                    await self._written()  # the batch in flight goes first: the raw reads write in order
+                    if raw.ready():  # (the stream handed on every piece received meanwhile)
+                        self.raw = True
+                        await raw.read(lambda view: self._take_raw(parser, view))
+                        break
                 if self._pending_bytes >= FLUSH_BYTES:
                     await self._flush(wait=self._pending_bytes >= MAX_GATHERED_BYTES)
             parser.finalize()
@@ -218,28 +254,40 @@ class ChunkUpload:
             await self._discard()
             raise
 
+    def _in_file_data(self, parser: MultipartParser) -> bool:
+        """Whether the parser is inside the file part's data with no partial delimiter carried: a piece
+        without a delimiter then is file data as it is."""
+        return (
+            self._part == "file"
+            and parser.state == MultipartState.PART_DATA
+            and parser.index == 0
+            and parser.marks.get("part_data") == 0
+        )
+
     def _file_data_only(self, parser: MultipartParser, data: bytes) -> bool:
         """Take ``data`` as file data, without the parser, when the parser is inside the file part with no
         partial delimiter carried and ``data`` holds neither a delimiter nor the start of one at its end:
         exactly what the parser would do with it (one ``part_data`` callback of the whole piece, its state
         unchanged), after one faster search (:func:`has_delimiter`). Otherwise the parser takes the piece.
         Whether the piece was taken."""
-        if (
-            self._part != "file"
-            or type(data) is not bytes
-            or parser.state != MultipartState.PART_DATA
-            or parser.index != 0
-            or parser.marks.get("part_data") != 0
-        ):
-            return False
-        delimiter = parser.boundary
-        if has_delimiter(data, delimiter):
-            return False
-        tail = data.rfind(delimiter[:1], max(0, len(data) - len(delimiter) + 1))
-        if tail >= 0 and delimiter.startswith(data[tail:]):
+        if type(data) is not bytes or not self._in_file_data(parser) or not _plain(data, parser.boundary):
             return False
         self._on_part_data(data, 0, len(data))
         return True
+
+    def _take_raw(self, parser: MultipartParser, view: memoryview) -> None:
+        """One read of the rest of the body (:class:`~dockyard_api.server.RawBody`, in its thread): file data
+        as :meth:`_file_data_only` takes it, anything else through the parser (a copy: the delimiter and the
+        parts after the file, once per chunk); what the read gave the file is written before the buffer is
+        read into again."""
+        if self._in_file_data(parser) and _plain(view, parser.boundary):
+            self._on_part_data(view, 0, len(view))  # type: ignore[arg-type]  # a view: the parser's callback reads slices
+        else:
+            parser.write(bytes(view))
+        if self._pending:
+            assert self.writer is not None
+            pieces, self._pending, self._pending_bytes = self._pending, [], 0
+            self.writer.write_all(pieces)
 
     async def _flush(self, *, wait: bool) -> None:
         """Hand the pending pieces to a worker thread and go on receiving while it writes them. When the

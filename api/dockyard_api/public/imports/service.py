@@ -23,7 +23,7 @@ from typing import Any
 
 import anyio
 
-from dockyard_api.public.imports.chunks import ChunkUpload
+from dockyard_api.public.imports.chunks import ChunkUpload, RawReader
 from dockyard_api.public.imports.documents import DocumentImports, is_document
 from dockyard_api.public.imports.models import (
     ImportModels,
@@ -157,11 +157,17 @@ class ImportService:
     # -- chunks and state --
 
     async def receive_chunk(
-        self, namespace: str, environment: str, session_id: str, content_type: str | None, stream: AsyncIterator[bytes]
+        self,
+        namespace: str,
+        environment: str,
+        session_id: str,
+        content_type: str | None,
+        stream: AsyncIterator[bytes],
+        raw: RawReader | None = None,
     ) -> tuple[ChunkReceived, int, bool]:
         """Stream one multipart chunk into the session's store (without holding it in memory) and publish
         it: (the answer, the chunk's size, whether it was new; a retry of a stored chunk is not). Only the
-        file work runs in threads."""
+        file work runs in threads; ``raw``: the rest of the body read by one of them (:class:`ChunkUpload`)."""
         meta = await self.sessions.open(namespace, environment, session_id)
         limit, fsync = self.settings.max_chunk_bytes, self.settings.fsync_chunks
 
@@ -171,7 +177,7 @@ class ImportService:
         def check_number(raw: str) -> int:
             return parse_chunk_number(raw, meta.upload.total_chunks)
 
-        number, chunk = await ChunkUpload(open_writer, check_number).read(content_type, stream)
+        number, chunk = await ChunkUpload(open_writer, check_number).read(content_type, stream, raw)
         size = chunk.size
         new = await files(self.store.publish, meta, number, chunk)
         return ChunkReceived(chunk_number=number, session_id=session_id), size, new
