@@ -372,19 +372,21 @@ def main() -> None:
         unsampled_cpu_ms: dict[str, list[float]] = {mode: [] for mode in modes}
         spent_by = {"facade": cpu_ms, "guarded": guarded_cpu_ms, "traced": traced_cpu_ms, "unsampled": unsampled_cpu_ms}
         segments: dict[str, dict[str, list[float]]] = {mode: {path: [] for path in tracing.PATHS} for mode in modes}
+        segment_p50s: dict[str, dict[str, list[float]]] = {mode: {path: [] for path in tracing.PATHS} for mode in modes}
         for round_ in range(1, args.rounds + 1):
             # the facade paths in turn first and last (direct always first): a round's later calls meet a warmer
             # or a busier machine, which must not count for or against one path
             order = paths if round_ % 2 else (paths[0], *reversed(paths[1:]))
             for mode in modes:
-                done: dict[str, tuple[Result, float, list[float]]] = {}
+                done: dict[str, tuple[Result, float, list[float], list[float]]] = {}
                 for path in order:
                     if path in tracing.PATHS and path not in done:  # both at once, in alternating segments
                         done |= tracing.interleaved(run_path, args.calls, args.concurrency, target, spreads[mode],
                                                     traced_proc.pid)  # fmt: skip
                     if path in done:
-                        result, spent, by_segment = done[path]
+                        result, spent, by_segment, p50s = done[path]
                         segments[mode][path] += by_segment
+                        segment_p50s[mode][path] += p50s
                     else:
                         before = cpu_seconds(proc.pid)
                         result = run_path(path, args.calls, args.concurrency, target, spreads[mode])
@@ -404,7 +406,8 @@ def main() -> None:
         memory.append(("at the end", rss_mib(proc.pid)))
         if backend:
             tracing.summary(
-                modes, results, sequential, (cpu_ms, unsampled_cpu_ms, traced_cpu_ms), segments, backend, traced_url,
+                modes, results, sequential, (cpu_ms, unsampled_cpu_ms, traced_cpu_ms), segments, segment_p50s, backend,
+                traced_url,
                 (tracing.backend_cpu(backend) - backend_cpu) * 1000 / (args.calls * args.rounds * len(modes)),
             )  # fmt: skip
 
