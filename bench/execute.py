@@ -324,6 +324,9 @@ def main() -> None:
         "the burst's calls ahead of it",
     )
     parser.add_argument("--tracing", action="store_true", help="also call a facade that traces (path 'traced')")
+    parser.add_argument("--tracing-sink", action="store_true",
+                        help="with --tracing: export to a sink that keeps nothing instead of Jaeger (diagnostic: what "
+                        "the backend on the same cores costs the facade)")  # fmt: skip
     parser.add_argument(
         "--database",
         choices=("sqlite", "postgresql"),
@@ -351,7 +354,9 @@ def main() -> None:
         database_url(args.database, cluster) as database,
         operator_process(cluster),
         facade_process(cluster, database, args.profile) as (url, proc),
-        tracing.jaeger() if args.tracing else contextlib.nullcontext() as backend,
+        (tracing.sink() if args.tracing_sink else tracing.jaeger())
+        if args.tracing
+        else contextlib.nullcontext() as backend,
         tracing.facade(facade_process, cluster, database, backend, proc) as (traced_url, traced_proc),
     ):
         keys = setup(api, ns, model_url, args.guardrails)

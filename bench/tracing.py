@@ -27,6 +27,8 @@ import random
 import re
 import secrets
 import statistics
+import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
@@ -42,6 +44,54 @@ from bench.common import cpu_seconds
 @contextmanager
 def jaeger() -> Iterator[Jaeger]:
     backend = Jaeger(Path(tempfile.mkdtemp(prefix="bench-jaeger-")))
+    backend.start()
+    try:
+        yield backend
+    finally:
+        backend.stop()
+
+
+SINK = """
+import http.server, sys
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+    def log_message(self, *args):
+        pass
+server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"""
+
+
+class Sink:
+    """A diagnostic stand-in for Jaeger (``bench.execute --tracing-sink``): a process that answers every OTLP/HTTP
+    POST with 200 and keeps nothing, so that what a backend working on the same cores costs the facade can be
+    told apart from what tracing itself costs it. Not the figure of record (#30 asks for the real backend)."""
+
+    def __init__(self) -> None:
+        self.process: subprocess.Popen[str] | None = None
+        self.otlp_endpoint = ""
+
+    def start(self) -> None:
+        self.process = subprocess.Popen([sys.executable, "-c", SINK], stdout=subprocess.PIPE, text=True)
+        assert self.process.stdout is not None
+        self.otlp_endpoint = f"http://127.0.0.1:{int(self.process.stdout.readline())}"
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait()
+
+
+@contextmanager
+def sink() -> Iterator[Sink]:
+    backend = Sink()
     backend.start()
     try:
         yield backend
@@ -87,7 +137,7 @@ def interleaved(
     return out
 
 
-def otel_env(backend: Jaeger) -> dict[str, str]:
+def otel_env(backend: Jaeger | Sink) -> dict[str, str]:
     """The standard variables that turn a facade's tracing on (the batch defaults otherwise), sampling what the
     caller marks sampled only."""
     return {
@@ -108,13 +158,15 @@ def dropped(url: str) -> float:
     return sum(float(m) for m in re.findall(r"^dockyard_api_spans_dropped_total\{[^}]*\} (\S+)$", text, re.M))
 
 
-def spans_held(backend: Jaeger, limit: int = 200) -> tuple[int, int]:
-    """(traces, spans) Jaeger answers for the bench's facade (the newest ``limit`` traces)."""
+def spans_held(backend: Jaeger | Sink, limit: int = 200) -> tuple[int, int]:
+    """(traces, spans) Jaeger answers for the bench's facade (the newest ``limit`` traces); (0, 0) for the sink."""
+    if isinstance(backend, Sink):
+        return 0, 0
     traces = backend.traces("dockyard-api-bench", limit=limit)
     return len(traces), sum(len(t.spans) for t in traces)
 
 
-def facade(start: Any, cluster: Any, database: str, backend: Jaeger | None, untraced: Any) -> Any:
+def facade(start: Any, cluster: Any, database: str, backend: Jaeger | Sink | None, untraced: Any) -> Any:
     """The traced facade process (``start``: bench.execute's facade_process), or the untraced one again."""
     if backend is None:
         return nullcontext(("", untraced))
@@ -131,7 +183,7 @@ def p50(latencies_ms: list[float]) -> float:
     return ordered[min(len(ordered) - 1, round(0.5 * (len(ordered) - 1)))] if ordered else float("nan")
 
 
-def backend_cpu(backend: Jaeger | None) -> float:
+def backend_cpu(backend: Jaeger | Sink | None) -> float:
     """CPU-s the tracing backend's process has used so far (0 without one)."""
     if backend is None or backend.process is None:
         return 0.0
@@ -145,7 +197,7 @@ def summary(
     cpu: tuple[dict[str, list[float]], dict[str, list[float]], dict[str, list[float]]],
     segments: dict[str, dict[str, list[float]]],
     segment_p50s: dict[str, dict[str, list[float]]],
-    backend: Jaeger,
+    backend: Jaeger | Sink,
     traced_url: str,
     backend_ms: float,
 ) -> None:
@@ -196,7 +248,8 @@ def summary(
         low, _, high = statistics.quantiles(differences, n=4) if len(differences) > 1 else (0.0, 0.0, 0.0)
         below, above = median_interval(differences)
         facade, unsampled, between = paired(cpu[0][mode], cpu[1][mode])
-        print(f"summary (tracing on / off, {mode} arrivals, spans to Jaeger over OTLP/HTTP): added p50 {added:.2f} "
+        where = "a sink that keeps nothing (diagnostic)" if isinstance(backend, Sink) else "Jaeger"
+        print(f"summary (tracing on / off, {mode} arrivals, spans to {where} over OTLP/HTTP): added p50 {added:.2f} "
               f"ms (median of {len(p50_pairs)} segment pairs, 95 % interval {p50_low:.2f} to {p50_high:.2f}; <= 1: "
               f"{met(added <= 1)}; the median of the rounds' differences {by_rounds:.2f}), {added_1:.2f} ms at "
               f"concurrency 1 "

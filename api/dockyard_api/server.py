@@ -178,6 +178,7 @@ class RawBody:
 
 
 _RAW_ACTIVE = [0]
+_RAW_BUFFERS = threading.local()
 """Raw reads in progress (changed on the event loop's threads only; an approximate bound across threads)."""
 
 
@@ -185,7 +186,9 @@ def _read_raw(sock: socket.socket, left: int, consume: Callable[[memoryview], No
     """Read ``left`` bytes, each read handed to ``consume``; what ``consume`` raised, if it did: the rest of the
     body is then read and dropped (as uvicorn drops the body of a request answered early), so the connection
     stays usable and the client, still sending, gets the answer instead of a reset."""
-    buffer = memoryview(bytearray(min(left, READ_BYTES)))
+    buffer: memoryview | None = getattr(_RAW_BUFFERS, "buffer", None)  # one per reader thread, reused
+    if buffer is None:
+        buffer = _RAW_BUFFERS.buffer = memoryview(bytearray(READ_BYTES))
     failure: BaseException | None = None
     while left > 0:
         try:
