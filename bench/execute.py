@@ -33,7 +33,7 @@ Printed: requests/s of both and their ratio (target >= 0.9), p50/p99 and the p50
 memory after the warm-up, after each round and at the end (flat over the sessions created).
 
     .venv/bin/python -m bench.execute [--calls 2000 --rounds 5 --concurrency 32 --delay-ms 100 --database sqlite]
-        [--arrivals staggered,lockstep] [--guardrails] [--tracing] [--profile FILE]
+        [--arrivals staggered,lockstep] [--guardrails] [--tracing [--tracing-sink]] [--profile FILE]
 
 With ``--tracing`` a second facade with tracing on exports its spans to a real Jaeger: path ``traced``
 (:mod:`bench.tracing`, #30's targets: <= 1 ms added p50, <= 2 % CPU per turn).

@@ -249,6 +249,11 @@ def summary(
         below, above = median_interval(differences)
         facade, unsampled, between = paired(cpu[0][mode], cpu[1][mode])
         where = "a sink that keeps nothing (diagnostic)" if isinstance(backend, Sink) else "Jaeger"
+        held = (
+            "the sink keeps no spans"
+            if isinstance(backend, Sink)
+            else f"Jaeger holds {spans} spans in the newest {traces} traces"
+        )
         print(f"summary (tracing on / off, {mode} arrivals, spans to {where} over OTLP/HTTP): added p50 {added:.2f} "
               f"ms (median of {len(p50_pairs)} segment pairs, 95 % interval {p50_low:.2f} to {p50_high:.2f}; <= 1: "
               f"{met(added <= 1)}; the median of the rounds' differences {by_rounds:.2f}), {added_1:.2f} ms at "
@@ -258,8 +263,8 @@ def summary(
               f"{len(differences)} segment pairs, 95 % interval of that median {below / off * 100:+.1f} to "
               f"{above / off * 100:+.1f} %, quartiles {low / off * 100:+.1f} and {high / off * 100:+.1f} %; "
               f"by round {rounds}); unsampled turns in the traced facade vs the untraced facade {facade:.3f} -> "
-              f"{unsampled:.3f} ms (two processes; by round {between}); Jaeger holds {spans} spans in the newest "
-              f"{traces} traces, used {backend_ms:.3f} ms of CPU per traced turn; spans dropped {lost:.0f}"
+              f"{unsampled:.3f} ms (two processes; by round {between}); {held}, used {backend_ms:.3f} ms of CPU per "
+              f"traced turn; spans dropped {lost:.0f}"
               )  # fmt: skip
 
 
