@@ -33,7 +33,7 @@ Printed: requests/s of both and their ratio (target >= 0.9), p50/p99 and the p50
 memory after the warm-up, after each round and at the end (flat over the sessions created).
 
     .venv/bin/python -m bench.execute [--calls 2000 --rounds 5 --concurrency 32 --delay-ms 100 --database sqlite]
-        [--arrivals staggered,lockstep] [--guardrails] [--tracing [--tracing-sink]] [--profile FILE]
+        [--arrivals staggered,lockstep] [--guardrails] [--tracing [--tracing-sink] [--hook-timing]] [--profile FILE]
 
 With ``--tracing`` a second facade with tracing on exports its spans to a real Jaeger: path ``traced``
 (:mod:`bench.tracing`, #30's targets: <= 1 ms added p50, <= 2 % CPU per turn).
@@ -324,6 +324,9 @@ def main() -> None:
         "the burst's calls ahead of it",
     )
     parser.add_argument("--tracing", action="store_true", help="also call a facade that traces (path 'traced')")
+    parser.add_argument("--hook-timing", action="store_true",
+                        help="with --tracing: time the traced facade's tracing hooks in place and print them per turn "
+                        "(bench/hooktiming; each timed call costs a little itself)")  # fmt: skip
     parser.add_argument("--tracing-sink", action="store_true",
                         help="with --tracing: export to a sink that keeps nothing instead of Jaeger (diagnostic: what "
                         "the backend on the same cores costs the facade)")  # fmt: skip
@@ -349,6 +352,9 @@ def main() -> None:
     api = api_for(cluster)
     ns = namespace(api, "bench-execute")
     results: list[Result] = []
+    timing = cluster.settings.state_dir / "hook-timing.json"
+    timing.unlink(missing_ok=True)
+    timing_env = tracing.hook_timing_env(timing) if args.hook_timing else None
     with (
         model_process(args.delay_ms) as model_url,
         database_url(args.database, cluster) as database,
@@ -357,7 +363,7 @@ def main() -> None:
         (tracing.sink() if args.tracing_sink else tracing.jaeger())
         if args.tracing
         else contextlib.nullcontext() as backend,
-        tracing.facade(facade_process, cluster, database, backend, proc) as (traced_url, traced_proc),
+        tracing.facade(facade_process, cluster, database, backend, proc, timing_env) as (traced_url, traced_proc),
     ):
         keys = setup(api, ns, model_url, args.guardrails)
         target = {"model": model_url, "execute": f"{url}/e/{ns}/bot-draft/v1/apps/bot/execute", "key": keys["bot"]}
@@ -416,6 +422,8 @@ def main() -> None:
                 (tracing.backend_cpu(backend) - backend_cpu) * 1000 / (args.calls * args.rounds * len(modes)),
             )  # fmt: skip
 
+    if args.hook_timing:
+        tracing.print_hook_timing(timing)
     print(f"\nloadavg after: {load()}")
     for mode in modes:
         print(f"facade CPU per execute call (its own process), {mode} arrivals, by round: "

@@ -23,6 +23,8 @@ which runs between turns), tracing off, on for turns not sampled, and on for sam
 
 from __future__ import annotations
 
+import json
+import os
 import random
 import re
 import secrets
@@ -166,15 +168,57 @@ def spans_held(backend: Jaeger | Sink, limit: int = 200) -> tuple[int, int]:
     return len(traces), sum(len(t.spans) for t in traces)
 
 
-def facade(start: Any, cluster: Any, database: str, backend: Jaeger | Sink | None, untraced: Any) -> Any:
-    """The traced facade process (``start``: bench.execute's facade_process), or the untraced one again."""
+HOOK_TIMING = Path(__file__).resolve().parent / "hooktiming"
+"""The ``sitecustomize`` that times the traced facade's hooks in place (``bench.execute --hook-timing``)."""
+
+
+def hook_timing_env(path: Path) -> dict[str, str]:
+    """What makes the traced facade time its hooks in place into ``path`` (``hooktiming/sitecustomize.py``)."""
+    pythonpath = os.pathsep.join(p for p in (str(HOOK_TIMING), os.environ.get("PYTHONPATH", "")) if p)
+    return {"PYTHONPATH": pythonpath, "DOCKYARD_BENCH_HOOK_TIMING": str(path)}
+
+
+def print_hook_timing(path: Path) -> None:
+    """The hooks' CPU per turn in the traced facade, traced and unsampled turns side by side, less the wrapper's
+    own cost as measured in a loop (so an upper bound of each hook's cost)."""
+    if not path.exists():
+        print("hook timing: nothing written (fewer than 500 turns?)")
+        return
+    found = json.loads(path.read_text())
+    spent, wrapper = found["spent"], found["wrapper_ns_per_call"]
+    turns = {kind: spent.get(f"{kind}:request_done#", 0) for kind in ("traced", "unsampled")}
+    labels = sorted({key.split(":", 1)[1] for key in spent if not key.endswith("#")})
+    print(f"\nthe tracing hooks timed in place (thread CPU per turn, µs, less {wrapper / 1000:.2f} µs per timed call; "
+          f"turns: {turns['traced']} traced, {turns['unsampled']} unsampled):")  # fmt: skip
+    totals = dict.fromkeys(turns, 0.0)
+    for label in labels:
+        cells = []
+        for kind, count in turns.items():
+            calls = spent.get(f"{kind}:{label}#", 0)
+            us = (spent.get(f"{kind}:{label}", 0) - calls * wrapper) / max(1, count) / 1000
+            totals[kind] += us
+            cells.append(f"{us:7.2f} ({calls / max(1, count):.1f} calls)")
+        print(f"  {label:14} traced {cells[0]}  unsampled {cells[1]}")
+    print(f"  {'all':14} traced {totals['traced']:7.2f}              unsampled {totals['unsampled']:7.2f}")
+
+
+def facade(
+    start: Any,
+    cluster: Any,
+    database: str,
+    backend: Jaeger | Sink | None,
+    untraced: Any,
+    extra: dict[str, str] | None = None,
+) -> Any:
+    """The traced facade process (``start``: bench.execute's facade_process; ``extra``: more environment), or the
+    untraced one again."""
     if backend is None:
         return nullcontext(("", untraced))
     if database.startswith("sqlite"):  # a SQLite file is one facade's: the traced one gets its own
         database = database.replace(".db", "-traced.db")
         for stale in Path(database.split(":///", 1)[1]).parent.glob("*-traced.db*"):
             stale.unlink()
-    return start(cluster, database, None, otel_env(backend))
+    return start(cluster, database, None, otel_env(backend) | (extra or {}))
 
 
 def p50(latencies_ms: list[float]) -> float:
