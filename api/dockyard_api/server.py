@@ -178,8 +178,9 @@ class RawBody:
 
 
 _RAW_ACTIVE = [0]
-_RAW_BUFFERS = threading.local()
 """Raw reads in progress (changed on the event loop's threads only; an approximate bound across threads)."""
+_RAW_BUFFERS = threading.local()
+"""The read buffer of each raw reader thread (a thread reads one body at a time)."""
 
 
 def _read_raw(sock: socket.socket, left: int, consume: Callable[[memoryview], None]) -> BaseException | None:

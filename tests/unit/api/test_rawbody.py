@@ -87,6 +87,13 @@ async def answer(reader: asyncio.StreamReader) -> tuple[int, bytes]:
     return int(head.split(b" ")[1]), await reader.readexactly(length)
 
 
+async def exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, message: bytes) -> tuple[int, bytes]:
+    """Send one request on the connection and read its answer."""
+    writer.write(message)
+    await writer.drain()
+    return await answer(reader)
+
+
 def awkward_file(size: int) -> bytes:
     """Random bytes with the delimiter's prefixes (and all of it but its last byte) spread through them."""
     delimiter = b"\r\n------dockyard-test-boundary"
@@ -161,9 +168,7 @@ def test_a_client_gone_mid_chunk_leaves_no_file_and_the_server_serves_on(tmp_pat
         writer.transport.abort()  # type: ignore[attr-defined]  # a reset, as a killed client's
         await asyncio.sleep(0.2)
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(post(body2, ctype2))
-        await writer.drain()
-        assert await answer(reader) == (200, b'{"n":2}')
+        assert await exchange(reader, writer, post(body2, ctype2)) == (200, b'{"n":2}')
         writer.close()
 
     serve(served, client)
@@ -181,12 +186,8 @@ def test_a_chunk_over_the_limit_in_the_raw_read_is_refused_and_the_connection_ca
 
     async def client(port: int) -> None:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(post(body, ctype))
-        await writer.drain()
-        assert (await answer(reader))[0] == 413
-        writer.write(post(small, ctype))
-        await writer.drain()
-        assert await answer(reader) == (200, b'{"n":2}')
+        assert (await exchange(reader, writer, post(body, ctype)))[0] == 413
+        assert await exchange(reader, writer, post(small, ctype)) == (200, b'{"n":2}')
         writer.close()
 
     serve(served, client)
@@ -204,9 +205,7 @@ def test_without_a_free_raw_reader_the_body_comes_through_the_event_loop(
 
     async def client(port: int) -> None:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(post(body, ctype))
-        await writer.drain()
-        assert await answer(reader) == (200, b'{"n":1}')
+        assert await exchange(reader, writer, post(body, ctype)) == (200, b'{"n":1}')
         writer.close()
 
     serve(served, client)

@@ -227,9 +227,9 @@ class ChunkUpload:
             async for data in stream:
                 if not self._file_data_only(parser, data):
                     parser.write(data)
-                if raw is not None and self._in_file_data(parser):
+                if raw is not None and self._in_file_data(parser) and raw.ready():
                     await self._written()  # the batch in flight goes first: the raw reads write in order
-                    if raw.ready():  # (the stream handed on every piece received meanwhile)
+                    if raw.ready():  # again: the stream may have received a piece meanwhile
                         self.raw = True
                         await raw.read(lambda view: self._take_raw(parser, view))
                         break
