@@ -4,6 +4,8 @@ decode field by field, and the sender's HTTP (content type, headers, gzip, retri
 from __future__ import annotations
 
 import gzip
+import random
+import shutil
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -143,3 +145,41 @@ def test_a_batch_reaches_the_backend_when_flushed(backend: Backend) -> None:
     request = ExportTraceServiceRequest.FromString(b"".join(body for _, body in backend.received))
     names = [s.name for rs in request.resource_spans for ss in rs.scope_spans for s in ss.spans]
     assert names == ["span 0", "span 1", "span 2"]
+
+
+def test_the_c_encoder_is_built_where_a_compiler_is() -> None:
+    """pyproject.toml builds it as an optional extension: where a C compiler is at hand (CI), it must be there."""
+    assert otlp.C_ENCODER or shutil.which("cc") is None
+
+
+@pytest.mark.skipif(not otlp.C_ENCODER, reason="the C encoder was not built (no C compiler)")
+def test_the_c_encoder_writes_the_same_bytes_as_the_python_one() -> None:
+    """Spans of every kind of attribute value, both encoders, byte for byte; a span with links is left to
+    Python."""
+    rng = random.Random(30)
+    values: list[Any] = [
+        True, False, 0, 1, -1, 127, 128, 2**63 - 1, -(2**63), 2**70 + 5, 0.0, -2.5, float("inf"), float("nan"),
+        "", "x", "seventeen chars..", "ü" * 70, "a\udcffb", "é" * 300, ["a", "b"], (1, 2.5, True), [], [["n", 1]],
+        {"not": "scalar"}, None,
+    ]  # fmt: skip
+    encoder = otlp.Encoder(tracing.resource("dockyard-api", "1.0", {}), "dockyard", "1.0")
+    finished: list[tracing.Span] = []
+    tracer = tracing.Tracer(tracing.sampler({}), finished.append)
+    for i in range(300):
+        parent = tracing.extract(f"00-{rng.getrandbits(128) | 1:032x}-{rng.getrandbits(64) | 1:016x}-01",
+                                 "vendor=1" if i % 3 == 0 else None) if i % 2 else None  # fmt: skip
+        static = tracing.Static({"dockyard.app": f"app{i % 4}", "n": i % 7}) if i % 4 else None
+        span = tracer.start_span("ñame " * (i % 40), rng.choice((1, 2, 3)), parent=parent, static=static)
+        for _ in range(rng.randrange(6)):
+            span.set_attribute(f"key.{rng.randrange(10)}", rng.choice(values))
+        if i % 5 == 0:
+            span.set_error("x" * (i % 3))
+        span.end()
+    assert len(finished) == 300
+    for span in finished:
+        assert otlp._c_span is not None
+        assert otlp._c_span(span) == encoder.python_span(span), span.attributes
+    linked = tracer.start_span("linked", links=tracing.links_to(finished[1].traceparent(), {"why": "x"}))
+    linked.end()
+    assert otlp._c_span(linked) is None
+    assert encoder.span(linked) == encoder.python_span(linked)
