@@ -78,3 +78,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 item.add_marker(marker)
     rank = {suite: i for i, suite in enumerate(FIRST)}
     items.sort(key=lambda item: rank.get(_suite(item), len(FIRST)))  # stable: a file's own order is kept
+
+
+@pytest.fixture(params=["c", "python"])
+def span_type(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> type:
+    """Runs a test with each span type of ``dockyard_core.tracing``: the C one (``CSpan``, where the extension was
+    built: CI builds it) and the Python one (``PySpan``), so that both behave alike."""
+    from dockyard_core import tracing
+
+    if request.param == "python":
+        monkeypatch.setattr(tracing, "Span", tracing.PySpan)
+    elif tracing.Span is tracing.PySpan:
+        pytest.skip("the C extension was not built")
+    return tracing.Span

@@ -36,6 +36,11 @@ from typing import Any
 from urllib.parse import unquote
 
 from dockyard_core import otlp
+
+try:  # the span type in C, where it was built (an optional extension: pyproject.toml)
+    from dockyard_core import _spans
+except ImportError:  # pragma: no cover - a machine without a C compiler: the Python span only
+    _spans = None  # type: ignore[assignment]
 from dockyard_core.tracesettings import CONTENT_VARIABLE as CONTENT_VARIABLE
 from dockyard_core.tracesettings import TraceSettings as TraceSettings
 from dockyard_core.tracesettings import TracingConfigError as TracingConfigError
@@ -195,6 +200,23 @@ class Span:
 
     def __exit__(self, *exc: object) -> None:
         self.finish()
+
+
+PySpan = Span
+"""The span in Python (what :class:`Span` is where the C extension was not built)."""
+
+
+if _spans is not None:
+    _spans.bind(_CURRENT)
+
+    class CSpan(_spans.Span):  # type: ignore[misc,name-defined]
+        """:class:`PySpan` in C (``dockyard_core/_spans.c``): the same fields and methods, made, filled and
+        ended in about a tenth of the time; the unit tests run on both."""
+
+        __slots__ = ()
+        all_attributes = PySpan.all_attributes
+
+    Span = CSpan  # type: ignore[misc]
 
 
 def current() -> Span | None:

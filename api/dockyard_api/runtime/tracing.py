@@ -30,7 +30,6 @@ import contextlib
 import functools
 from collections.abc import Mapping
 from contextvars import ContextVar
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -132,12 +131,13 @@ def _response_static(route: str, status: int) -> Static:
 # --- hooks of a turn ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
 class Turn:
     """The span that carries a turn: the request's, or one of its own (``owned``) outside a request."""
 
-    span: Span
-    owned: bool
+    __slots__ = ("owned", "span")
+
+    def __init__(self, span: Span, owned: bool) -> None:
+        self.span, self.owned = span, owned
 
 
 def turn(env: EnvironmentView, version: str, session: str) -> Turn | None:

@@ -19,6 +19,8 @@ from dockyard_core.mcp import McpServerRef
 from tests.support.scripted_model import Call, Reply, ScriptedModel, mcp_server, scripted_model
 from tests.unit.api.test_runtime_agent import World
 
+pytestmark = pytest.mark.usefixtures("span_type")  # each test with the C span and with the Python one
+
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[ScriptedModel]:

@@ -17,6 +17,8 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from dockyard_core import otlp, tracing
 
+pytestmark = pytest.mark.usefixtures("span_type")  # each test with the C span and with the Python one
+
 
 def value(any_value: AnyValue) -> Any:
     kind = any_value.WhichOneof("value")

@@ -13,6 +13,8 @@ import pytest
 from dockyard_core import tracing
 from tests.support.runners import free_port
 
+pytestmark = pytest.mark.usefixtures("span_type")  # each test with the C span and with the Python one
+
 
 def test_off_unless_an_otlp_endpoint_is_set() -> None:
     assert tracing.settings_from_env({}) is None
@@ -194,3 +196,39 @@ def test_a_sampler_argument_that_is_no_ratio_is_refused_naming_it() -> None:
         tracing.sampler({"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "half"})
     with pytest.raises(tracing.TracingConfigError, match="OTEL_TRACES_SAMPLER=jaeger_remote"):
         tracing.sampler({"OTEL_TRACES_SAMPLER": "jaeger_remote"})
+
+
+def test_a_span_holds_nothing_once_it_is_gone(span_type: type) -> None:
+    """The C span counts its references right: what it held (attributes, the sink, statics) is back to the
+    references it had before, after a span made, entered, filled, ended and dropped, and after one left current
+    in a context of its own (a cycle through the context, for the garbage collector)."""
+    import contextvars
+    import gc
+
+    attributes: dict[str, object] = {}
+    static = tracing.Static({"a": 1})
+    ended: list[object] = []
+
+    def sink(span: object) -> None:
+        ended.append(span)
+
+    before = (sys.getrefcount(attributes), sys.getrefcount(sink), sys.getrefcount(static))
+    span = span_type(1 << 100, 2, True, "k=v", 3, "name", tracing.SERVER, attributes, None, sink)
+    with span:
+        span.add_static(static)
+        span.set_attributes({"x": 1})
+        span.set_error("boom")
+        assert tracing.current() is span
+    assert tracing.current() is None and ended == [span] and not span.recording
+    assert span.traceparent() == f"00-{1 << 100:032x}-{2:016x}-01"
+    span.set_attribute("late", 1)  # ended: records nothing more
+    assert attributes == {"x": 1, "error.type": "boom"} and span.status_code == tracing.ERROR
+    ended.clear()
+    del span
+
+    def left_current() -> None:
+        span_type(1, 2, True, "", 0, "n", 1, attributes, None, sink).activate()
+
+    contextvars.copy_context().run(left_current)
+    gc.collect()
+    assert (sys.getrefcount(attributes), sys.getrefcount(sink), sys.getrefcount(static)) == before

@@ -13,6 +13,8 @@ from dockyard_core import requestid
 from dockyard_core import tracing as core
 from dockyard_operator import tracing
 
+pytestmark = pytest.mark.usefixtures("span_type")  # each test with the C span and with the Python one
+
 
 @pytest.fixture
 def spans(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[core.Span]]:
