@@ -82,12 +82,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(params=["c", "python"])
 def span_type(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> type:
-    """Runs a test with each span type of ``dockyard_core.tracing``: the C one (``CSpan``, where the extension was
-    built: CI builds it) and the Python one (``PySpan``), so that both behave alike."""
-    from dockyard_core import tracing
+    """Runs a test with each implementation of ``dockyard_core.tracing``'s spans: the C one (``CSpan``,
+    ``CTracer``, the C ``extract``, encoder and exporter queue, where the extension was built: CI builds it) and
+    the Python one (``PySpan``, ``PyTracer``, ``py_extract``, ``Encoder.python_span``, ``BatchExporter``'s own
+    ``__call__``), so that both behave alike."""
+    from dockyard_core import otlp, tracing
 
     if request.param == "python":
         monkeypatch.setattr(tracing, "Span", tracing.PySpan)
+        monkeypatch.setattr(tracing, "Tracer", tracing.PyTracer)
+        monkeypatch.setattr(tracing, "extract", tracing.py_extract)
+        monkeypatch.setattr(otlp, "_c_span", None)  # the encoder and the exporter's queue in Python too
+        monkeypatch.setattr(otlp, "_CSink", None)
     elif tracing.Span is tracing.PySpan:
         pytest.skip("the C extension was not built")
     return tracing.Span

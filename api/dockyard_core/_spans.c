@@ -349,12 +349,16 @@ static PyObject *Span_traceparent(SpanObject *self, PyObject *unused) {
     return PyUnicode_FromStringAndSize(text, n);
 }
 
+static PyTypeObject SinkType;
+static PyObject *sink_take(PyObject *sink, PyObject *span);
+
 static PyObject *Span_end(SpanObject *self, PyObject *unused) {
     PyObject *sink = self->sink;
     if (sink != NULL) {
         self->sink = NULL; /* the reference is now ours */
         self->end_ns = now_ns();
-        PyObject *done = PyObject_CallOneArg(sink, (PyObject *)self);
+        PyObject *done = Py_IS_TYPE(sink, &SinkType) ? sink_take(sink, (PyObject *)self)
+                                                     : PyObject_CallOneArg(sink, (PyObject *)self);
         Py_DECREF(sink);
         if (done == NULL) return NULL;
         Py_DECREF(done);
@@ -449,14 +453,309 @@ static PyTypeObject SpanType = {
     .tp_getset = Span_getset,
 };
 
-static PyObject *bind(PyObject *module, PyObject *var) {
-    if (!PyContextVar_CheckExact(var)) {
-        PyErr_SetString(PyExc_TypeError, "bind() takes the ContextVar of the current span");
+static PyObject *GETRANDBITS = NULL; /* random.getrandbits (bind()): the ids */
+static PyTypeObject *SPAN_CLASS = NULL; /* the class of new spans (bind()): tracing.CSpan */
+static PyObject *EMPTY = NULL, *ZERO = NULL, *SIXTY_FOUR = NULL;
+
+static PyObject *bind(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyContextVar_CheckExact(args[0]) || !PyType_Check(args[2]) ||
+        !PyType_IsSubtype((PyTypeObject *)args[2], &SpanType)) {
+        PyErr_SetString(PyExc_TypeError, "bind(current span's ContextVar, random.getrandbits, a subclass of Span)");
         return NULL;
     }
-    Py_INCREF(var);
-    Py_XSETREF(CURRENT, var);
+    Py_XSETREF(CURRENT, Py_NewRef(args[0]));
+    Py_XSETREF(GETRANDBITS, Py_NewRef(args[1]));
+    Py_XSETREF(SPAN_CLASS, (PyTypeObject *)Py_NewRef(args[2]));
     Py_RETURN_NONE;
+}
+
+static int need_bound(void) {
+    if (SPAN_CLASS == NULL || GETRANDBITS == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "dockyard_core._spans.bind() was not called");
+        return -1;
+    }
+    return 0;
+}
+
+/* A new span of SPAN_CLASS, its fields set without parsing arguments (references taken: new ones made here). */
+static PyObject *new_span(PyObject *trace_id, PyObject *span_id, int sampled, PyObject *tracestate, PyObject *parent_id,
+                          PyObject *name, int kind, PyObject *attributes, PyObject *links, PyObject *sink, int remote,
+                          PyObject *statics) {
+    SpanObject *span = (SpanObject *)SPAN_CLASS->tp_alloc(SPAN_CLASS, 0);
+    if (span == NULL) return NULL;
+    span->trace_id = Py_NewRef(trace_id);
+    span->span_id = Py_NewRef(span_id);
+    span->parent_id = Py_NewRef(parent_id);
+    span->tracestate = Py_NewRef(tracestate);
+    span->name = Py_NewRef(name);
+    span->attributes = Py_NewRef(attributes);
+    span->links = Py_NewRef(links);
+    span->statics = Py_NewRef(statics);
+    span->status_message = Py_NewRef(EMPTY);
+    span->sink = sink == Py_None ? NULL : Py_NewRef(sink);
+    span->token = NULL;
+    span->sampled = (char)sampled;
+    span->remote = (char)remote;
+    span->kind = kind;
+    span->status_code = 0;
+    span->start_ns = now_ns();
+    span->end_ns = 0;
+    return (PyObject *)span;
+}
+
+/* random.getrandbits(bits) or 1 */
+static PyObject *random_id(int bits) {
+    PyObject *n = PyLong_FromLong(bits);
+    if (n == NULL) return NULL;
+    PyObject *id = PyObject_CallOneArg(GETRANDBITS, n);
+    Py_DECREF(n);
+    if (id != NULL && !PyObject_IsTrue(id)) Py_SETREF(id, PyLong_FromLong(1));
+    return id;
+}
+
+/* --- the tracer ----------------------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *sample, *sink;
+} TracerObject;
+
+static int Tracer_init(TracerObject *self, PyObject *args, PyObject *kwds) {
+    static char *names[] = {"sample", "sink", NULL};
+    PyObject *sample, *sink;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO", names, &sample, &sink)) return -1;
+    Py_XSETREF(self->sample, Py_NewRef(sample));
+    Py_XSETREF(self->sink, Py_NewRef(sink));
+    return 0;
+}
+
+static int Tracer_traverse(TracerObject *self, visitproc visit, void *arg) {
+    Py_VISIT(self->sample);
+    Py_VISIT(self->sink);
+    return 0;
+}
+
+static int Tracer_clear(TracerObject *self) {
+    Py_CLEAR(self->sample);
+    Py_CLEAR(self->sink);
+    return 0;
+}
+
+static void Tracer_dealloc(TracerObject *self) {
+    PyObject_GC_UnTrack(self);
+    Tracer_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+#define START_ARGS 7
+static PyObject *START_NAMES[START_ARGS]; /* name, kind, attributes, links, parent, use_current, static */
+
+static PyObject *Tracer_start_span(TracerObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    PyObject *given[START_ARGS] = {NULL};
+    if (nargs > START_ARGS) {
+        PyErr_SetString(PyExc_TypeError, "start_span() takes at most 7 arguments");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < nargs; i++) given[i] = args[i];
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    for (Py_ssize_t k = 0; k < nkw; k++) {
+        PyObject *key = PyTuple_GET_ITEM(kwnames, k);
+        int found = -1;
+        for (int i = 0; i < START_ARGS && found < 0; i++)
+            if (key == START_NAMES[i]) found = i;
+        for (int i = 0; i < START_ARGS && found < 0; i++) {
+            int same = PyUnicode_Compare(key, START_NAMES[i]);
+            if (same == -1 && PyErr_Occurred()) return NULL;
+            if (same == 0) found = i;
+        }
+        if (found < 0 || given[found] != NULL) {
+            PyErr_Format(PyExc_TypeError, "start_span() got an unexpected or repeated argument %R", key);
+            return NULL;
+        }
+        given[found] = args[nargs + k];
+    }
+    if (given[0] == NULL) {
+        PyErr_SetString(PyExc_TypeError, "start_span() needs a name");
+        return NULL;
+    }
+    if (need_bound() < 0 || need_current() < 0) return NULL;
+    PyObject *name = given[0];
+    int kind = 1; /* INTERNAL */
+    if (given[1] != NULL) {
+        kind = (int)PyLong_AsLong(given[1]);
+        if (kind == -1 && PyErr_Occurred()) return NULL;
+    }
+    PyObject *attributes = given[2] != NULL ? given[2] : Py_None;
+    PyObject *links = given[3] != NULL ? given[3] : Py_None;
+    PyObject *parent = given[4] != NULL ? Py_NewRef(given[4]) : Py_NewRef(Py_None);
+    int use_current = given[5] == NULL ? 1 : PyObject_IsTrue(given[5]);
+    PyObject *statik = given[6] != NULL ? given[6] : Py_None;
+    PyObject *trace_id = NULL, *parent_id = NULL, *tracestate = NULL, *span_id = NULL, *result = NULL;
+    if (use_current < 0) goto done;
+    if (parent == Py_None && use_current) {
+        Py_DECREF(parent);
+        if (PyContextVar_Get(CURRENT, Py_None, &parent) < 0) {
+            parent = NULL;
+            goto done;
+        }
+    }
+    if (parent == Py_None) {
+        if ((trace_id = random_id(128)) == NULL) goto done;
+        parent_id = Py_NewRef(ZERO);
+        tracestate = Py_NewRef(EMPTY);
+    } else if (PyObject_TypeCheck(parent, &SpanType)) {
+        SpanObject *p = (SpanObject *)parent;
+        trace_id = Py_NewRef(p->trace_id);
+        parent_id = Py_NewRef(p->span_id);
+        tracestate = Py_NewRef(p->tracestate);
+    } else if ((trace_id = PyObject_GetAttrString(parent, "trace_id")) == NULL ||
+               (parent_id = PyObject_GetAttrString(parent, "span_id")) == NULL ||
+               (tracestate = PyObject_GetAttrString(parent, "tracestate")) == NULL) {
+        goto done;
+    }
+    PyObject *decide[2] = {parent, trace_id};
+    PyObject *decision = PyObject_Vectorcall(self->sample, decide, 2, NULL);
+    if (decision == NULL) goto done;
+    int sampled = PyObject_IsTrue(decision);
+    Py_DECREF(decision);
+    if (sampled < 0 || (span_id = random_id(64)) == NULL) goto done;
+    if (sampled) {
+        PyObject *own = attributes == Py_None ? PyDict_New() : Py_NewRef(attributes);
+        PyObject *statics = statik == Py_None ? Py_NewRef(Py_None) : PyList_New(1);
+        if (own != NULL && statics != NULL) {
+            if (statik != Py_None) PyList_SET_ITEM(statics, 0, Py_NewRef(statik));
+            result = new_span(trace_id, span_id, 1, tracestate, parent_id, name, kind, own, links, self->sink, 0,
+                              statics);
+        }
+        Py_XDECREF(own);
+        Py_XDECREF(statics);
+    } else {
+        PyObject *own = PyDict_New();
+        if (own != NULL)
+            result = new_span(trace_id, span_id, 0, tracestate, parent_id, name, kind, own, Py_None, Py_None, 0, Py_None);
+        Py_XDECREF(own);
+    }
+done:
+    Py_XDECREF(parent);
+    Py_XDECREF(trace_id);
+    Py_XDECREF(parent_id);
+    Py_XDECREF(tracestate);
+    Py_XDECREF(span_id);
+    return result;
+}
+
+static PyMethodDef Tracer_methods[] = {
+    {"start_span", (PyCFunction)(void (*)(void))Tracer_start_span, METH_FASTCALL | METH_KEYWORDS,
+     "start_span(name, kind=INTERNAL, attributes=None, links=None, parent=None, use_current=True, static=None)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef Tracer_members[] = {
+    {"sample", T_OBJECT, offsetof(TracerObject, sample), 0, NULL},
+    {"sink", T_OBJECT, offsetof(TracerObject, sink), 0, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject TracerType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "dockyard_core._spans.Tracer",
+    .tp_basicsize = sizeof(TracerObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "A tracer (dockyard_core.tracing.Tracer's base in C).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Tracer_init,
+    .tp_dealloc = (destructor)Tracer_dealloc,
+    .tp_traverse = (traverseproc)Tracer_traverse,
+    .tp_clear = (inquiry)Tracer_clear,
+    .tp_methods = Tracer_methods,
+    .tp_members = Tracer_members,
+};
+
+/* --- a caller's traceparent ------------------------------------------------------------------------ */
+
+static int hex_digit(Py_UCS4 c) {
+    if (c >= '0' && c <= '9') return (int)(c - '0');
+    if (c >= 'a' && c <= 'f') return (int)(c - 'a' + 10);
+    return -1;
+}
+
+/* The hex digits of text[start, start + count) as a number (count <= 16); -1 when one is not a digit. */
+static int hex_field(PyObject *text, Py_ssize_t start, int count, uint64_t *out) {
+    uint64_t value = 0;
+    for (int i = 0; i < count; i++) {
+        int digit = hex_digit(PyUnicode_READ_CHAR(text, start + i));
+        if (digit < 0) return -1;
+        value = value << 4 | (uint64_t)digit;
+    }
+    *out = value;
+    return 0;
+}
+
+/* extract(traceparent, tracestate=None): tracing.py_extract's answer, a remote parent span or None. */
+static PyObject *extract(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs < 1 || nargs > 2) {
+        PyErr_SetString(PyExc_TypeError, "extract(traceparent, tracestate=None)");
+        return NULL;
+    }
+    if (need_bound() < 0) return NULL;
+    int given = PyObject_IsTrue(args[0]);
+    if (given <= 0) return given < 0 ? NULL : Py_NewRef(Py_None);
+    PyObject *stripped = PyObject_CallMethod(args[0], "strip", NULL);
+    if (stripped == NULL) return NULL;
+    PyObject *text = PyObject_CallMethod(stripped, "lower", NULL);
+    Py_DECREF(stripped);
+    if (text == NULL) return NULL;
+    PyObject *result = NULL, *trace_id = NULL, *span_id = NULL, *state = NULL, *attributes = NULL;
+    if (!PyUnicode_Check(text)) {
+        PyErr_SetString(PyExc_TypeError, "a traceparent is a str");
+        goto done;
+    }
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    uint64_t version, hi, low, span, flags;
+    /* version-traceid-parentid-flags, then for a later version "-" and anything on one line */
+    if (n < 55 || PyUnicode_READ_CHAR(text, 2) != '-' || PyUnicode_READ_CHAR(text, 35) != '-' ||
+        PyUnicode_READ_CHAR(text, 52) != '-' || hex_field(text, 0, 2, &version) < 0 ||
+        hex_field(text, 3, 16, &hi) < 0 || hex_field(text, 19, 16, &low) < 0 || hex_field(text, 36, 16, &span) < 0 ||
+        hex_field(text, 53, 2, &flags) < 0) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    if (n > 55) {
+        int bad = PyUnicode_READ_CHAR(text, 55) != '-';
+        for (Py_ssize_t i = 56; i < n && !bad; i++) bad = PyUnicode_READ_CHAR(text, i) == '\n';
+        if (bad || version == 0) {
+            result = Py_NewRef(Py_None);
+            goto done;
+        }
+    }
+    if (version == 0xff || (hi == 0 && low == 0) || span == 0) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    PyObject *high = PyLong_FromUnsignedLongLong(hi), *lower = PyLong_FromUnsignedLongLong(low);
+    PyObject *shifted = high == NULL ? NULL : PyNumber_Lshift(high, SIXTY_FOUR);
+    trace_id = (shifted == NULL || lower == NULL) ? NULL : PyNumber_Or(shifted, lower);
+    Py_XDECREF(high);
+    Py_XDECREF(lower);
+    Py_XDECREF(shifted);
+    if (trace_id == NULL || (span_id = PyLong_FromUnsignedLongLong(span)) == NULL) goto done;
+    if (nargs < 2 || args[1] == Py_None) {
+        state = Py_NewRef(EMPTY);
+    } else if (!PyUnicode_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "a tracestate is a str");
+        goto done;
+    } else if ((state = PyUnicode_Substring(args[1], 0, 512)) == NULL) {
+        goto done;
+    }
+    if ((attributes = PyDict_New()) == NULL) goto done;
+    result = new_span(trace_id, span_id, (int)(flags & 1), state, ZERO, EMPTY, 2 /* SERVER */, attributes, Py_None,
+                      Py_None, 1, Py_None);
+done:
+    Py_DECREF(text);
+    Py_XDECREF(trace_id);
+    Py_XDECREF(span_id);
+    Py_XDECREF(state);
+    Py_XDECREF(attributes);
+    return result;
 }
 
 /* --- encoding ------------------------------------------------------------------------------------- */
@@ -643,10 +942,110 @@ static PyObject *span_field(PyObject *module, PyObject *span) {
     return result;
 }
 
+
+/* --- the exporter's queue ------------------------------------------------------------------------- */
+
+/* Sink(queue, max_queue, max_batch, wake, full, slow): what a span that ends is handed to, the C form of
+ * dockyard_core.otlp.BatchExporter.__call__: a span is encoded and appended to ``queue`` (a deque), ``wake()``
+ * called when it holds a batch; when it is full the span is dropped and ``full()`` called; a span the C encoder
+ * leaves (links) or fails on is handed to ``slow(span)`` (the exporter's Python path, which logs and counts). */
+typedef struct {
+    PyObject_HEAD
+    PyObject *queue, *wake, *full, *slow;
+    Py_ssize_t max_queue, max_batch;
+} SinkObject;
+
+static PyObject *S_append;
+static PyObject *span_field(PyObject *module, PyObject *span);
+
+static PyObject *sink_take(PyObject *self_, PyObject *span) {
+    SinkObject *self = (SinkObject *)self_;
+    Py_ssize_t held = PyObject_Size(self->queue);
+    if (held < 0) return NULL;
+    if (held >= self->max_queue) return PyObject_CallNoArgs(self->full);
+    PyObject *encoded = span_field(NULL, span);
+    if (encoded == NULL || encoded == Py_None) {
+        if (encoded == NULL) PyErr_Clear(); /* the Python path tells why, and counts it */
+        Py_XDECREF(encoded);
+        return PyObject_CallOneArg(self->slow, span);
+    }
+    PyObject *done = PyObject_CallMethodOneArg(self->queue, S_append, encoded);
+    Py_DECREF(encoded);
+    if (done == NULL) return NULL;
+    Py_DECREF(done);
+    if (held + 1 >= self->max_batch) return PyObject_CallNoArgs(self->wake);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Sink_call(PyObject *self, PyObject *args, PyObject *kwds) {
+    PyObject *span;
+    if (kwds != NULL && PyDict_GET_SIZE(kwds)) {
+        PyErr_SetString(PyExc_TypeError, "a sink takes one span");
+        return NULL;
+    }
+    if (!PyArg_UnpackTuple(args, "sink", 1, 1, &span)) return NULL;
+    return sink_take(self, span);
+}
+
+static int Sink_init(SinkObject *self, PyObject *args, PyObject *kwds) {
+    static char *names[] = {"queue", "max_queue", "max_batch", "wake", "full", "slow", NULL};
+    PyObject *queue, *wake, *full, *slow;
+    Py_ssize_t max_queue, max_batch;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OnnOOO", names, &queue, &max_queue, &max_batch, &wake, &full, &slow))
+        return -1;
+    Py_XSETREF(self->queue, Py_NewRef(queue));
+    Py_XSETREF(self->wake, Py_NewRef(wake));
+    Py_XSETREF(self->full, Py_NewRef(full));
+    Py_XSETREF(self->slow, Py_NewRef(slow));
+    self->max_queue = max_queue;
+    self->max_batch = max_batch;
+    return 0;
+}
+
+static int Sink_traverse(SinkObject *self, visitproc visit, void *arg) {
+    Py_VISIT(self->queue);
+    Py_VISIT(self->wake);
+    Py_VISIT(self->full);
+    Py_VISIT(self->slow);
+    return 0;
+}
+
+static int Sink_clear(SinkObject *self) {
+    Py_CLEAR(self->queue);
+    Py_CLEAR(self->wake);
+    Py_CLEAR(self->full);
+    Py_CLEAR(self->slow);
+    return 0;
+}
+
+static void Sink_dealloc(SinkObject *self) {
+    PyObject_GC_UnTrack(self);
+    Sink_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject SinkType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "dockyard_core._spans.Sink",
+    .tp_basicsize = sizeof(SinkObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "Sink(queue, max_queue, max_batch, wake, full, slow): BatchExporter.__call__ in C.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Sink_init,
+    .tp_call = Sink_call,
+    .tp_dealloc = (destructor)Sink_dealloc,
+    .tp_traverse = (traverseproc)Sink_traverse,
+    .tp_clear = (inquiry)Sink_clear,
+};
+
 static PyMethodDef methods[] = {
     {"span", span_field, METH_O,
      "span(span) -> bytes | None: the finished span as field 2 of ScopeSpans (None for a span with links)."},
-    {"bind", bind, METH_O, "bind(contextvar): the ContextVar that holds the current span."},
+    {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL,
+     "bind(current, getrandbits, span_class): the ContextVar of the current span, the ids' random source, the class "
+     "of new spans."},
+    {"extract", (PyCFunction)(void (*)(void))extract, METH_FASTCALL,
+     "extract(traceparent, tracestate=None): the remote parent a W3C traceparent names (None when absent or not "
+     "valid)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -671,13 +1070,35 @@ PyMODINIT_FUNC PyInit__spans(void) {
     INTERN(S_status_code, "status_code")
     INTERN(S_status_message, "status_message")
     INTERN(S_error_type, "error.type")
+    INTERN(START_NAMES[0], "name")
+    INTERN(START_NAMES[1], "kind")
+    INTERN(START_NAMES[2], "attributes")
+    INTERN(START_NAMES[3], "links")
+    INTERN(START_NAMES[4], "parent")
+    INTERN(START_NAMES[5], "use_current")
+    INTERN(START_NAMES[6], "static")
+    INTERN(EMPTY, "")
+    INTERN(S_append, "append")
 #undef INTERN
-    if (PyType_Ready(&SpanType) < 0) return NULL;
+    if ((ZERO = PyLong_FromLong(0)) == NULL || (SIXTY_FOUR = PyLong_FromLong(64)) == NULL) return NULL;
+    if (PyType_Ready(&SpanType) < 0 || PyType_Ready(&TracerType) < 0 || PyType_Ready(&SinkType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     Py_INCREF(&SpanType);
     if (PyModule_AddObject(m, "Span", (PyObject *)&SpanType) < 0) {
         Py_DECREF(&SpanType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&TracerType);
+    if (PyModule_AddObject(m, "Tracer", (PyObject *)&TracerType) < 0) {
+        Py_DECREF(&TracerType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&SinkType);
+    if (PyModule_AddObject(m, "Sink", (PyObject *)&SinkType) < 0) {
+        Py_DECREF(&SinkType);
         Py_DECREF(m);
         return NULL;
     }

@@ -42,10 +42,12 @@ _KEPT_STRING = 16
 log = logging.getLogger(__name__)
 
 _c_span: Callable[[Any], bytes | None] | None
-try:  # the C form of Encoder.span, where it was built (an optional extension: pyproject.toml)
+_CSink: Callable[..., Callable[[Any], None]] | None
+try:  # the C forms of Encoder.span and BatchExporter.__call__, where they were built (pyproject.toml)
+    from dockyard_core._spans import Sink as _CSink
     from dockyard_core._spans import span as _c_span
 except ImportError:  # pragma: no cover - a machine without a C compiler: the Python encoder only
-    _c_span = None
+    _c_span = _CSink = None
 C_ENCODER = _c_span is not None
 """Whether spans are encoded in C (``dockyard_core/_spans.c``: the same bytes as :meth:`Encoder.span`'s
 Python path, which tests compare, in about a tenth of the time)."""
@@ -306,6 +308,12 @@ class BatchExporter:
         """The C encoder called straight away (one call fewer per span): :meth:`Encoder.span` is it."""
         self.queue: collections.deque[bytes] = collections.deque()
         """Finished spans, encoded (:meth:`Encoder.span`)."""
+        self.sink: Callable[[Any], None] = self
+        """What the tracer hands an ended span to: this exporter (:meth:`__call__`), or where the C extension was
+        built, its C form (``_spans.Sink``; a C span ending calls it without Python in between). Either way, the
+        same queue, limits and counts."""
+        if self._c_span is not None and _CSink is not None:
+            self.sink = _CSink(self.queue, self.max_queue, self.max_batch, self._wake_up, self._full, self)
         self._wake = threading.Event()
         self._idle = threading.Event()
         self._flush = threading.Event()
@@ -333,6 +341,14 @@ class BatchExporter:
         queue.append(encoded)
         if len(queue) >= self.max_batch and not self._wake.is_set():
             self._wake.set()
+
+    def _wake_up(self) -> None:
+        """A batch is queued: the export thread sends it."""
+        if not self._wake.is_set():
+            self._wake.set()
+
+    def _full(self) -> None:
+        self.on_drop("queue_full", 1)
 
     def _run(self) -> None:
         """Woken by a full batch: send full batches (fewer, larger requests); every ``delay_s``, on a flush

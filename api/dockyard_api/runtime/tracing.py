@@ -60,6 +60,7 @@ TRACER: Tracer | None = None
 CAPTURE_CONTENT = False
 _RUNNING: tracing.Tracing | None = None
 NOOP: contextlib.nullcontext[None] = contextlib.nullcontext()
+_current = tracing.current
 
 
 def _dropped(reason: str, count: int) -> None:
@@ -146,7 +147,7 @@ def turn(env: EnvironmentView, version: str, session: str) -> Turn | None:
     span."""
     if TRACER is None:
         return None
-    span = tracing.current()
+    span = _current()
     if span is not None and not span.sampled:
         return None
     static = _turn_static(env.app, version, env.name, env.namespace)
@@ -226,12 +227,12 @@ def unsampled() -> bool:
     the parent-based ones follow a local parent, and the others decide by the trace id, which the child
     shares). What is sent on (``traceparent``, flag 00) is the current span's. Tracing on thus costs a turn
     it does not sample the request's span and these tests, not four spans that record nothing."""
-    span = tracing.current()
+    span = _current()
     return span is not None and not span.sampled
 
 
 def agent(name: str, model: str | None, session: str | None) -> contextlib.AbstractContextManager[Span | None]:
-    if TRACER is None or unsampled():
+    if TRACER is None or ((span := _current()) is not None and not span.sampled):  # unsampled(), inlined
         return NOOP
     attributes = {"gen_ai.conversation.id": session} if session else None
     return TRACER.start_span(f"invoke_agent {name}", attributes=attributes, static=_agent_static(name, model or ""))
@@ -265,11 +266,13 @@ def step(number: int) -> contextlib.AbstractContextManager[None]:
     """Step ``number`` of an agent's tool loop: not a span of its own (as the GenAI conventions have it, the
     model call and the tool calls of an agent are children of its ``invoke_agent`` span); its ``chat`` and
     ``execute_tool`` spans carry ``dockyard.agent.step``."""
-    return NOOP if TRACER is None or unsampled() else _Step(number)
+    if TRACER is None or ((span := _current()) is not None and not span.sampled):
+        return NOOP
+    return _Step(number)
 
 
 def chat(base_url: str, body: Mapping[str, Any]) -> contextlib.AbstractContextManager[Span | None]:
-    if TRACER is None or unsampled():
+    if TRACER is None or ((span := _current()) is not None and not span.sampled):  # unsampled(), inlined
         return NOOP
     tools = body.get("tools")
     offered = tuple(str(t.get("function", {}).get("name")) for t in tools) if tools else ()

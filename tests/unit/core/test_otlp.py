@@ -178,10 +178,45 @@ def test_the_c_encoder_writes_the_same_bytes_as_the_python_one() -> None:
             span.set_error("x" * (i % 3))
         span.end()
     assert len(finished) == 300
+    from dockyard_core import _spans
+
     for span in finished:
-        assert otlp._c_span is not None
-        assert otlp._c_span(span) == encoder.python_span(span), span.attributes
+        assert _spans.span(span) == encoder.python_span(span), span.attributes
     linked = tracer.start_span("linked", links=tracing.links_to(finished[1].traceparent(), {"why": "x"}))
     linked.end()
-    assert otlp._c_span(linked) is None
+    assert _spans.span(linked) is None
     assert encoder.span(linked) == encoder.python_span(linked)
+
+
+def test_the_queue_takes_encodes_drops_and_wakes_as_the_python_one(span_type: type) -> None:
+    """The exporter's queue (its C form, ``_spans.Sink``, or ``BatchExporter.__call__``): a span is encoded and
+    queued; the export thread is woken at a full batch; a span with links is encoded in Python; one that cannot be
+    encoded is dropped and counted as export_failed; past the queue's size, queue_full."""
+    drops: list[tuple[str, int]] = []
+    settings = tracing.TraceSettings("http://127.0.0.1:9/v1/traces", False)
+    encoder = otlp.Encoder(tracing.resource("t", "1", {}), "dockyard", "1")
+    exporter = otlp.BatchExporter(encoder, otlp.Sender(settings), lambda reason, n: drops.append((reason, n)),
+                                  max_queue=4, max_batch=3, delay_s=3600)  # fmt: skip
+    exporter.stop(5)  # its thread gone: the queue is only this test's (a wake is seen, nothing sent)
+    assert not exporter._thread.is_alive()
+    try:
+        assert (type(exporter.sink).__name__ == "Sink") == (span_type is not tracing.PySpan)
+        tracer = tracing.Tracer(tracing.sampler({}), exporter.sink)
+        tracer.start_span("one", attributes={"a": 1}).end()
+        tracer.start_span("linked", links=[(5, 6, "", {"l": 1})]).end()
+        assert not exporter._wake.is_set()
+        broken = tracer.start_span("broken", attributes={7: "not a str key"})
+        broken.end()
+        assert drops == [("export_failed", 1)]
+        assert len(exporter.queue) == 2
+        tracer.start_span("three").end()
+        assert exporter._wake.is_set()  # a batch of three
+        tracer.start_span("four").end()
+        tracer.start_span("five").end()
+        assert drops == [("export_failed", 1), ("queue_full", 1)]
+        assert len(exporter.queue) == 4
+        names = [s.name for s in ExportTraceServiceRequest.FromString(encoder.request(list(exporter.queue)))
+                 .resource_spans[0].scope_spans[0].spans]  # fmt: skip
+        assert names == ["one", "linked", "three", "four"]
+    finally:
+        exporter.queue.clear()

@@ -219,10 +219,13 @@ def test_a_span_holds_nothing_once_it_is_gone(span_type: type) -> None:
         span.set_attributes({"x": 1})
         span.set_error("boom")
         assert tracing.current() is span
-    assert tracing.current() is None and ended == [span] and not span.recording
+    assert tracing.current() is None
+    assert ended == [span]
+    assert not span.recording
     assert span.traceparent() == f"00-{1 << 100:032x}-{2:016x}-01"
     span.set_attribute("late", 1)  # ended: records nothing more
-    assert attributes == {"x": 1, "error.type": "boom"} and span.status_code == tracing.ERROR
+    assert attributes == {"x": 1, "error.type": "boom"}
+    assert span.status_code == tracing.ERROR
     ended.clear()
     del span
 
@@ -232,3 +235,66 @@ def test_a_span_holds_nothing_once_it_is_gone(span_type: type) -> None:
     contextvars.copy_context().run(left_current)
     gc.collect()
     assert (sys.getrefcount(attributes), sys.getrefcount(sink), sys.getrefcount(static)) == before
+
+
+@pytest.mark.skipif(tracing._spans is None, reason="the C extension was not built")
+def test_the_c_extract_reads_traceparents_as_the_python_one() -> None:
+    """The C form of extract answers what py_extract answers, on valid, odd and malformed traceparents."""
+    valid = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    cases = [
+        valid, valid.upper(), f"  {valid}\n", valid[:-1] + "0", valid + "-x", "01" + valid[2:] + "-later; v=1",
+        "01" + valid[2:] + "-a\nb", "01" + valid[2:] + "x", "01" + valid[2:], "ff" + valid[2:], "cc" + valid[2:],
+        valid.replace("0af7", "0ag7"), "00-" + "0" * 32 + "-b7ad6b7169203331-01", valid[:36] + "0" * 16 + "-01",
+        valid[:55 - 1], valid.replace("-", "_"), "", "00-" + "ü" * 52, "02" + valid[2:] + "-ü", valid + "\u00a0",
+        "0X" + valid[2:], "00-0af7651916cd43dd8448eb211c80319c-b7ad6b716920333-01",
+        "00-+af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+    ]  # fmt: skip
+    states = [None, "", "vendor=1", "x" * 600]
+    for text in cases:
+        for state in states:
+            expected, got = tracing.py_extract(text, state), tracing._spans.extract(text, state)
+            if expected is None:
+                assert got is None, (text, state)
+                continue
+            assert got is not None, (text, state)
+            fields = ("trace_id", "span_id", "parent_id", "sampled", "tracestate", "remote", "kind", "name")
+            assert [getattr(got, f) for f in fields] == [getattr(expected, f) for f in fields], (text, state)
+            assert not got.recording
+            assert got.attributes == {}
+    assert tracing._spans.extract(None) is None
+
+
+def test_start_span_takes_its_arguments_by_position_and_by_name(span_type: type) -> None:
+    ended: list[tracing.Span] = []
+    tracer = tracing.Tracer(tracing.sampler({}), ended.append)
+    static = tracing.Static({"s": 1})
+    with tracer.start_span("parent", tracing.SERVER, {"a": 1}, None, None, True, static) as parent:
+        child = tracer.start_span("child", kind=tracing.CLIENT, static=static, attributes={"b": 2})
+        detached = tracer.start_span(name="root", use_current=False)
+        other = tracer.start_span("other", parent=detached, links=[(1, 2, "", {"l": 1})])
+    for span in (child, detached, other):
+        span.end()
+    assert isinstance(child, span_type)
+    assert (child.trace_id, child.parent_id, child.kind, child.attributes) == (parent.trace_id, parent.span_id,
+                                                                               tracing.CLIENT, {"b": 2})  # fmt: skip
+    assert child.statics == [static]
+    assert parent.statics == [static]
+    assert parent.kind == tracing.SERVER
+    assert detached.parent_id == 0
+    assert detached.trace_id != parent.trace_id
+    assert detached.kind == tracing.INTERNAL
+    assert (other.trace_id, other.parent_id) == (detached.trace_id, detached.span_id)
+    assert other.links == [(1, 2, "", {"l": 1})]
+    assert [s.name for s in ended] == ["parent", "child", "root", "other"]
+    with pytest.raises(TypeError):
+        tracer.start_span("x", colour="red")  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        tracer.start_span()  # type: ignore[call-arg]
+    never = tracing.Tracer(tracing.sampler({"OTEL_TRACES_SAMPLER": "always_off"}), ended.append)
+    quiet = never.start_span("quiet", attributes={"c": 3}, static=static)
+    quiet.set_attribute("d", 4)
+    quiet.end()
+    assert not quiet.sampled
+    assert quiet.attributes == {}
+    assert quiet.statics is None
+    assert len(ended) == 4
