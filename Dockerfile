@@ -33,7 +33,15 @@ FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PATH=/opt/dockyard/bin:$PATH
-RUN python3 -m venv /opt/dockyard
+# A C compiler for Dockyard's one C extension (the spans of a traced turn, api/dockyard_core/_spans.c): built into
+# the project's wheel here, nothing of the compiler reaches the runtime stage. BUILD_PACKAGES= (empty) builds
+# without it, and the same code runs in Python (the test bed's builds: no package mirror inside a build).
+ARG BUILD_PACKAGES="gcc libc6-dev"
+# hadolint ignore=DL3008,SC2086
+RUN if [ -n "$BUILD_PACKAGES" ]; then \
+      apt-get update && apt-get install -y --no-install-recommends $BUILD_PACKAGES && rm -rf /var/lib/apt/lists/*; \
+    fi \
+    && python3 -m venv /opt/dockyard
 WORKDIR /src
 COPY pyproject.toml README.md ./
 # The pinned dependencies first: this layer stays cached until pyproject.toml changes.

@@ -137,7 +137,9 @@ class Planner:
         build_contexts: Mapping[str, Path] | None = None,
     ) -> Plan:
         base = self.base()
-        args = {"PYTHON_IMAGE": base, **(build_args or {})}
+        # no compiler installed inside the build (it has no package mirror): the C extension is left out, its
+        # Python form runs (the Dockerfile's BUILD_PACKAGES)
+        args = {"PYTHON_IMAGE": base, "BUILD_PACKAGES": "", **(build_args or {})}
         contexts = dict(build_contexts or {})
         extra = {
             f"context:{ctx}/{p.name}": file_digest(p)
