@@ -186,6 +186,9 @@ typedef struct {
 } SpanObject;
 
 static PyObject *CURRENT = NULL; /* the ContextVar of the current span (bind()) */
+
+/* A field that may be missing (a span made with __new__ alone, or a member deleted) read as None. */
+static inline PyObject *or_none(PyObject *field) { return field != NULL ? field : Py_None; }
 static PyObject *S_error_type;   /* "error.type" */
 
 static long long now_ns(void) {
@@ -279,16 +282,16 @@ static PyObject *Span_set_attribute(SpanObject *self, PyObject *const *args, Py_
         PyErr_SetString(PyExc_TypeError, "set_attribute(key, value)");
         return NULL;
     }
-    if (self->sink != NULL && PyObject_SetItem(self->attributes, args[0], args[1]) < 0) return NULL;
+    if (self->sink != NULL && PyObject_SetItem(or_none(self->attributes), args[0], args[1]) < 0) return NULL;
     Py_RETURN_NONE;
 }
 
 static PyObject *Span_set_attributes(SpanObject *self, PyObject *values) {
     if (self->sink != NULL) {
-        if (PyDict_CheckExact(self->attributes)) {
+        if (self->attributes != NULL && PyDict_CheckExact(self->attributes)) {
             if (PyDict_Update(self->attributes, values) < 0) return NULL;
         } else {
-            PyObject *done = PyObject_CallMethod(self->attributes, "update", "O", values);
+            PyObject *done = PyObject_CallMethod(or_none(self->attributes), "update", "O", values);
             if (done == NULL) return NULL;
             Py_DECREF(done);
         }
@@ -316,7 +319,7 @@ static PyObject *Span_add_static(SpanObject *self, PyObject *statik) {
 
 static PyObject *Span_set_error(SpanObject *self, PyObject *code) {
     if (self->sink == NULL) Py_RETURN_NONE;
-    if (PyObject_SetItem(self->attributes, S_error_type, code) < 0) return NULL;
+    if (PyObject_SetItem(or_none(self->attributes), S_error_type, code) < 0) return NULL;
     self->status_code = SPAN_ERROR;
     Py_INCREF(code);
     Py_XSETREF(self->status_message, code);
@@ -342,7 +345,8 @@ static int trace_halves(PyObject *trace_id, uint64_t *hi, uint64_t *low) {
 
 static PyObject *Span_traceparent(SpanObject *self, PyObject *unused) {
     uint64_t hi, low, span_id;
-    if (trace_halves(self->trace_id, &hi, &low) < 0 || u64_of(self->span_id, &span_id) < 0) return NULL;
+    if (trace_halves(or_none(self->trace_id), &hi, &low) < 0 || u64_of(or_none(self->span_id), &span_id) < 0)
+        return NULL;
     char text[64];
     int n = snprintf(text, sizeof text, "00-%016llx%016llx-%016llx-%s", (unsigned long long)hi, (unsigned long long)low,
                      (unsigned long long)span_id, self->sampled ? "01" : "00");
@@ -579,6 +583,10 @@ static PyObject *Tracer_start_span(TracerObject *self, PyObject *const *args, Py
         return NULL;
     }
     if (need_bound() < 0 || need_current() < 0) return NULL;
+    if (self->sample == NULL || self->sink == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "the tracer was not initialised");
+        return NULL;
+    }
     PyObject *name = given[0];
     int kind = 1; /* INTERNAL */
     if (given[1] != NULL) {
@@ -605,9 +613,9 @@ static PyObject *Tracer_start_span(TracerObject *self, PyObject *const *args, Py
         tracestate = Py_NewRef(EMPTY);
     } else if (PyObject_TypeCheck(parent, &SpanType)) {
         SpanObject *p = (SpanObject *)parent;
-        trace_id = Py_NewRef(p->trace_id);
-        parent_id = Py_NewRef(p->span_id);
-        tracestate = Py_NewRef(p->tracestate);
+        trace_id = Py_NewRef(or_none(p->trace_id));
+        parent_id = Py_NewRef(or_none(p->span_id));
+        tracestate = Py_NewRef(or_none(p->tracestate));
     } else if ((trace_id = PyObject_GetAttrString(parent, "trace_id")) == NULL ||
                (parent_id = PyObject_GetAttrString(parent, "span_id")) == NULL ||
                (tracestate = PyObject_GetAttrString(parent, "tracestate")) == NULL) {
@@ -960,6 +968,10 @@ static PyObject *span_field(PyObject *module, PyObject *span);
 
 static PyObject *sink_take(PyObject *self_, PyObject *span) {
     SinkObject *self = (SinkObject *)self_;
+    if (self->queue == NULL || self->wake == NULL || self->full == NULL || self->slow == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "the sink was not initialised");
+        return NULL;
+    }
     Py_ssize_t held = PyObject_Size(self->queue);
     if (held < 0) return NULL;
     if (held >= self->max_queue) return PyObject_CallNoArgs(self->full);

@@ -298,3 +298,27 @@ def test_start_span_takes_its_arguments_by_position_and_by_name(span_type: type)
     assert quiet.attributes == {}
     assert quiet.statics is None
     assert len(ended) == 4
+
+
+def test_the_c_forms_refuse_what_is_not_set_up_instead_of_crashing(span_type: type) -> None:
+    """Objects made with ``__new__`` alone, or a span whose fields were deleted, raise a Python error."""
+    if span_type is tracing.PySpan:
+        pytest.skip("the C forms only")
+    spans = tracing._spans
+    bare = tracing.CSpan.__new__(tracing.CSpan)
+    with pytest.raises(TypeError):
+        bare.traceparent()
+    assert bare.set_attribute("a", 1) is None  # not recording: nothing to do
+    with pytest.raises(ValueError, match="not initialised"):
+        spans.span(bare)
+    with pytest.raises(RuntimeError, match="not initialised"):
+        spans.Sink.__new__(spans.Sink)(bare)
+    with pytest.raises(RuntimeError, match="not initialised"):
+        spans.Tracer.__new__(spans.Tracer).start_span("x")
+    tracer = tracing.Tracer(tracing.sampler({}), lambda span: None)
+    parent = tracer.start_span("parent")
+    del parent.trace_id, parent.tracestate, parent.attributes
+    child = tracer.start_span("child", parent=parent)
+    assert child.trace_id is None
+    with pytest.raises(TypeError):
+        parent.set_attribute("x", 1)  # its attributes are gone: None takes no item
