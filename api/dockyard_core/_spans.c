@@ -331,12 +331,11 @@ static int u64_of(PyObject *number, uint64_t *out) { /* the low 64 bits */
     return (*out == (uint64_t)-1 && PyErr_Occurred()) ? -1 : 0;
 }
 
+static PyObject *EMPTY = NULL, *ZERO = NULL, *SIXTY_FOUR = NULL; /* "", 0, 64: made once (the module's init) */
+
 static int trace_halves(PyObject *trace_id, uint64_t *hi, uint64_t *low) {
     if (u64_of(trace_id, low) < 0) return -1;
-    PyObject *sixty_four = PyLong_FromLong(64);
-    if (sixty_four == NULL) return -1;
-    PyObject *high = PyNumber_Rshift(trace_id, sixty_four);
-    Py_DECREF(sixty_four);
+    PyObject *high = PyNumber_Rshift(trace_id, SIXTY_FOUR);
     if (high == NULL) return -1;
     int rc = u64_of(high, hi);
     Py_DECREF(high);
@@ -459,7 +458,6 @@ static PyTypeObject SpanType = {
 
 static PyObject *GETRANDBITS = NULL; /* random.getrandbits (bind()): the ids */
 static PyTypeObject *SPAN_CLASS = NULL; /* the class of new spans (bind()): tracing.CSpan */
-static PyObject *EMPTY = NULL, *ZERO = NULL, *SIXTY_FOUR = NULL;
 
 static PyObject *bind(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 3 || !PyContextVar_CheckExact(args[0]) || !PyType_Check(args[2]) ||

@@ -36,17 +36,17 @@ from typing import Any
 from urllib.parse import unquote
 
 from dockyard_core import otlp
-
-try:  # the span type in C, where it was built (an optional extension: pyproject.toml)
-    from dockyard_core import _spans
-except ImportError:  # pragma: no cover - a machine without a C compiler: the Python span only
-    _spans = None  # type: ignore[assignment]
 from dockyard_core.tracesettings import CONTENT_VARIABLE as CONTENT_VARIABLE
 from dockyard_core.tracesettings import TraceSettings as TraceSettings
 from dockyard_core.tracesettings import TracingConfigError as TracingConfigError
 from dockyard_core.tracesettings import number
 from dockyard_core.tracesettings import resource as resource
 from dockyard_core.tracesettings import settings_from_env as settings_from_env
+
+try:  # the span type in C, where it was built (an optional extension: pyproject.toml)
+    from dockyard_core import _spans
+except ImportError:  # pragma: no cover - a machine without a C compiler: the Python span only
+    _spans = None  # type: ignore[assignment]
 
 log = logging.getLogger(__name__)
 
