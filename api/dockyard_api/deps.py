@@ -232,7 +232,8 @@ async def app_caller(
     ] = None,
 ) -> EnvironmentCaller:
     # the authenticator and the web service read from the state, not as dependencies of their own: this is the
-    # execute call's (every turn), and each dependency FastAPI resolves costs a request about 6 µs (bench.execute)
+    # execute call's (every turn), and each dependency FastAPI resolves costs a request about 6 µs (in a loop;
+    # docs/benchmarks.md, "The execute call's route and dependencies")
     state = app_state(request)
     auth, web = state.authenticator, state.web
     value = bearer(authorization)

@@ -80,7 +80,7 @@ MEANINGS = {
 )
 async def execute(app_id: AppId, body: ExecuteBody, caller: AppCaller, request: Request) -> Response:
     # the runtime, the store and the settings read from the application's state, not as three dependencies: the
-    # hot path (each dependency FastAPI resolves costs a turn about 6 µs; docs/benchmarks.md)
+    # hot path (each dependency FastAPI resolves costs a turn about 6 µs in a loop; docs/benchmarks.md)
     store, state = store_of(request), app_state(request)
     runtime, settings = state.runtime, state.settings
     prepared = await runtime.prepare(
