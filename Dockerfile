@@ -35,7 +35,7 @@ ENV PIP_NO_CACHE_DIR=1 \
     PATH=/opt/dockyard/bin:$PATH
 # A C compiler for Dockyard's one C extension (the spans of a traced turn, api/dockyard_core/_spans.c): built into
 # the project's wheel here, nothing of the compiler reaches the runtime stage. BUILD_PACKAGES= (empty) builds
-# without it, and the same code runs in Python (the test bed's builds: no package mirror inside a build).
+# without it, and the same code runs in Python (the test bed's builds, which fetch nothing inside a build).
 ARG BUILD_PACKAGES="gcc libc6-dev"
 # hadolint ignore=DL3008,SC2086
 RUN if [ -n "$BUILD_PACKAGES" ]; then \

@@ -137,8 +137,8 @@ class Planner:
         build_contexts: Mapping[str, Path] | None = None,
     ) -> Plan:
         base = self.base()
-        # no compiler installed inside the build (it has no package mirror): the C extension is left out, its
-        # Python form runs (the Dockerfile's BUILD_PACKAGES)
+        # no compiler installed inside the build (the test bed fetches nothing inside one): the C extension is left
+        # out, its Python form runs (the Dockerfile's BUILD_PACKAGES)
         args = {"PYTHON_IMAGE": base, "BUILD_PACKAGES": "", **(build_args or {})}
         contexts = dict(build_contexts or {})
         extra = {
