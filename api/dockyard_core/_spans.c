@@ -190,11 +190,35 @@ static PyObject *CURRENT = NULL; /* the ContextVar of the current span (bind()) 
 /* A field that may be missing (a span made with __new__ alone, or a member deleted) read as None. */
 static inline PyObject *or_none(PyObject *field) { return field != NULL ? field : Py_None; }
 static PyObject *S_error_type;   /* "error.type" */
+static PyObject *EMPTY = NULL, *ZERO = NULL, *SIXTY_FOUR = NULL; /* "", 0, 64: made once (the module's init) */
 
 static long long now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts); /* what time.time_ns() reads */
     return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* Set every field of a span (made now, or initialised again): references taken, the clock read. */
+static void span_fill(SpanObject *self, PyObject *trace_id, PyObject *span_id, int sampled, PyObject *tracestate,
+                      PyObject *parent_id, PyObject *name, int kind, PyObject *attributes, PyObject *links,
+                      PyObject *sink, int remote, PyObject *statics) {
+    Py_XSETREF(self->trace_id, Py_NewRef(trace_id));
+    Py_XSETREF(self->span_id, Py_NewRef(span_id));
+    Py_XSETREF(self->parent_id, Py_NewRef(parent_id));
+    Py_XSETREF(self->tracestate, Py_NewRef(tracestate));
+    Py_XSETREF(self->name, Py_NewRef(name));
+    Py_XSETREF(self->attributes, Py_NewRef(attributes));
+    Py_XSETREF(self->links, Py_NewRef(links));
+    Py_XSETREF(self->statics, Py_NewRef(statics));
+    Py_XSETREF(self->status_message, Py_NewRef(EMPTY));
+    Py_XSETREF(self->sink, sink == Py_None ? NULL : Py_NewRef(sink));
+    Py_CLEAR(self->token);
+    self->sampled = (char)sampled;
+    self->remote = (char)remote;
+    self->kind = kind;
+    self->status_code = 0;
+    self->start_ns = now_ns();
+    self->end_ns = 0;
 }
 
 static int Span_init(SpanObject *self, PyObject *args, PyObject *kwds) {
@@ -205,37 +229,8 @@ static int Span_init(SpanObject *self, PyObject *args, PyObject *kwds) {
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOpOOOiOOO|pO", names, &trace_id, &span_id, &sampled, &tracestate,
                                      &parent_id, &name, &kind, &attributes, &links, &sink, &remote, &statics))
         return -1;
-    Py_INCREF(trace_id);
-    Py_XSETREF(self->trace_id, trace_id);
-    Py_INCREF(span_id);
-    Py_XSETREF(self->span_id, span_id);
-    Py_INCREF(parent_id);
-    Py_XSETREF(self->parent_id, parent_id);
-    Py_INCREF(tracestate);
-    Py_XSETREF(self->tracestate, tracestate);
-    Py_INCREF(name);
-    Py_XSETREF(self->name, name);
-    Py_INCREF(attributes);
-    Py_XSETREF(self->attributes, attributes);
-    Py_INCREF(links);
-    Py_XSETREF(self->links, links);
-    Py_INCREF(statics);
-    Py_XSETREF(self->statics, statics);
-    Py_XSETREF(self->status_message, PyUnicode_FromStringAndSize("", 0));
-    if (self->status_message == NULL) return -1;
-    if (sink == Py_None) {
-        Py_CLEAR(self->sink);
-    } else {
-        Py_INCREF(sink);
-        Py_XSETREF(self->sink, sink);
-    }
-    Py_CLEAR(self->token);
-    self->sampled = (char)sampled;
-    self->remote = (char)remote;
-    self->kind = kind;
-    self->status_code = 0;
-    self->start_ns = now_ns();
-    self->end_ns = 0;
+    span_fill(self, trace_id, span_id, sampled, tracestate, parent_id, name, kind, attributes, links, sink, remote,
+              statics);
     return 0;
 }
 
@@ -330,8 +325,6 @@ static int u64_of(PyObject *number, uint64_t *out) { /* the low 64 bits */
     *out = (uint64_t)PyLong_AsUnsignedLongLongMask(number);
     return (*out == (uint64_t)-1 && PyErr_Occurred()) ? -1 : 0;
 }
-
-static PyObject *EMPTY = NULL, *ZERO = NULL, *SIXTY_FOUR = NULL; /* "", 0, 64: made once (the module's init) */
 
 static int trace_halves(PyObject *trace_id, uint64_t *hi, uint64_t *low) {
     if (u64_of(trace_id, low) < 0) return -1;
@@ -479,29 +472,14 @@ static int need_bound(void) {
     return 0;
 }
 
-/* A new span of SPAN_CLASS, its fields set without parsing arguments (references taken: new ones made here). */
+/* A new span of SPAN_CLASS, its fields set without parsing arguments (span_fill). */
 static PyObject *new_span(PyObject *trace_id, PyObject *span_id, int sampled, PyObject *tracestate, PyObject *parent_id,
                           PyObject *name, int kind, PyObject *attributes, PyObject *links, PyObject *sink, int remote,
                           PyObject *statics) {
     SpanObject *span = (SpanObject *)SPAN_CLASS->tp_alloc(SPAN_CLASS, 0);
-    if (span == NULL) return NULL;
-    span->trace_id = Py_NewRef(trace_id);
-    span->span_id = Py_NewRef(span_id);
-    span->parent_id = Py_NewRef(parent_id);
-    span->tracestate = Py_NewRef(tracestate);
-    span->name = Py_NewRef(name);
-    span->attributes = Py_NewRef(attributes);
-    span->links = Py_NewRef(links);
-    span->statics = Py_NewRef(statics);
-    span->status_message = Py_NewRef(EMPTY);
-    span->sink = sink == Py_None ? NULL : Py_NewRef(sink);
-    span->token = NULL;
-    span->sampled = (char)sampled;
-    span->remote = (char)remote;
-    span->kind = kind;
-    span->status_code = 0;
-    span->start_ns = now_ns();
-    span->end_ns = 0;
+    if (span != NULL)
+        span_fill(span, trace_id, span_id, sampled, tracestate, parent_id, name, kind, attributes, links, sink, remote,
+                  statics);
     return (PyObject *)span;
 }
 
@@ -1094,23 +1072,11 @@ PyMODINIT_FUNC PyInit__spans(void) {
     if (PyType_Ready(&SpanType) < 0 || PyType_Ready(&TracerType) < 0 || PyType_Ready(&SinkType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
-    Py_INCREF(&SpanType);
-    if (PyModule_AddObject(m, "Span", (PyObject *)&SpanType) < 0) {
-        Py_DECREF(&SpanType);
-        Py_DECREF(m);
-        return NULL;
-    }
-    Py_INCREF(&TracerType);
-    if (PyModule_AddObject(m, "Tracer", (PyObject *)&TracerType) < 0) {
-        Py_DECREF(&TracerType);
-        Py_DECREF(m);
-        return NULL;
-    }
-    Py_INCREF(&SinkType);
-    if (PyModule_AddObject(m, "Sink", (PyObject *)&SinkType) < 0) {
-        Py_DECREF(&SinkType);
-        Py_DECREF(m);
-        return NULL;
-    }
+    PyTypeObject *types[] = {&SpanType, &TracerType, &SinkType};
+    for (int i = 0; i < 3; i++)
+        if (PyModule_AddType(m, types[i]) < 0) { /* named by tp_name's last part: Span, Tracer, Sink */
+            Py_DECREF(m);
+            return NULL;
+        }
     return m;
 }

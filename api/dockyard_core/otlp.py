@@ -304,15 +304,13 @@ class BatchExporter:
         self.encoder, self.sender, self.on_drop = encoder, sender, on_drop
         self.max_queue, self.max_batch, self.delay_s = max_queue, max(1, min(max_batch, max_queue)), delay_s
         self.export_timeout_s = export_timeout_s
-        self._c_span = _c_span if type(encoder) is Encoder else None
-        """The C encoder called straight away (one call fewer per span): :meth:`Encoder.span` is it."""
         self.queue: collections.deque[bytes] = collections.deque()
         """Finished spans, encoded (:meth:`Encoder.span`)."""
         self.sink: Callable[[Any], None] = self
         """What the tracer hands an ended span to: this exporter (:meth:`__call__`), or where the C extension was
         built, its C form (``_spans.Sink``; a C span ending calls it without Python in between). Either way, the
         same queue, limits and counts."""
-        if self._c_span is not None and _CSink is not None:
+        if _CSink is not None and _c_span is not None and type(encoder) is Encoder:  # the Sink encodes as it does
             self.sink = _CSink(self.queue, self.max_queue, self.max_batch, self._wake_up, self._full, self)
         self._wake = threading.Event()
         self._idle = threading.Event()
@@ -330,17 +328,17 @@ class BatchExporter:
         whole process's heap come more often: that cost more than the encoding (docs/benchmarks.md)."""
         queue = self.queue
         if len(queue) >= self.max_queue:
-            self.on_drop("queue_full", 1)
+            self._full()
             return
         try:
-            encoded = (self._c_span and self._c_span(span)) or self.encoder.span(span)
+            encoded = self.encoder.span(span)
         except Exception:  # a span that cannot be encoded must not fail the work it traced
             log.exception("span %r not exported", span.name)
             self.on_drop("export_failed", 1)
             return
         queue.append(encoded)
-        if len(queue) >= self.max_batch and not self._wake.is_set():
-            self._wake.set()
+        if len(queue) >= self.max_batch:
+            self._wake_up()
 
     def _wake_up(self) -> None:
         """A batch is queued: the export thread sends it."""
@@ -348,6 +346,7 @@ class BatchExporter:
             self._wake.set()
 
     def _full(self) -> None:
+        """A span found the queue full: dropped, and counted."""
         self.on_drop("queue_full", 1)
 
     def _run(self) -> None:

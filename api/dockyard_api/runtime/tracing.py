@@ -232,7 +232,7 @@ def unsampled() -> bool:
 
 
 def agent(name: str, model: str | None, session: str | None) -> contextlib.AbstractContextManager[Span | None]:
-    if TRACER is None or ((span := _current()) is not None and not span.sampled):  # unsampled(), inlined
+    if TRACER is None or unsampled():
         return NOOP
     attributes = {"gen_ai.conversation.id": session} if session else None
     return TRACER.start_span(f"invoke_agent {name}", attributes=attributes, static=_agent_static(name, model or ""))
@@ -266,13 +266,11 @@ def step(number: int) -> contextlib.AbstractContextManager[None]:
     """Step ``number`` of an agent's tool loop: not a span of its own (as the GenAI conventions have it, the
     model call and the tool calls of an agent are children of its ``invoke_agent`` span); its ``chat`` and
     ``execute_tool`` spans carry ``dockyard.agent.step``."""
-    if TRACER is None or ((span := _current()) is not None and not span.sampled):
-        return NOOP
-    return _Step(number)
+    return NOOP if TRACER is None or unsampled() else _Step(number)
 
 
 def chat(base_url: str, body: Mapping[str, Any]) -> contextlib.AbstractContextManager[Span | None]:
-    if TRACER is None or ((span := _current()) is not None and not span.sampled):  # unsampled(), inlined
+    if TRACER is None or unsampled():
         return NOOP
     tools = body.get("tools")
     offered = tuple(str(t.get("function", {}).get("name")) for t in tools) if tools else ()
