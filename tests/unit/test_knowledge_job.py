@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dockyard_core.knowledge.job import document_path, index_knowledge_base, kb_key, open_index
+from dockyard_core.knowledge.job import document_path, index_knowledge_base, indexed_spec, kb_key, open_index
 from dockyard_core.knowledge.sqlite import SqliteIndex
 
 GUIDE = (
@@ -137,3 +137,13 @@ def test_a_rebuild_switches_to_a_new_generation_and_drops_the_older_ones(tmp_pat
 
     # the active one and the one it replaced (to switch back to); older ones dropped
     assert sorted(asyncio.run(kept())) == [(generations[1], "retired"), (generations[2], "active")]
+
+
+def test_a_run_records_the_generation_it_read_with_the_request_it_was_started_for() -> None:
+    """The operator started the run for generation 2; a second document made it 3 before the run read the object:
+    the run indexed generation 3 and says so, so the operator starts no second run for it."""
+    kb = {"metadata": {"generation": 3}}
+    assert indexed_spec(kb, "2/") == "3/"
+    assert indexed_spec(kb, "2/reindex-7") == "3/reindex-7"
+    assert indexed_spec({"metadata": {"generation": 10}}, "9/" + "r" * 70) == ("10/" + "r" * 70)[:64]
+    assert indexed_spec(kb, "") == ""

@@ -81,6 +81,18 @@ def kb_key(namespace: str, name: str) -> str:
     return f"{namespace}/{name}"
 
 
+def indexed_spec(kb: Mapping[str, Any], started_for: str) -> str:
+    """What a run indexed, for ``status.indexedSpec``: the generation of the object the run read, with the reindex
+    request it was started for (``started_for``: the operator's ``<generation>/<request>``). The spec may have
+    moved on between the operator starting the run and the run reading the object (a second document attached
+    meanwhile): the run indexed the newer spec, so recording the older generation would start a second run for
+    what is indexed already."""
+    if not started_for:
+        return ""
+    request = started_for.split("/", 1)[1] if "/" in started_for else ""
+    return f"{(kb.get('metadata') or {}).get('generation', 0)}/{request}"[:64]
+
+
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
@@ -203,6 +215,7 @@ async def _run_from_environment() -> int:
             embedder,
             rebuild=env.get("DOCKYARD_KB_REBUILD") == "1",
         )
+        run["indexedSpec"] = indexed_spec(kb, run["indexedSpec"])
         code = 0
     except Exception as exc:  # the run failed as a whole: say why in the status
         log.exception("indexing %s/%s failed", namespace, name)
