@@ -73,6 +73,7 @@ def runtime_settings(settings: ApiSettings) -> RuntimeSettings:
         tool_timeout_seconds=settings.execute_tool_timeout_seconds,
         tool_max_bytes=settings.execute_tool_max_bytes,
         model_connections=settings.execute_model_connections,
+        turns_preparing=settings.execute_turns_preparing,
         knowledge_index=settings.knowledge_index_url(),
     )
 

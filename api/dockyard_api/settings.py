@@ -164,6 +164,14 @@ class ApiSettings(ModelStoreSettings):
     execute_model_connections: int = Field(
         default=256, ge=1, description="connections the facade keeps open to model endpoints, all together"
     )
+    execute_turns_preparing: int = Field(
+        default=4,
+        ge=1,
+        le=1024,
+        description="turns that prepare at once (environment, rate limits, session: the work before the model is "
+        "asked); the others wait in arrival order, so a burst of turns reaches its models in order instead of all "
+        "late together (model calls are never held back)",
+    )
 
     # --- web client and widget (api/dockyard_api/web/, docs/web-client-and-widget.md) ---
     widget_signing_key: SecretStr | None = Field(

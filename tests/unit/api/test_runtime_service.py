@@ -16,7 +16,7 @@ import pytest
 
 from dockyard_api import metrics
 from dockyard_api.auth import EnvironmentCaller
-from dockyard_api.runtime.service import AppRuntime, RuntimeSettings
+from dockyard_api.runtime.service import Admission, AppRuntime, RuntimeSettings
 from dockyard_api.store import ConversationStore
 from dockyard_core.errors import DockyardError, KubeUnavailableError, NotFoundError
 from dockyard_core.kubeclient import AsyncKube
@@ -215,5 +215,76 @@ def test_the_event_stream_pings_while_the_model_thinks_and_ends_with_done_or_err
             assert name == "error"
             assert data["status"] == 502
             assert data["error"]["code"] == "model_bad_response"
+
+    asyncio.run(go())
+
+
+def test_admission_lets_a_few_turns_prepare_at_once_in_arrival_order() -> None:
+    """Admission(2): of six turns arriving together, two prepare at once and the others enter in the order they
+    came, each as one leaves; the gate serves one event loop after another (a semaphore belongs to a loop)."""
+    admission = Admission(2)
+
+    async def burst() -> tuple[list[int], int]:
+        entered: list[int] = []
+        inside, most = 0, 0
+        release = [asyncio.Event() for _ in range(6)]
+
+        async def one(i: int) -> None:
+            nonlocal inside, most
+            async with admission():
+                entered.append(i)
+                inside += 1
+                most = max(most, inside)
+                await release[i].wait()
+                inside -= 1
+
+        tasks = [asyncio.create_task(one(i)) for i in range(6)]
+        await asyncio.sleep(0.01)
+        assert entered == [0, 1]  # the others wait
+        for i in (1, 0, 3, 2, 5, 4):  # leaving out of order: the next in line still enters next
+            release[i].set()
+            await asyncio.sleep(0.01)
+        await asyncio.gather(*tasks)
+        return entered, most
+
+    for _ in range(2):  # two loops, one after the other
+        entered, most = asyncio.run(burst())
+        assert entered == [0, 1, 2, 3, 4, 5]
+        assert most == 2
+
+
+def test_a_burst_of_turns_prepares_a_few_at_a_time_and_asks_the_model_all_at_once(
+    unreachable_kubeconfig: str, tmp_path: Path, model: ScriptedModel
+) -> None:
+    """Eight turns at once with turns_preparing=2: the store starts at most two turns at once, the model is asked
+    by all eight together (its calls are not held back: eight answers of 0.3 s take well under 8 x 0.3 s), and
+    every turn is answered and stored."""
+
+    async def go() -> None:
+        async with runtime(unreachable_kubeconfig, tmp_path / "db", model.url, turns_preparing=2) as (rt, store):
+            model.script(*[Reply(text=f"answer {i}", delay=0.3) for i in range(8)])
+            starting, most = 0, 0
+            start_turn = store.start_turn
+
+            async def counted(**kw: Any) -> Any:
+                nonlocal starting, most
+                starting += 1
+                most = max(most, starting)
+                try:
+                    await asyncio.sleep(0.01)  # a slower store: the other turns would pile in here
+                    return await start_turn(**kw)
+                finally:
+                    starting -= 1
+
+            store.start_turn = counted  # type: ignore[method-assign]
+            began = asyncio.get_running_loop().time()
+            answers = await asyncio.gather(*(turn(rt, store, f"question {i}") for i in range(8)))
+            took = asyncio.get_running_loop().time() - began
+            assert most == 2
+            assert sorted(a["response"] for a in answers) == sorted(f"answer {i}" for i in range(8))
+            assert took < 4 * 0.3, took
+            today = datetime.now(UTC).date()
+            totals = (await store.usage(namespace=NS, environment="bot-draft", since=today, until=today)).totals
+            assert totals.requests == 8
 
     asyncio.run(go())
