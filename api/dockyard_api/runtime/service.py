@@ -93,6 +93,10 @@ SigningKey = Callable[[str, str], Awaitable[bytes]]
 """The widget signing key of (namespace, environment): what PII placeholders are derived from."""
 
 
+ADMISSION_HOLD_SECONDS = 0.05
+"""The longest a turn's preparation keeps its place in :class:`Admission` (a normal one takes a few ms)."""
+
+
 @dataclass(frozen=True)
 class RuntimeSettings:
     endpoint_mode: EndpointMode = "cluster"
@@ -114,23 +118,42 @@ class Admission:
     A turn's preparation awaits the store, so without this a burst of turns (callers in step, a widget page's
     users answered at once) interleaves: each one's work is spread over the whole burst's, and they all reach
     their model late, together. Admitted a few at a time, the first reach their model after their own work, the
-    median one after half the burst's: with 32 callers in step, the p50 the facade adds fell from 7.2 to 8.8 ms
-    to 1.8 to 4.1 ms (admitting 2) and 2.9 ms (4), its throughput from 0.91 to 0.93 of the direct calls to 0.96
-    (docs/benchmarks.md, "Turns admitted a few at a time"). The model calls themselves are never held back.
+    median one after half the burst's. With 32 callers in step the p50 the facade adds fell from 7 to 9 ms to
+    about 3 ms, its throughput from 0.91 to 0.93 of the direct calls to 0.96 (docs/benchmarks.md, "Turns admitted
+    a few at a time"). The model calls themselves are never held back.
 
-    One semaphore per event loop (asyncio's wakes its waiters in order, and belongs to the loop it first waits
-    on)."""
+    A turn holds its place for at most ``hold_seconds`` (a preparation takes a millisecond or a few): when the
+    store stalls, the turns behind it go on after that, instead of waiting for the stalled ones' timeouts one
+    group after another. One semaphore per event loop (asyncio's wakes its waiters in order, and belongs to the
+    loop it first waits on)."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, hold_seconds: float = ADMISSION_HOLD_SECONDS) -> None:
         self.size = size
+        self.hold_seconds = hold_seconds
         self._loop: asyncio.AbstractEventLoop | None = None
         self._gate = asyncio.Semaphore(size)
 
-    def __call__(self) -> asyncio.Semaphore:
+    @contextlib.asynccontextmanager
+    async def __call__(self) -> AsyncIterator[None]:
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
             self._loop, self._gate = loop, asyncio.Semaphore(self.size)
-        return self._gate
+        gate = self._gate
+        await gate.acquire()
+        held = True
+
+        def release() -> None:
+            nonlocal held
+            if held:
+                held = False
+                gate.release()
+
+        timer = loop.call_later(self.hold_seconds, release)
+        try:
+            yield
+        finally:
+            timer.cancel()
+            release()
 
 
 @dataclass

@@ -222,7 +222,7 @@ def test_the_event_stream_pings_while_the_model_thinks_and_ends_with_done_or_err
 def test_admission_lets_a_few_turns_prepare_at_once_in_arrival_order() -> None:
     """Admission(2): of six turns arriving together, two prepare at once and the others enter in the order they
     came, each as one leaves; the gate serves one event loop after another (a semaphore belongs to a loop)."""
-    admission = Admission(2)
+    admission = Admission(2, hold_seconds=60)
 
     async def burst() -> tuple[list[int], int]:
         entered: list[int] = []
@@ -262,6 +262,7 @@ def test_a_burst_of_turns_prepares_a_few_at_a_time_and_asks_the_model_all_at_onc
 
     async def go() -> None:
         async with runtime(unreachable_kubeconfig, tmp_path / "db", model.url, turns_preparing=2) as (rt, store):
+            rt.admission.hold_seconds = 60  # the bound under test, whatever the machine's speed
             model.script(*[Reply(text=f"answer {i}", delay=0.3) for i in range(8)])
             starting, most = 0, 0
             start_turn = store.start_turn
@@ -288,3 +289,30 @@ def test_a_burst_of_turns_prepares_a_few_at_a_time_and_asks_the_model_all_at_onc
             assert totals.requests == 8
 
     asyncio.run(go())
+
+
+def test_a_stalled_preparation_holds_its_place_for_a_moment_only() -> None:
+    """Two preparations that hang (a store that does not answer) keep their places for hold_seconds: the turns
+    behind them go on after that, all of them within a few holds, not after the stalled ones' timeouts."""
+    admission = Admission(2, hold_seconds=0.05)
+
+    async def go() -> list[float]:
+        began = asyncio.get_running_loop().time()
+        entered: list[float] = []
+        stalled = asyncio.Event()
+
+        async def one(i: int) -> None:
+            async with admission():
+                entered.append(asyncio.get_running_loop().time() - began)
+                if i < 2:
+                    await stalled.wait()
+
+        tasks = [asyncio.create_task(one(i)) for i in range(6)]
+        await asyncio.sleep(0.5)
+        stalled.set()
+        await asyncio.gather(*tasks)
+        return entered
+
+    entered = asyncio.run(go())
+    assert len(entered) == 6
+    assert max(entered) < 0.4, entered  # not after the stalled two (0.5 s)
