@@ -119,7 +119,7 @@ class Admission:
     users answered at once) interleaves: each one's work is spread over the whole burst's, and they all reach
     their model late, together. Admitted a few at a time, the first reach their model after their own work, the
     median one after half the burst's. With 32 callers in step the p50 the facade adds fell from 7 to 9 ms to
-    about 3 ms, its throughput from 0.91 to 0.93 of the direct calls to 0.96 (docs/benchmarks.md, "Turns admitted
+    3 to 5 ms, its throughput from 0.91 to 0.93 of the direct calls to 0.94 to 0.97 (docs/benchmarks.md, "Turns admitted
     a few at a time"). The model calls themselves are never held back.
 
     A turn holds its place for at most ``hold_seconds`` (a preparation takes a millisecond or a few): when the
