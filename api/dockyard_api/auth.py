@@ -94,9 +94,14 @@ class Authenticator:
         self._last_used_written: dict[str, float] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
-    async def key_caller(self, namespace: str, environment: str, value: str | None) -> EnvironmentCaller:
+    async def key_caller(
+        self, namespace: str, environment: str, value: str | None, header: str = "x-api-key"
+    ) -> EnvironmentCaller:
+        """The caller of an environment's API key ``value``; ``header``: where the call takes it (named in the 401
+        when it is missing: ``x-api-key`` for the public API, ``Authorization`` for a deployed app's calls)."""
         if not value:
-            raise UnauthenticatedError("an API key is required", {"header": "x-api-key"})
+            how = "Authorization: Bearer <API key>" if header == "Authorization" else header
+            raise UnauthenticatedError(f"an API key is required ({how})", {"header": header})
         key_id = apikeys.key_id_of(value)
         stored = await self._stored(namespace, key_id) if key_id else None
         verdict = stored.verify(value, environment) if stored else apikeys.Verdict.UNKNOWN

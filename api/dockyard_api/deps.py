@@ -246,7 +246,7 @@ async def app_caller(
             host=request.headers.get("host"),
             address=request.client.host if request.client else "",
         )
-    caller = await auth.key_caller(namespace, environment, value)
+    caller = await auth.key_caller(namespace, environment, value, header="Authorization")
     # a page carrying the key (SPEC §7's snippet): any site unless the owner listed allowed origins
     await web.check_key_origin(namespace, environment, request.headers.get("origin"), request.headers.get("host"))
     return caller

@@ -178,7 +178,10 @@ def test_execute_answers_with_tools_and_tokens_keeps_sessions_per_user_and_check
 
     # keys: missing/unknown 401, another environment's 403; another app's id 404; bad bodies 422
     body = {"message": "hi"}
-    refused(http.post(bot.execute, json=body), 401)
+    missing = refused(http.post(bot.execute, json=body), 401, "Authorization: Bearer")
+    assert missing["error"]["details"] == {"header": "Authorization"}
+    # the public API's header is not this call's: the answer names the one it takes
+    refused(http.post(bot.execute, json=body, headers={"x-api-key": bot.key}), 401, "Authorization: Bearer")
     refused(http.post(bot.execute, json=body, headers={"Authorization": "Bearer dk_nope_nope"}), 401)
     create(api, namespace, "environments", "Environment", "bot-staging", {"appRef": "bot"})
     other = _key(api, namespace, "bot-staging")

@@ -271,7 +271,7 @@ class WebService:
         key = bearer(authorization)
         if key and not tokens.is_token(key):
             # a site's server vouches for one of its signed-in users (identify): the API key is the proof
-            await auth.key_caller(namespace, environment, key)  # 401/403 unless a key of this environment
+            await auth.key_caller(namespace, environment, key, header="Authorization")  # 401/403 unless its key
             if not request.end_user:
                 raise UnauthenticatedError("endUser is required with an API key (the site's id of its signed-in user)")
             sub = f"user:{request.end_user}"
