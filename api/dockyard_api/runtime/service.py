@@ -240,42 +240,31 @@ class AppRuntime:
         """Everything that can refuse the request with a plain HTTP error, before any answer is sent; a few turns
         at a time (:class:`Admission`)."""
         async with self.admission():
-            return await self._prepare(store, caller, app_id, message, session_id, user_id)
-
-    async def _prepare(
-        self,
-        store: Store,
-        caller: EnvironmentCaller,
-        app_id: str,
-        message: str,
-        session_id: str | None,
-        user_id: str | None,
-    ) -> Prepared:
-        env = await self.lookup.environment(caller.namespace, caller.environment)
-        if app_id != env.app:
-            raise NotFoundError(
-                f"app {app_id!r} is not deployed in environment {env.name!r} (its app is {env.app!r})",
-                {"appId": app_id},
-            )
-        owner = caller.end_user if caller.end_user is not None else user_id
-        split = {"version_for": env.canary.chooser(env.active_version)} if env.canary is not None else {}
-        try:
-            turn = await store.start_turn(
-                namespace=env.namespace,
-                environment=env.name,
-                app=env.app,
-                session_id=session_id,
-                user_id=owner,
-                version=env.active_version,
-                key_id=caller.key_id,
-                limits=env.rate_limits,  # counted in the same transaction; 429 before 404 and 409
-                **split,  # a canary: a new session's version by its id (docs/promotion.md)
-            )
-        except RateLimitedError as exc:
-            limit = exc.details.get("limit") if isinstance(exc.details, dict) else None
-            metrics.rate_limited(env.namespace, env.name, str(limit or "unknown"))
-            raise
-        return Prepared(caller, env, turn, message)
+            env = await self.lookup.environment(caller.namespace, caller.environment)
+            if app_id != env.app:
+                raise NotFoundError(
+                    f"app {app_id!r} is not deployed in environment {env.name!r} (its app is {env.app!r})",
+                    {"appId": app_id},
+                )
+            owner = caller.end_user if caller.end_user is not None else user_id
+            split = {"version_for": env.canary.chooser(env.active_version)} if env.canary is not None else {}
+            try:
+                turn = await store.start_turn(
+                    namespace=env.namespace,
+                    environment=env.name,
+                    app=env.app,
+                    session_id=session_id,
+                    user_id=owner,
+                    version=env.active_version,
+                    key_id=caller.key_id,
+                    limits=env.rate_limits,  # counted in the same transaction; 429 before 404 and 409
+                    **split,  # a canary: a new session's version by its id (docs/promotion.md)
+                )
+            except RateLimitedError as exc:
+                limit = exc.details.get("limit") if isinstance(exc.details, dict) else None
+                metrics.rate_limited(env.namespace, env.name, str(limit or "unknown"))
+                raise
+            return Prepared(caller, env, turn, message)
 
     async def complete(
         self, store: Store, prepared: Prepared, *, emit: Emit | None = None, stream: bool = False
