@@ -13,9 +13,11 @@ Two backends share this interface: :class:`ModelStore` (a directory on a local o
 the embedded default) and :class:`dockyard_core.s3store.S3ModelStore` (S3-compatible object storage,
 for clusters and several facade replicas); :func:`open_store` picks one from the settings.
 
-Nothing is kept in memory: every replica sees the same sessions, chunks arrive in any order and in
-parallel, and a restart loses nothing but the chunks in flight. A chunk is streamed to a temporary file
-in its session's ``chunks/`` directory, flushed to disk, then published with ``link(2)``, which creates
+Nothing is kept only in memory: every replica sees the same sessions, chunks arrive in any order and in
+parallel, and a restart loses nothing but the chunks in flight (what a store remembers, the sizes of the
+published chunks it has seen, is read from the disk and never changes there: :class:`ChunkSizes`). A
+chunk is streamed to a temporary file in its session's ``chunks/`` directory, flushed to disk, then
+published with ``link(2)``, which creates
 the chunk's name atomically and only if it does not exist yet: the first complete copy of a chunk wins,
 a re-sent identical copy is accepted (idempotent), a different one is refused (:class:`ChunkConflict`).
 A rename would let a later copy silently replace an accepted one.
@@ -34,7 +36,9 @@ import json
 import os
 import re
 import shutil
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime
@@ -124,6 +128,82 @@ def check_session_id(session_id: str) -> str:
     return session_id
 
 
+SIZE_MEMO_SESSIONS = 64
+"""Sessions whose chunk sizes a store remembers (:class:`ChunkSizes`); the least recently used is forgotten."""
+
+
+class _Received:
+    """What one session's publications have seen of its chunks directory."""
+
+    __slots__ = ("lock", "names", "sizes", "total")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.names: set[str] = set()
+        """Every name of the directory that was looked at: the chunks' and the temporary files' seen so far."""
+        self.sizes: dict[int, int] = {}
+        self.total = 0
+
+
+class ChunkSizes:
+    """The bytes of each session's published chunks, for :meth:`ModelStore.publish`'s check against the
+    file's size. The directory is listed every time (other replicas publish into it too), but each chunk is
+    stat'ed once: a published chunk never changes (``link(2)`` creates its name once, and only the whole
+    session is ever removed). Stat'ing every chunk for every new one made a session's publications
+    quadratic: 29 ms per chunk at 8,750 chunks (140 GB in 16 MiB chunks; docs/benchmarks.md). Kept for the
+    :data:`SIZE_MEMO_SESSIONS` sessions published to last; a forgotten one is read again, nothing is lost."""
+
+    def __init__(self, sessions: int = SIZE_MEMO_SESSIONS) -> None:
+        self._sessions = sessions
+        self._lock = threading.Lock()
+        self._by_session: OrderedDict[str, _Received] = OrderedDict()
+
+    def _of(self, session_id: str) -> _Received:
+        with self._lock:
+            received = self._by_session.pop(session_id, None) or _Received()
+            self._by_session[session_id] = received  # the most recently used last
+            if len(self._by_session) > self._sessions:
+                self._by_session.popitem(last=False)
+            return received
+
+    def others(self, directory: Path, session_id: str, number: int) -> int:
+        """The bytes of the chunks in ``directory`` now, chunk ``number`` left out."""
+        received = self._of(session_id)
+        with received.lock:  # the listing too: what it holds is what is counted, in the order it happened
+            try:
+                listed = set(os.listdir(directory))
+            except FileNotFoundError:
+                listed = set()
+            for name in received.names - listed:  # temporary files come and go; chunks go with their session
+                received.names.discard(name)
+                size = received.sizes.pop(int(name), None) if CHUNK_NAME_RE.match(name) else None
+                received.total -= size or 0
+            for name in listed - received.names:
+                received.names.add(name)
+                if CHUNK_NAME_RE.match(name):
+                    try:
+                        size = os.stat(directory / name, follow_symlinks=False).st_size
+                    except FileNotFoundError:  # the session is being removed
+                        received.names.discard(name)
+                        continue
+                    received.sizes[int(name)] = size
+                    received.total += size
+            return received.total - received.sizes.get(number, 0)
+
+    def published(self, session_id: str, number: int, size: int) -> None:
+        """This store just published chunk ``number``: its size is known without a stat."""
+        received = self._of(session_id)
+        with received.lock:
+            if number not in received.sizes:
+                received.names.add(str(number))
+                received.sizes[number] = size
+                received.total += size
+
+    def forget(self, session_id: str) -> None:
+        with self._lock:
+            self._by_session.pop(session_id, None)
+
+
 class ModelStore:
     """The model store under ``root`` (see the module docstring for the layout)."""
 
@@ -131,6 +211,7 @@ class ModelStore:
         self.root = Path(root)
         self.sessions = self.root / "sessions"
         self.models = self.root / "models"
+        self.chunk_sizes = ChunkSizes()
 
     def ensure(self) -> None:
         self.sessions.mkdir(parents=True, exist_ok=True)
@@ -179,6 +260,7 @@ class ModelStore:
             with contextlib.suppress(FileNotFoundError):
                 freed += chunk.stat().st_size
         shutil.rmtree(directory, ignore_errors=True)
+        self.chunk_sizes.forget(session_id)
         return freed
 
     # -- chunks --
@@ -216,7 +298,7 @@ class ModelStore:
             final = self.chunk_path(meta.session_id, number)
             if final.exists():
                 return self._same(final, number, chunk)
-            others = sum(c.size for c in self.chunks(meta.session_id) if c.number != number)
+            others = self.chunk_sizes.others(final.parent, meta.session_id, number)
             if others + chunk.size > meta.upload.file_size:
                 raise SizeExceeded(
                     f"with this chunk the session would hold {others + chunk.size} bytes, more than fileSize "
@@ -234,6 +316,7 @@ class ModelStore:
                 return self._same(final, number, chunk)  # a parallel upload of the same chunk won
             except FileNotFoundError:
                 raise SessionGone(f"import session {meta.session_id} was aborted", code="session_aborted") from None
+            self.chunk_sizes.published(meta.session_id, number, chunk.size)
             fsync_dir(final.parent)
             return True
         finally:

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import threading
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from dockyard_core.modelstore import ModelStore, SessionMeta
+from dockyard_core.modelstore import ChunkSizes, ModelStore, SessionMeta
 from dockyard_core.storeerrors import (
     ChunkConflict,
     ChunkTooLarge,
@@ -259,6 +263,90 @@ def test_empty_chunks_and_chunks_beyond_the_file_size_are_refused(store: ModelSt
     assert err.value.details["received"] == 30
     put(store, m, 1, b"b" * 20)
     assert leftovers(store, m) == []
+
+
+class StatCounter:
+    """Counts the stats of a directory's entries, whichever way they are made (``os.stat`` or a listing's
+    ``DirEntry.stat``)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, directory: Path) -> None:
+        self.directory, self.count = str(directory), 0
+        real_stat, real_scandir = os.stat, os.scandir
+
+        def stat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+            if os.path.dirname(os.fspath(path)) == self.directory:
+                self.count += 1
+            return real_stat(path, *args, **kwargs)
+
+        class Entry:
+            def __init__(self, entry: os.DirEntry[str]) -> None:
+                self._entry, self.name, self.path = entry, entry.name, entry.path
+
+            def stat(self, *args: Any, **kwargs: Any) -> os.stat_result:
+                stat(self.path)
+                return self._entry.stat(*args, **kwargs)
+
+            def __getattr__(self, name: str) -> Any:
+                return getattr(self._entry, name)
+
+        @contextlib.contextmanager
+        def scandir(path: Any = ".") -> Iterator[list[Entry]]:
+            with real_scandir(path) as entries:
+                yield [Entry(e) for e in entries]
+
+        def scandir_call(path: Any = ".") -> Any:
+            return scandir(path)
+
+        monkeypatch.setattr(os, "stat", stat)
+        monkeypatch.setattr(os, "scandir", scandir_call)
+
+
+def test_each_chunk_is_stated_once_across_a_session_s_publications(
+    store: ModelStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check against fileSize counts every published chunk, but each store stats each chunk once at most
+    (none of its own): 300 publications cost their 300 checks that the chunk is not there yet and 300 stats of
+    chunks, not one stat per chunk and publication (44,850 more: quadratic in the chunks)."""
+    m = meta(file_size=300, total_chunks=300)
+    store.create(m)
+    counter = StatCounter(monkeypatch, store.chunks_dir(m.session_id))
+    other = ModelStore(store.root)  # another replica on the same volume: its chunks are counted too
+    for number in range(300):
+        put(other if number % 3 == 0 else store, m, number, b"x")
+    assert counter.count <= 300 + 300
+    with pytest.raises(SizeExceeded) as err:  # the sum is still exact: 300 bytes are there
+        put(store, m, 300, b"y")
+    assert err.value.details["received"] == 300
+
+
+def test_chunk_sizes_count_what_other_replicas_published_and_forget_a_removed_session(store: ModelStore) -> None:
+    m = meta(file_size=40, total_chunks=4)
+    store.create(m)
+    other = ModelStore(store.root)
+    put(store, m, 0, b"a" * 10)
+    put(other, m, 1, b"b" * 10)
+    put(store, m, 2, b"c" * 10)
+    with pytest.raises(SizeExceeded) as err:
+        put(other, m, 3, b"d" * 11)
+    assert err.value.details["received"] == 30
+    put(other, m, 3, b"d" * 10)
+    assert other.remove(m.session_id) == 40  # removed by the other replica: this one counts nothing of it
+    assert store.chunk_sizes.others(store.chunks_dir(m.session_id), m.session_id, 0) == 0
+    store.create(m)  # (session ids are never reused; here the same directory again, anew)
+    put(store, m, 0, b"a" * 40)
+
+
+def test_chunk_sizes_remember_a_bounded_number_of_sessions(store: ModelStore) -> None:
+    store.chunk_sizes = ChunkSizes(sessions=2)
+    sessions = [meta(session_id=c * 32, file_size=20, total_chunks=2) for c in "abc"]
+    for m in sessions:
+        store.create(m)
+        put(store, m, 0, b"x" * 10)
+    assert len(store.chunk_sizes._by_session) == 2
+    for m in sessions:  # a forgotten session is read again: the check stays exact
+        with pytest.raises(SizeExceeded):
+            put(store, m, 1, b"y" * 11)
+        put(store, m, 1, b"y" * 10)
 
 
 def test_remove_frees_the_bytes_and_later_chunks_are_gone(store: ModelStore) -> None:
