@@ -17,10 +17,9 @@ Nothing is kept only in memory: every replica sees the same sessions, chunks arr
 parallel, and a restart loses nothing but the chunks in flight (what a store remembers, the sizes of the
 published chunks it has seen, is read from the disk and never changes there: :class:`ChunkSizes`). A
 chunk is streamed to a temporary file in its session's ``chunks/`` directory, flushed to disk, then
-published with ``link(2)``, which creates
-the chunk's name atomically and only if it does not exist yet: the first complete copy of a chunk wins,
-a re-sent identical copy is accepted (idempotent), a different one is refused (:class:`ChunkConflict`).
-A rename would let a later copy silently replace an accepted one.
+published with ``link(2)``, which creates the chunk's name atomically and only if it does not exist yet:
+the first complete copy of a chunk wins, a re-sent identical copy is accepted (idempotent), a different
+one is refused (:class:`ChunkConflict`). A rename would let a later copy silently replace an accepted one.
 
 This module is pure file-system logic (no FastAPI, no Kubernetes); its errors
 (:mod:`dockyard_core.storeerrors`) are :class:`~dockyard_core.errors.DockyardError` subclasses carrying
@@ -150,7 +149,7 @@ class ChunkSizes:
     file's size. The directory is listed every time (other replicas publish into it too), but each chunk is
     stat'ed once: a published chunk never changes (``link(2)`` creates its name once, and only the whole
     session is ever removed). Stat'ing every chunk for every new one made a session's publications
-    quadratic: 29 ms per chunk at 8,750 chunks (140 GB in 16 MiB chunks; docs/benchmarks.md). Kept for the
+    quadratic: 27 ms per chunk at 8,750 chunks (140 GB in 16 MiB chunks; docs/benchmarks.md). Kept for the
     :data:`SIZE_MEMO_SESSIONS` sessions published to last; a forgotten one is read again, nothing is lost."""
 
     def __init__(self, sessions: int = SIZE_MEMO_SESSIONS) -> None:
