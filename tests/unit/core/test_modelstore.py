@@ -294,14 +294,11 @@ class StatCounter:
             with real_scandir(path) as entries:
                 yield [Entry(e) for e in entries]
 
-        def scandir_call(path: Any = ".") -> Any:
-            return scandir(path)
-
         monkeypatch.setattr(os, "stat", stat)
-        monkeypatch.setattr(os, "scandir", scandir_call)
+        monkeypatch.setattr(os, "scandir", scandir)
 
 
-def test_each_chunk_is_stated_once_across_a_session_s_publications(
+def test_each_store_stats_each_chunk_once_across_a_session_s_publications(
     store: ModelStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The check against fileSize counts every published chunk, but each store stats each chunk once at most
