@@ -35,8 +35,8 @@ def count_request(
     if refused is None and rl.requests_per_minute:
         epoch = now.timestamp()
         row = {"namespace": namespace, "environment": environment, "key_id": key_id}
-        counted = conn.execute(
-            sql.hit, {**row, "minute": int(epoch // 60), "hits": 1, "b_limit": rl.requests_per_minute}
+        counted = sql.write(
+            conn, sql.hit, {**row, "minute": int(epoch // 60), "hits": 1, "b_limit": rl.requests_per_minute}
         ).scalar()
         if counted is None:
             refused = RateLimitedError(
@@ -55,4 +55,4 @@ def count_usage(
 ) -> None:
     """Add ``counts`` (of :data:`USAGE_COUNTERS`) to the environment's and key's counters of ``now``'s UTC day."""
     row = {"namespace": namespace, "environment": environment, "key_id": key_id, "day": now.date()}
-    conn.execute(sql.count, {**row, "updated_at": now, **{n: counts.get(n, 0) for n in USAGE_COUNTERS}})
+    sql.write(conn, sql.count, {**row, "updated_at": now, **{n: counts.get(n, 0) for n in USAGE_COUNTERS}})

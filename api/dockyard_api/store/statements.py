@@ -3,9 +3,13 @@ usage counters they add to."""
 
 from __future__ import annotations
 
-from sqlalchemy import bindparam, func, insert, select, update
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy import Connection, Executable, bindparam, func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
+from dockyard_api.store.fastpath import Params, SqliteWrites
 from dockyard_api.store.schema import instances, messages, rate_windows, sessions, usage_daily
 
 USAGE_COUNTERS = ("requests", "errors", "rate_limited", "tokens_in", "tokens_out")
@@ -16,6 +20,12 @@ class Statements:
     more than running it on SQLite)."""
 
     def __init__(self, dialect: str) -> None:
+        self.fast: SqliteWrites | None = SqliteWrites() if dialect == "sqlite" else None
+        self.write: Callable[[Connection, Executable, Params], Any] = (
+            self.fast.execute if self.fast is not None else _execute
+        )
+        """``write(conn, statement, params)``: a turn's write (``conn.execute``; on SQLite straight to the
+        driver, :mod:`dockyard_api.store.fastpath`); what it answers has ``scalar()``."""
         insert_ = postgresql.insert if dialect == "postgresql" else sqlite.insert
         self.session = (
             select(
@@ -90,3 +100,7 @@ class Statements:
                 "updated_at": count.excluded.updated_at,
             },
         )
+
+
+def _execute(conn: Connection, statement: Executable, params: Params) -> Any:
+    return conn.execute(statement, params)

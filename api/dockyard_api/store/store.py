@@ -102,7 +102,7 @@ class ConversationStore(Database):
 
     def _release_all(self, conn: Connection, *, pending: dict[int, str]) -> None:
         for pk, token in pending.items():
-            conn.execute(self._sql.release, {"b_pk": pk, "b_token": token})
+            self._sql.write(conn, self._sql.release, {"b_pk": pk, "b_token": token})
 
     # --- turns -----------------------------------------------------------------------------------
 
@@ -206,7 +206,8 @@ class ConversationStore(Database):
             if busy:
                 return None
             if row is None:
-                created = conn.execute(
+                created = self._sql.write(
+                    conn,
                     self._sql.create_session,
                     {
                         "namespace": namespace,
@@ -228,8 +229,10 @@ class ConversationStore(Database):
                 if pk is None:
                     return _RACE
                 return Turn(sid, version, [], True, namespace, environment, app, user_id, key_id, token, int(pk))
-            conn.execute(
-                self._sql.take, {"b_pk": row.pk, "b_token": token, "b_holder": self.instance_id, "b_until": held_until}
+            self._sql.write(
+                conn,
+                self._sql.take,
+                {"b_pk": row.pk, "b_token": token, "b_holder": self.instance_id, "b_until": held_until},
             )
             history = self._history(conn, int(row.pk))
             return Turn(
@@ -284,7 +287,9 @@ class ConversationStore(Database):
         latency_ms = max(0, round((time.monotonic() - turn.started) * 1000))  # kept with the reply (analytics)
 
         def tx(conn: Connection) -> None:
-            released = conn.execute(self._sql.finish, {"b_pk": turn.session_pk, "b_token": turn.token, "b_now": now})
+            released = self._sql.write(
+                conn, self._sql.finish, {"b_pk": turn.session_pk, "b_token": turn.token, "b_now": now}
+            )
             count = released.scalar()
             if count is None:
                 raise ConflictError(
@@ -293,7 +298,8 @@ class ConversationStore(Database):
                     {"sessionId": turn.session_id},
                 )
             common = {"session_pk": turn.session_pk, "created_at": now}
-            conn.execute(
+            self._sql.write(
+                conn,
                 self._sql.add_messages,
                 [
                     {
@@ -348,7 +354,7 @@ class ConversationStore(Database):
         now = utcnow()
 
         def tx(conn: Connection) -> None:
-            conn.execute(self._sql.release, {"b_pk": turn.session_pk, "b_token": turn.token})
+            self._sql.write(conn, self._sql.release, {"b_pk": turn.session_pk, "b_token": turn.token})
             if usage is not None:
                 count_usage(
                     conn, self._sql, turn.namespace, turn.environment, turn.key_id, now,
