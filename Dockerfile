@@ -33,9 +33,10 @@ FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PATH=/opt/dockyard/bin:$PATH
-# A C compiler for Dockyard's one C extension (the spans of a traced turn, api/dockyard_core/_spans.c): built into
-# the project's wheel here, nothing of the compiler reaches the runtime stage. BUILD_PACKAGES= (empty) builds
-# without it, and the same code runs in Python (the test bed's builds, which fetch nothing inside a build).
+# A C compiler for Dockyard's two C extensions (the spans of a traced turn, api/dockyard_core/_spans.c; an upload's
+# file data from the socket to the disk, api/dockyard_core/_pump.c): built into the project's wheel here, nothing
+# of the compiler reaches the runtime stage. BUILD_PACKAGES= (empty) builds without it, and the same code runs in
+# Python (the test bed's builds, which fetch nothing inside a build).
 ARG BUILD_PACKAGES="gcc libc6-dev"
 # hadolint ignore=DL3008,SC2086
 RUN if [ -n "$BUILD_PACKAGES" ]; then \

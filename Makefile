@@ -4,7 +4,7 @@ PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 # the venv is (re)installed when pyproject.toml or the C extension's source changes (its build lives in the tree)
-INSTALLED := $(VENV)/.installed-$(shell cat pyproject.toml api/dockyard_core/_spans.c | sha256sum | cut -c1-16)
+INSTALLED := $(VENV)/.installed-$(shell cat pyproject.toml api/dockyard_core/_spans.c api/dockyard_core/_pump.c | sha256sum | cut -c1-16)
 WHEELS := $(or $(DOCKYARD_CACHE),$(HOME)/.cache/dockyard)/wheels
 # pytest-xdist workers of `make test`, each with a local control plane of its own (tests/conftest.py); the
 # suite mostly waits on servers, so three keep two cores busy
@@ -36,7 +36,7 @@ test-incluster: venv
 
 venv: $(INSTALLED)
 
-$(INSTALLED): pyproject.toml api/dockyard_core/_spans.c
+$(INSTALLED): pyproject.toml api/dockyard_core/_spans.c api/dockyard_core/_pump.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip==25.3
 	bash operator/dockyard_localcluster/build-engines.sh >/dev/null

@@ -49,7 +49,7 @@ import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import httptools  # type: ignore[import-untyped]
 import uvicorn
@@ -58,6 +58,13 @@ from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from dockyard_api.settings import ApiSettings
+
+try:  # the reads of plain file data without the GIL (dockyard_core/_pump.c), where it was built
+    from dockyard_core import _pump
+except ImportError:  # pragma: no cover - a machine without a C compiler: every read through Python
+    _pump = None  # type: ignore[assignment]
+PUMP = _pump is not None
+"""Whether :class:`RawBody` can hand the reads of plain file data to C (``dockyard_core._pump``)."""
 
 
 class HttpProtocol(HttpToolsProtocol):
@@ -115,6 +122,20 @@ RAW_READERS = 8
 _RAW_THREADS = ThreadPoolExecutor(max_workers=RAW_READERS, thread_name_prefix="raw-body")
 
 
+class RawFile(NamedTuple):
+    """Where the next reads of a raw body go while they are plain file data (:meth:`RawBody.read`'s
+    ``plain_file``): appended to ``fd`` (at ``offset``, the file's size, for the writeback hint when
+    ``advise``), at most ``room`` bytes more; a read that holds ``delimiter`` or the start of one is handed to
+    ``consume`` instead. ``wrote(n)`` is told what was appended."""
+
+    fd: int
+    offset: int
+    room: int
+    delimiter: bytes
+    advise: bool
+    wrote: Callable[[int], None]
+
+
 class RawBody:
     """The rest of a request's body, read from the socket by a thread of its own instead of the event loop.
 
@@ -145,16 +166,23 @@ class RawBody:
             and _RAW_ACTIVE[0] < RAW_READERS
         )
 
-    async def read(self, consume: Callable[[memoryview], None]) -> None:
+    async def read(
+        self, consume: Callable[[memoryview], None], plain_file: Callable[[], RawFile | None] | None = None
+    ) -> None:
         """Read the rest of the body (:meth:`ready` must have answered True, with no ``await`` since), each read
-        handed to ``consume`` in the reading thread. Raises ``ClientDisconnect`` when the client went away."""
+        handed to ``consume`` in the reading thread. Raises ``ClientDisconnect`` when the client went away.
+        ``plain_file``: asked (in the reading thread) before each read where the next reads go while they are
+        plain file data; where the C extension was built, those reads are appended there without the GIL
+        (``dockyard_core._pump``), and only the others reach ``consume``."""
         protocol, cycle = self._protocol, self._cycle
         protocol.flow.pause_reading()  # the event loop reads this socket no more until the response
         left, protocol.body_left = protocol.body_left, 0
         sock = socket.socket(fileno=os.dup(self._fd))  # the same connection; closing it closes the copy only
         sock.settimeout(RAW_IDLE_SECONDS)
         _RAW_ACTIVE[0] += 1
-        reading = asyncio.get_running_loop().run_in_executor(_RAW_THREADS, _read_raw, sock, left, consume)
+        reading = asyncio.get_running_loop().run_in_executor(
+            _RAW_THREADS, _read_raw, sock, left, consume, plain_file if PUMP else None
+        )
         try:
             failure = await asyncio.shield(reading)
         except asyncio.CancelledError:
@@ -183,15 +211,44 @@ _RAW_BUFFERS = threading.local()
 """The read buffer of each raw reader thread (a thread reads one body at a time)."""
 
 
-def _read_raw(sock: socket.socket, left: int, consume: Callable[[memoryview], None]) -> BaseException | None:
-    """Read ``left`` bytes, each read handed to ``consume``; what ``consume`` raised, if it did: the rest of the
-    body is then read and dropped (as uvicorn drops the body of a request answered early), so the connection
-    stays usable and the client, still sending, gets the answer instead of a reset."""
+def _read_raw(
+    sock: socket.socket,
+    left: int,
+    consume: Callable[[memoryview], None],
+    plain_file: Callable[[], RawFile | None] | None = None,
+) -> BaseException | None:
+    """Read ``left`` bytes, each read handed to ``consume`` (or, while ``plain_file`` names a file, appended to
+    it in C: :meth:`RawBody.read`); what ``consume`` raised, if it did: the rest of the body is then read and
+    dropped (as uvicorn drops the body of a request answered early), so the connection stays usable and the
+    client, still sending, gets the answer instead of a reset."""
     buffer: memoryview | None = getattr(_RAW_BUFFERS, "buffer", None)  # one per reader thread, reused
     if buffer is None:
         buffer = _RAW_BUFFERS.buffer = memoryview(bytearray(READ_BYTES))
     failure: BaseException | None = None
     while left > 0:
+        target = None
+        if plain_file is not None and failure is None:
+            try:
+                target = plain_file()  # (it writes what the upload still holds: that may fail too)
+            except Exception as exc:  # raised by read() once the body is read
+                failure = exc
+        if target is not None:
+            status, left, piece, written, error = _pump.pump(
+                sock.fileno(), buffer, left, target.fd, target.offset, target.room, target.delimiter,
+                target.advise, int(RAW_IDLE_SECONDS * 1000),
+            )  # fmt: skip
+            if written:
+                target.wrote(written)
+            if status == _pump.PIECE:
+                try:
+                    consume(buffer[:piece])
+                except Exception as exc:  # raised by read() once the body is read
+                    failure = exc
+            elif status == _pump.WRITE_ERROR:
+                failure = OSError(error, os.strerror(error))
+            elif status != _pump.DONE:  # the client closed, reset, or sent nothing for RAW_IDLE_SECONDS
+                raise ClientDisconnect()
+            continue
         try:
             n = sock.recv_into(buffer[: min(left, len(buffer))])
         except OSError as exc:  # reset, or no bytes for RAW_IDLE_SECONDS

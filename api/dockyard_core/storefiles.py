@@ -87,8 +87,22 @@ class ChunkWriter:
         fsync of :meth:`finish` then waits for the last batch only, not for the whole chunk, so the disk
         works while the rest of the chunk is still arriving (``posix_fadvise(DONTNEED)`` starts the
         writeback of dirty pages on Linux; uploaded chunks are not read again soon)."""
-        if self.fsync and n and hasattr(os, "posix_fadvise"):
+        if n and self.advises:
             os.posix_fadvise(self._file.fileno(), self.size, n, os.POSIX_FADV_DONTNEED)
+        self.size += n
+
+    def fileno(self) -> int:
+        return self._file.fileno()
+
+    @property
+    def advises(self) -> bool:
+        """Whether each write is followed by the writeback hint of :meth:`_written` (whoever appends to
+        :meth:`fileno` directly gives it too, then counts the bytes with :meth:`appended`)."""
+        return self.fsync and hasattr(os, "posix_fadvise")
+
+    def appended(self, n: int) -> None:
+        """Count ``n`` bytes appended to :meth:`fileno` by someone else (with the writeback hint already
+        given where :attr:`advises`)."""
         self.size += n
 
     def write_all(self, pieces: list[memoryview]) -> None:

@@ -1,7 +1,8 @@
 """The rest of a chunk upload's body read raw (server.RawBody, chunks.ChunkUpload): a real uvloop server with the
 facade's protocol on loopback, the multipart parser and the model store's files, clients on raw sockets. The
 stored bytes are exactly the file part's; the connection carries the next request; a client that goes away,
-a chunk over the limit and a busy pool of raw readers all end as on the event loop's path."""
+a chunk over the limit and a busy pool of raw readers all end as on the event loop's path. Each test runs with the
+plain file data appended in C (``dockyard_core._pump``, where it was built) and with every read through Python."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import asyncio
 import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import orjson
@@ -24,6 +26,29 @@ from tests.unit.api.test_chunkupload import Harness, encoded
 
 uvloop = pytest.importorskip("uvloop")
 MiB = 1024 * 1024
+
+
+@pytest.fixture(params=["c", "python"], autouse=True)
+def pumped(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """The form of the raw reads: ``c``, the server's C pump (counted: its calls and the bytes it appended), or
+    ``python``, every read handed to the upload's parse."""
+    counts = {"calls": 0, "bytes": 0, "c": int(request.param == "c")}
+    if request.param == "python":
+        monkeypatch.setattr(server, "PUMP", False)
+        return counts
+    if not server.PUMP:
+        pytest.skip("the C extension was not built")
+    real = server._pump
+
+    def pump(*args: object) -> tuple[int, int, int, int, int]:
+        answer = real.pump(*args)
+        counts["calls"] += 1
+        counts["bytes"] += answer[3]
+        return answer
+
+    names = ("DONE", "PIECE", "CLOSED", "SILENT", "SOCKET_ERROR", "WRITE_ERROR")
+    monkeypatch.setattr(server, "_pump", SimpleNamespace(pump=pump, **{n: getattr(real, n) for n in names}))
+    return counts
 
 
 def post(body: bytes, content_type: str, extra: bytes = b"") -> bytes:
@@ -106,7 +131,9 @@ def awkward_file(size: int) -> bytes:
 
 
 @pytest.mark.parametrize("file_first", [True, False])
-def test_the_rest_of_the_body_is_read_raw_and_stored_exactly(tmp_path: Path, file_first: bool) -> None:
+def test_the_rest_of_the_body_is_read_raw_and_stored_exactly(
+    tmp_path: Path, file_first: bool, pumped: dict[str, int]
+) -> None:
     """Sent in pieces of odd sizes with pauses between them, so the raw reads end anywhere, also inside a
     delimiter's prefix and inside the closing delimiter: the stored file is exactly the file part."""
     served = Served(tmp_path)
@@ -132,6 +159,8 @@ def test_the_rest_of_the_body_is_read_raw_and_stored_exactly(tmp_path: Path, fil
     serve(served, client)
     assert served.results == [(3, data, True)]
     assert served.harness.temp_files() == []
+    if pumped["c"]:  # most of the file was appended in C (the rest: the event loop's first reads, and the reads
+        assert pumped["bytes"] > 2 * MiB  # that end in a start of the delimiter or hold the delimiter)
 
 
 def test_the_connection_carries_the_next_request_sent_at_once(tmp_path: Path) -> None:
@@ -155,7 +184,9 @@ def test_the_connection_carries_the_next_request_sent_at_once(tmp_path: Path) ->
     assert served.results[0][2]  # the first read raw; the second may have come whole with the first's reads
 
 
-def test_a_client_gone_mid_chunk_leaves_no_file_and_the_server_serves_on(tmp_path: Path) -> None:
+def test_a_client_gone_mid_chunk_leaves_no_file_and_the_server_serves_on(
+    tmp_path: Path, pumped: dict[str, int]
+) -> None:
     served = Served(tmp_path)
     ctype, body = encoded([("chunkNumber", "1"), ("file", ("a", os.urandom(4 * MiB)))])
     ctype2, body2 = encoded([("chunkNumber", "2"), ("file", ("b", b"small"))])
@@ -175,9 +206,12 @@ def test_a_client_gone_mid_chunk_leaves_no_file_and_the_server_serves_on(tmp_pat
     assert served.results[0] == "ClientDisconnect"
     assert served.results[1] == (2, b"small", False)  # whole in the first read: nothing left to read raw
     assert served.harness.temp_files() == []
+    assert pumped["calls"] >= pumped["c"]  # in C: the pump saw the reset
 
 
-def test_a_chunk_over_the_limit_in_the_raw_read_is_refused_and_the_connection_carries_on(tmp_path: Path) -> None:
+def test_a_chunk_over_the_limit_in_the_raw_read_is_refused_and_the_connection_carries_on(
+    tmp_path: Path, pumped: dict[str, int]
+) -> None:
     """The raw read drops the rest of the body (the client, still sending, gets the 413, not a reset) and the
     connection takes the next request."""
     served = Served(tmp_path, limit=3 * MiB)
@@ -193,6 +227,7 @@ def test_a_chunk_over_the_limit_in_the_raw_read_is_refused_and_the_connection_ca
     serve(served, client)
     assert served.results == ["ChunkTooLarge", (2, b"small", False)]
     assert served.harness.temp_files() == []
+    assert pumped["calls"] >= pumped["c"]  # in C: the pump handed back the read past the limit
 
 
 def test_without_a_free_raw_reader_the_body_comes_through_the_event_loop(

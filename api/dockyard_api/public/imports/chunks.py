@@ -5,7 +5,9 @@ batch is still being written), so no chunk is ever held in memory (the pieces re
 are, without copying them into a buffer first). Inside the file part, a piece that holds no delimiter is
 taken as file data after one search with the C library's ``memmem``, without going through the parser.
 Where the server offers it (``dockyard_api.server.RawBody``), the rest of the body after the file data has
-begun is read from the socket by one thread, which takes each read the same way and writes it at once.
+begun is read from the socket by one thread, which takes each read the same way and writes it at once (where
+``dockyard_core._pump`` was built, the reads of plain file data are appended in C without the GIL:
+:meth:`ChunkUpload._raw_file`).
 
 The ``file`` part may come before or after ``chunkNumber``; when ``chunkNumber`` comes first it is
 checked before the file is read. Past the chunk limit the parser stops reading and the temporary file
@@ -25,6 +27,7 @@ import anyio
 from python_multipart.exceptions import FormParserError
 from python_multipart.multipart import MultipartParser, MultipartState, parse_options_header
 
+from dockyard_api.server import RawFile
 from dockyard_core.storeerrors import ChunkTooLarge
 from dockyard_core.storefiles import ChunkWriter, ReceivedChunk
 from dockyard_core.upload import InvalidUpload
@@ -54,7 +57,9 @@ class RawReader(Protocol):
 
     def ready(self) -> bool: ...
 
-    async def read(self, consume: Callable[[memoryview], None]) -> None: ...
+    async def read(
+        self, consume: Callable[[memoryview], None], plain_file: Callable[[], RawFile | None] | None = None
+    ) -> None: ...
 
 
 def _libc_memmem() -> Callable[[bytes, int, bytes, int], int | None] | None:
@@ -231,7 +236,7 @@ class ChunkUpload:
                     await self._written()  # the batch in flight goes first: the raw reads write in order
                     if raw.ready():  # again: the stream may have received a piece meanwhile
                         self.raw = True
-                        await raw.read(lambda view: self._take_raw(parser, view))
+                        await raw.read(lambda view: self._take_raw(parser, view), lambda: self._raw_file(parser))
                         break
                 if self._pending_bytes >= FLUSH_BYTES:
                     await self._flush(wait=self._pending_bytes >= MAX_GATHERED_BYTES)
@@ -288,6 +293,27 @@ class ChunkUpload:
             assert self.writer is not None
             pieces, self._pending, self._pending_bytes = self._pending, [], 0
             self.writer.write_all(pieces)
+
+    def _raw_file(self, parser: MultipartParser) -> RawFile | None:
+        """Where the raw reads may append file data without this parse (the server's C reads, which take a read
+        exactly as :meth:`_take_raw` does and hand it here when it is not plain file data): the chunk's file
+        while the parser is inside the file part's data, after what is pending; None otherwise."""
+        if not self._in_file_data(parser):
+            return None
+        writer = self.writer
+        assert writer is not None
+        if self._pending:
+            pieces, self._pending, self._pending_bytes = self._pending, [], 0
+            writer.write_all(pieces)
+        return RawFile(
+            writer.fileno(), writer.size, writer.limit - self._received, parser.boundary, writer.advises, self._wrote
+        )
+
+    def _wrote(self, n: int) -> None:
+        """``n`` bytes of file data were appended to the chunk's file by the server's C reads."""
+        assert self.writer is not None
+        self._received += n
+        self.writer.appended(n)
 
     async def _flush(self, *, wait: bool) -> None:
         """Hand the pending pieces to a worker thread and go on receiving while it writes them. When the
