@@ -26,6 +26,9 @@ ROOT = Path(__file__).resolve().parents[2]
 DESKTOP = {"width": 1280, "height": 800}
 PHONE = {"width": 390, "height": 844}
 DEPLOY_TIMEOUT = 90_000
+SAVE_TIMEOUT = 20_000
+"""The answer to a settings form's submission: an access review, the Environment's patch and an Event, each a
+round trip to the API server (more than the default 5 s on a loaded 2-core CI machine: 2026-11-27)."""
 SHOTS = os.environ.get("DOCKYARD_CONSOLE_SCREENSHOTS")
 """Set to a folder (e.g. docs/images) to write the console's screenshots there."""
 
@@ -452,7 +455,7 @@ def test_console_settings_and_allow_a_site(
     # OpenID Connect without its provider: refused next to the issuer's field
     page.get_by_label("Web client access").select_option("oidc")
     page.get_by_role("button", name="Save settings").click()
-    expect(page.locator("#oidcIssuer-error")).to_contain_text("webClient oidc needs access.oidc")
+    expect(page.locator("#oidcIssuer-error")).to_contain_text("webClient oidc needs access.oidc", timeout=SAVE_TIMEOUT)
     expect(page.get_by_label("OpenID provider (issuer URL)")).to_have_attribute("aria-invalid", "true")
     assert "access" not in get_or_none(api, namespace, "environments", "bot-draft")["spec"]
     page.get_by_label("OpenID provider (issuer URL)").fill("https://id.example.com")
@@ -462,7 +465,7 @@ def test_console_settings_and_allow_a_site(
     page.get_by_label("Variables (KEY=VALUE, one per line)").fill("company=Acme Inc.\ncity=Paris")
     # the facade would send that Secret's clientSecret to the issuer: alice may not name a Secret she may not read
     page.get_by_role("button", name="Save settings").click()
-    expect(page.get_by_text("may not get Secret", exact=False).first).to_be_visible()
+    expect(page.get_by_text("may not get Secret", exact=False).first).to_be_visible(timeout=SAVE_TIMEOUT)
     assert "access" not in get_or_none(api, namespace, "environments", "bot-draft")["spec"]
     rbac = client.RbacAuthorizationV1Api(api)
     rule = {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"], "resourceNames": ["web-oidc"]}
@@ -474,7 +477,7 @@ def test_console_settings_and_allow_a_site(
     })  # fmt: skip
     expect(page.get_by_label("Client secret: Secret name")).to_have_value("web-oidc")  # what was typed is kept
     page.get_by_role("button", name="Save settings").click()
-    expect(page.get_by_role("status").first).to_contain_text("Settings saved: access.webClient")
+    expect(page.get_by_role("status").first).to_contain_text("Settings saved: access.webClient", timeout=SAVE_TIMEOUT)
     expect(page.get_by_label("Web client access")).to_have_value("oidc")
     expect(page.get_by_label("Client id")).to_have_value("dockyard-web")
     spec = get_or_none(api, namespace, "environments", "bot-draft")["spec"]
@@ -490,7 +493,9 @@ def test_console_settings_and_allow_a_site(
     page.get_by_label("Allowed origins (one per line)").fill("https://ok.example\nshop.example.com/cart")
     page.get_by_label("Token lifetime (seconds, 60 to 86400)").fill("10")
     page.get_by_role("button", name="Save settings").click()
-    expect(page.locator("#allowedOrigins-error")).to_contain_text("'shop.example.com/cart' is not a site's origin")
+    expect(page.locator("#allowedOrigins-error")).to_contain_text(
+        "'shop.example.com/cart' is not a site's origin", timeout=SAVE_TIMEOUT
+    )
     expect(page.locator("#tokenTtlSeconds-error")).to_contain_text("greater than or equal to 60")
     expect(page.get_by_label("Allowed origins (one per line)")).to_have_attribute("aria-invalid", "true")
     expect(page.get_by_label("Allowed origins (one per line)")).to_have_value(
@@ -499,7 +504,7 @@ def test_console_settings_and_allow_a_site(
     _shot(page, "settings-errors")
     page.get_by_label("Token lifetime (seconds, 60 to 86400)").fill("abc")
     page.get_by_role("button", name="Save settings").click()
-    expect(page.locator("#tokenTtlSeconds-error")).to_have_text("'abc' is not a whole number.")
+    expect(page.locator("#tokenTtlSeconds-error")).to_have_text("'abc' is not a whole number.", timeout=SAVE_TIMEOUT)
     assert "widget" not in get_or_none(api, namespace, "environments", "bot-draft")["spec"]  # nothing changed
 
     # Embed Code: allow a site in one step; a bad origin is refused next to the input
@@ -508,12 +513,16 @@ def test_console_settings_and_allow_a_site(
     expect(page.locator("#allowed-origins")).to_have_text("none")
     page.get_by_label("Site's origin").fill("shop.example.com")
     page.get_by_role("button", name="Allow this site").click()
-    expect(page.locator("#origin-error")).to_contain_text("'shop.example.com' is not a site's origin")
+    expect(page.locator("#origin-error")).to_contain_text(
+        "'shop.example.com' is not a site's origin", timeout=SAVE_TIMEOUT
+    )
     expect(page.get_by_label("Site's origin")).to_have_value("shop.example.com")
     _shot(page, "embed-allow-error")
     page.get_by_label("Site's origin").fill("https://shop.example.com/")
     page.get_by_role("button", name="Allow this site").click()
-    expect(page.get_by_role("status").first).to_contain_text("https://shop.example.com added to the allowed origins")
+    expect(page.get_by_role("status").first).to_contain_text(
+        "https://shop.example.com added to the allowed origins", timeout=SAVE_TIMEOUT
+    )
     expect(page.locator("#allowed-origins")).to_have_text("https://shop.example.com")
     env = get_or_none(api, namespace, "environments", "bot-draft")
     assert env["spec"]["widget"]["allowedOrigins"] == ["https://shop.example.com"]
@@ -521,7 +530,9 @@ def test_console_settings_and_allow_a_site(
     _shot(page, "embed-allow")
     page.get_by_label("Site's origin").fill("https://shop.example.com")
     page.get_by_role("button", name="Allow this site").click()
-    expect(page.get_by_role("status").first).to_contain_text("https://shop.example.com is already allowed")
+    expect(page.get_by_role("status").first).to_contain_text(
+        "https://shop.example.com is already allowed", timeout=SAVE_TIMEOUT
+    )
     events = client.CoreV1Api(api).list_namespaced_event(namespace, field_selector="involvedObject.name=bot-draft")
     changes = [e.message for e in events.items if e.reason == "SettingsChanged"]
     assert any(team.name("alice") in m and "access.webClient" in m for m in changes), changes
