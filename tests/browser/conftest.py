@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 from kubernetes import client
-from playwright.sync_api import Browser, ConsoleMessage, Page
+from playwright.sync_api import Browser, ConsoleMessage, Page, expect
 
 from dockyard_api.runtime.endpoints import LOCAL_ENDPOINT_ANNOTATION, MODEL_DEPLOYMENT_LABEL
 from dockyard_core import apikeys
@@ -27,6 +27,11 @@ from tests.support.dockyard import create, get, get_or_empty, hub_model, model_d
 from tests.support.runners import run_local_runtime
 from tests.support.scripted_model import ScriptedModel, scripted_model
 from tests.support.waiting import wait_for
+
+expect.set_options(timeout=15_000)
+"""A page's answer to a click may take the API server's round trips: on a loaded 2-core CI machine more than
+Playwright's default 5 s (clean-clone CI runs of 2026-11-27: the console's settings form, its tool test)."""
+
 
 ALLOWED_HOST = "127.0.0.2"
 """A site listed in the environment's spec.widget.allowedOrigins."""
