@@ -163,7 +163,7 @@ def test_a_read_past_the_room_left_comes_back_unwritten(pair: tuple[socket.socke
     assert path.read_bytes() == b""
 
 
-def test_a_closed_a_silent_and_a_reset_peer_and_a_failing_write(pair: tuple[socket.socket, socket.socket],
+def test_a_closed_and_a_silent_peer_and_a_failing_write(pair: tuple[socket.socket, socket.socket],
                                                                  tmp_path: Path) -> None:  # fmt: skip
     sender, receiver = pair
     path = tmp_path / "chunk"
