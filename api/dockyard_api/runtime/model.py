@@ -9,6 +9,7 @@ completion is a 502 naming what was wrong, and the caller's deadline bounds ever
 
 from __future__ import annotations
 
+import functools
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from typing import Any
 
 import aiohttp
 import orjson
+import yarl
 
 from dockyard_api.runtime import tracing
 from dockyard_api.runtime.errors import ModelBadResponseError, ModelUnavailableError
@@ -145,7 +147,7 @@ class ModelClient:
         return completion
 
     async def _once(self, base_url: str, body: dict[str, Any], *, what: str, on_delta: OnDelta | None) -> Completion:
-        url = f"{base_url}/v1/chat/completions"
+        url = _completions_url(base_url)
         payload = dict(body)
         if on_delta is not None:
             payload["stream"] = True
@@ -183,6 +185,12 @@ class ModelClient:
         if on_delta is not None and completion.content:
             await on_delta(completion.content)  # an engine that ignored "stream": the text arrives at once
         return completion
+
+
+@functools.lru_cache(maxsize=256)
+def _completions_url(base_url: str) -> yarl.URL:
+    """The chat completions URL of a model endpoint, parsed once (yarl's parsing cost a turn about 30 µs)."""
+    return yarl.URL(f"{base_url}/v1/chat/completions")
 
 
 def _dumps(obj: Any) -> str:
