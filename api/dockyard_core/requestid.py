@@ -7,10 +7,10 @@ followed across both logs with one grep."""
 from __future__ import annotations
 
 import re
-import uuid
 from contextvars import ContextVar
 
 from dockyard_core import tracing
+from dockyard_core.ids import random_hex
 
 REQUEST_ID_HEADER = "X-Request-Id"
 REQUEST_ID_ANNOTATION = "dockyard.dev/request-id"
@@ -24,7 +24,7 @@ def new_id(offered: str | None = None) -> str:
     """The caller's id when it is sane (letters, digits, ``._:-``, at most 128), else a new one."""
     if offered and _SANE.match(offered):
         return offered
-    return uuid.uuid4().hex
+    return random_hex()
 
 
 def as_annotation() -> dict[str, str]:

@@ -33,7 +33,6 @@ import asyncio
 import functools
 import logging
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from datetime import date, datetime, timedelta
 from typing import Any
@@ -55,6 +54,7 @@ from dockyard_api.store.records import (
 from dockyard_api.store.schema import usage_daily
 from dockyard_core.clock import utcnow
 from dockyard_core.errors import ConflictError, DatabaseUnavailableError, DockyardError, InvalidError, NotFoundError
+from dockyard_core.ids import random_hex
 from dockyard_core.interventions import Intervention
 
 log = logging.getLogger("dockyard.store")
@@ -134,7 +134,7 @@ class ConversationStore(Database):
                 "session_id must be 1 to 128 letters, digits or . _ : @ - (starting with a letter or digit)",
                 [{"field": "body.session_id", "message": "invalid session id"}],
             )
-        sid = session_id or f"ses_{uuid.uuid4().hex}"
+        sid = session_id or f"ses_{random_hex()}"
         new = session_id is None  # an id made here just now: no row can hold it, nothing to read first
         deadline = time.monotonic() + self.busy_wait_seconds
         delay = 0.02
@@ -178,7 +178,7 @@ class ConversationStore(Database):
         rate-limit counters (the refusal takes precedence over 404 and 409), then the session is taken.
         Locks are taken in that order everywhere (session row, then counters), so turns never deadlock."""
         now = utcnow()
-        token = str(uuid.uuid4())
+        token = random_hex()
         held_until = now + self.turn_lease
 
         def tx(conn: Connection) -> Turn | DockyardError | object | None:
@@ -283,7 +283,7 @@ class ConversationStore(Database):
         ``interventions`` (guardrails, PII) are kept in that transaction too, with the reply's id."""
         self._check_ready()
         now = utcnow()
-        reply_id = f"msg_{uuid.uuid4().hex}"
+        reply_id = f"msg_{random_hex()}"
         latency_ms = max(0, round((time.monotonic() - turn.started) * 1000))  # kept with the reply (analytics)
 
         def tx(conn: Connection) -> None:
@@ -304,7 +304,7 @@ class ConversationStore(Database):
                 [
                     {
                         **common,
-                        "id": f"msg_{uuid.uuid4().hex}",
+                        "id": f"msg_{random_hex()}",
                         "seq": count - 1,
                         "role": "user",
                         "content": user_message,
