@@ -230,8 +230,10 @@ def test_with_the_backend_down_turns_are_not_slower_and_lost_spans_are_counted(
     assert lost > before
     up_ms, down_ms = statistics.median(up) * 1000, statistics.median(down) * 1000
     print(f"median turn: backend up {up_ms:.1f} ms, down {down_ms:.1f} ms; spans dropped {lost - before:.0f}")
-    # an export that waited for the dead backend would have added seconds to a turn; none is slower than noise
-    assert statistics.median(down) <= statistics.median(up) * 1.5 + 0.02, (
+    # an export that waited for the dead backend would have added seconds to a turn (the exporter's timeout is 2 s);
+    # none is slower than noise. The noise: in a clean-clone CI on a slower machine the other workers' tests once made
+    # the 40 turns' median 46 ms against 16 ms before (the test alone: well within 1.5 x), hence 50 ms of slack
+    assert statistics.median(down) <= statistics.median(up) * 1.5 + 0.05, (
         statistics.median(up),
         statistics.median(down),
     )
