@@ -23,8 +23,6 @@ from dockyard_api.runtime import router as execute_router
 from dockyard_api.runtime.router import ExecuteRoute
 from dockyard_api.runtime.schemas import ExecuteBody
 
-PATH = "/e/{namespace}/{environment}/v1/apps/{app_id}/execute"
-
 
 async def caller_of(
     request: Request,
