@@ -88,7 +88,10 @@ async def _valid_as_it_comes(request: Request) -> tuple[str, str, str, ExecuteBo
     content_type = request.headers.get("content-type")
     if content_type is None or content_type.partition(";")[0].strip().lower() != "application/json":
         return None
-    raw = await request.body()  # kept by the request: FastAPI's handler reads the same bytes
+    try:
+        raw = await request.body()  # kept by the request: FastAPI's handler reads the same bytes
+    except Exception:  # a client gone mid-body: FastAPI's handler answers it (its 400), as it would have
+        return None
     try:
         body = ExecuteBody.model_validate(orjson.loads(raw))  # what FastAPI validates, from what json.loads gives
     except (orjson.JSONDecodeError, ValidationError):

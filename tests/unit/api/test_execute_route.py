@@ -9,7 +9,9 @@ shorter way. The facade's own execute route is checked to be an ExecuteRoute who
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import MutableMapping
 from typing import Annotated, Any
 
 import pytest
@@ -145,3 +147,35 @@ def test_the_facades_execute_route_takes_the_shorter_way(monkeypatch: pytest.Mon
     client.post("/e/team/bot-draft/v1/apps/bot/execute", headers=JSON, content=body(message="Hello!"))
     client.post("/e/team/bot-draft/v1/apps/bot/execute", headers=JSON, content=body(text="Hello!"))
     assert taken == [True, False]
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_a_client_gone_mid_body_gets_fastapis_answer(force: bool) -> None:
+    """The body's read fails (the client disconnected): FastAPI's handler answers, the endpoint is not called."""
+    app, seen = build(force)
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/e/n/e/v1/apps/a/execute",
+        "raw_path": b"/e/n/e/v1/apps/a/execute",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"content-type", b"application/json"), (b"host", b"test")],
+        "client": ("127.0.0.1", 1),
+        "server": ("test", 80),
+    }
+    sent: list[MutableMapping[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.disconnect"}
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        sent.append(message)
+
+    asyncio.run(app(scope, receive, send))
+    assert sent[0]["type"] == "http.response.start"
+    assert sent[0]["status"] == 400
+    assert not seen
