@@ -99,19 +99,25 @@ INVALID = [
 ]
 
 
-@pytest.mark.parametrize(("path", "headers", "content"), VALID + DECLINED + INVALID)
-def test_the_same_answer_and_arguments_as_fastapi(
-    path: str, headers: dict[str, str], content: bytes, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    taken: list[bool] = []
+@pytest.fixture
+def taken(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Whether each request the shorter way was asked about took it (True) or went to FastAPI's handler."""
+    answers: list[bool] = []
     real = execute_router._valid_as_it_comes
 
     async def counted(request: Request) -> Any:
         found = await real(request)
-        taken.append(found is not None)
+        answers.append(found is not None)
         return found
 
     monkeypatch.setattr(execute_router, "_valid_as_it_comes", counted)
+    return answers
+
+
+@pytest.mark.parametrize(("path", "headers", "content"), VALID + DECLINED + INVALID)
+def test_the_same_answer_and_arguments_as_fastapi(
+    path: str, headers: dict[str, str], content: bytes, taken: list[bool]
+) -> None:
     answers = []
     for force in (False, True):
         app, seen = build(force)
@@ -129,20 +135,11 @@ def test_the_same_answer_and_arguments_as_fastapi(
         assert not seen
 
 
-def test_the_facades_execute_route_takes_the_shorter_way(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_facades_execute_route_takes_the_shorter_way(taken: list[bool]) -> None:
     app = create_app()  # not started (no cluster): the requests fail after the route took them; which way counts
     routes = [r for r in execute_router.router.routes if getattr(r, "path", "") == "/v1/apps/{app_id}/execute"]
     assert len(routes) == 1
     assert isinstance(routes[0], ExecuteRoute)
-    taken: list[bool] = []
-    real = execute_router._valid_as_it_comes
-
-    async def counted(request: Request) -> Any:
-        found = await real(request)
-        taken.append(found is not None)
-        return found
-
-    monkeypatch.setattr(execute_router, "_valid_as_it_comes", counted)
     client = TestClient(app, raise_server_exceptions=False)  # not entered: no lifespan, no cluster
     client.post("/e/team/bot-draft/v1/apps/bot/execute", headers=JSON, content=body(message="Hello!"))
     client.post("/e/team/bot-draft/v1/apps/bot/execute", headers=JSON, content=body(text="Hello!"))
