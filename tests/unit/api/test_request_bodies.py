@@ -106,7 +106,10 @@ def test_a_streamed_body_over_the_cap_is_413(facade: tuple[TestClient, dict[str,
 
 
 def test_the_413_comes_without_reading_the_rest_of_the_body(tmp_path: Path) -> None:
-    """A client announces 100 MiB and sends 1 KiB, then waits: the answer comes at once."""
+    """A client announces 100 MiB and sends 1 KiB, then waits: the answer comes without the rest.
+
+    A facade that waited for the rest of the body would never answer (the client sends nothing more); the bound
+    is generous because the suite's other workers share the cores (2.2 s once on a 2-core CI machine)."""
     with fake_kube(tmp_path) as (_, kubeconfig):
         port = free_port()
         server = uvicorn.Server(
@@ -116,7 +119,7 @@ def test_the_413_comes_without_reading_the_rest_of_the_body(tmp_path: Path) -> N
         thread.start()
         try:
             wait_http_ok(f"http://127.0.0.1:{port}/healthz")
-            with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+            with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
                 head = (
                     f"POST {PUBLIC}/files/session/start HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                     f"Content-Length: {100 * 1024 * 1024}\r\n\r\n"
@@ -124,7 +127,7 @@ def test_the_413_comes_without_reading_the_rest_of_the_body(tmp_path: Path) -> N
                 started = time.monotonic()
                 sock.sendall(head.encode() + b"{" + b" " * 1023)
                 answer = sock.recv(65536).decode()
-                assert time.monotonic() - started < 2
+                assert time.monotonic() - started < 15
             assert answer.startswith("HTTP/1.1 413"), answer
             assert '"code":"payload_too_large"' in answer
         finally:
