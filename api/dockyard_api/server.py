@@ -55,7 +55,7 @@ import httptools  # type: ignore[import-untyped]
 import uvicorn
 from starlette.requests import ClientDisconnect
 from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from dockyard_api.settings import ApiSettings
 
@@ -81,6 +81,9 @@ class HttpProtocol(HttpToolsProtocol):
         self.body_left = 0
         if self.parser.should_upgrade():
             return
+        cycle = self.cycle
+        if type(cycle) is RequestResponseCycle and not cycle.response_started:  # made just now, its task not begun
+            cycle.__class__ = OneWriteCycle
         length, multipart = None, False
         for name, value in self.headers:
             if name == b"transfer-encoding":
@@ -111,6 +114,84 @@ class HttpProtocol(HttpToolsProtocol):
         if len(body) > HIGH_WATER_LIMIT:
             self.flow.pause_reading()
         cycle.message_event.set()
+
+
+class _Held:
+    """A stand-in for the transport while uvicorn's ``send`` runs: what it would have written and closed."""
+
+    __slots__ = ("closed", "data")
+
+    def __init__(self) -> None:
+        self.data: bytes | None = None
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.data = data if self.data is None else self.data + data
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class OneWriteCycle(RequestResponseCycle):
+    """uvicorn's request-response cycle with a response of known length written in one piece: uvicorn writes the
+    status line and headers when the app starts the response and the body when it sends it, two writes (two
+    system calls, two TCP segments on the wire or two trips through loopback's receive path) for every JSON
+    answer. Here the headers of a response with a ``Content-Length`` wait for its first body message and leave
+    with it; anything else (no length, chunked, HEAD, a 204, the transport paused or gone) is written as uvicorn
+    writes it. uvicorn's own ``send`` still makes every byte and check: it writes to a :class:`_Held` for the
+    moment of the call, which does not await when the transport is neither paused nor gone. A connection that is to
+    close after the response (``keep_alive`` off) gets uvicorn's two writes, so that the close follows them as
+    there, before uvicorn's end-of-response handling."""
+
+    head: bytes | None = None
+    """The status line and headers of a response of known length, held for its first body message."""
+
+    async def send(self, message: Any) -> None:
+        head = self.head
+        if head is None:
+            if (
+                message["type"] != "http.response.start"
+                or self.response_started
+                or self.flow.write_paused
+                or self.disconnected
+            ):
+                await super().send(message)
+                return
+            held = await self._uvicorn_send(message)
+            if held.data is None:
+                return
+            if self.chunked_encoding is False and self.expected_content_length and self.scope["method"] != "HEAD":
+                self.head = held.data
+            else:
+                self.transport.write(held.data)
+            return
+        self.head = None
+        if self.disconnected:  # uvicorn would have written the head before the client went: nothing to write to
+            await super().send(message)
+            return
+        if message["type"] != "http.response.body" or self.flow.write_paused or not self.keep_alive:
+            self.transport.write(head)
+            await super().send(message)
+            return
+        transport = self.transport
+        try:
+            held = await self._uvicorn_send(message)
+        except BaseException:
+            transport.write(head)  # what uvicorn had written before the error
+            raise
+        transport.writelines((head, held.data) if held.data else (head,))
+        if held.closed:
+            transport.close()
+
+    async def _uvicorn_send(self, message: Any) -> _Held:
+        """uvicorn's ``send`` with the transport's writes and close kept (it does not await here)."""
+        held, transport = _Held(), self.transport
+        self.transport = held  # type: ignore[assignment]
+        try:
+            await super().send(message)
+        finally:
+            self.transport = transport
+        return held
 
 
 RAW_BODY = "dockyard.raw_body"

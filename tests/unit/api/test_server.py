@@ -1,6 +1,6 @@
 """The facade's uvicorn protocol (dockyard_api.server.HttpProtocol) against the pinned uvicorn: a request
-body arrives whole and in order however it is cut, and a piece that nobody waits for is handed to the app
-as the very bytes object the parser made (no copy)."""
+body arrives whole and in order however it is cut, a piece that nobody waits for is handed to the app
+as the very bytes object the parser made (no copy), and a response of known length leaves in one write."""
 
 from __future__ import annotations
 
@@ -26,6 +26,8 @@ class Transport(asyncio.Transport):
     def __init__(self) -> None:
         super().__init__()
         self.written = bytearray()
+        self.writes: list[bytes] = []
+        """Each call to ``write`` (``writelines`` joins its pieces into one, as asyncio's transports do)."""
         self.paused = False
         self.closed = False
 
@@ -34,6 +36,7 @@ class Transport(asyncio.Transport):
 
     def write(self, data: Any) -> None:
         self.written += data
+        self.writes.append(bytes(data))
 
     def close(self) -> None:
         self.closed = True
@@ -121,6 +124,151 @@ def test_a_piece_nobody_waits_for_is_kept_as_it_is_and_reading_pauses() -> None:
         assert len(protocol.cycle.body) == 200_000
         assert transport.paused
         protocol.connection_lost(None)
+
+    asyncio.run(run())
+
+
+def streaming_app(headers: list[tuple[bytes, bytes]], pieces: list[bytes], between: asyncio.Event) -> Any:
+    """An ASGI app that starts its response with ``headers``, waits for ``between``, then sends ``pieces``."""
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        while (await receive()).get("more_body"):
+            pass
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await between.wait()
+        for i, piece in enumerate(pieces):
+            await send({"type": "http.response.body", "body": piece, "more_body": i < len(pieces) - 1})
+
+    return app
+
+
+async def answer(app: Any, raw: bytes, *, start: bool = True) -> tuple[list[bytes], list[bytes], Transport]:
+    """Serve ``raw`` to ``app`` (a :func:`streaming_app`); the writes before ``between`` was set, all the writes,
+    and the transport."""
+    config = uvicorn.Config(app, http=HttpProtocol, lifespan="off", log_level="warning")
+    protocol = HttpProtocol(config=config, server_state=ServerState(), app_state={})
+    transport = Transport()
+    protocol.connection_made(transport)
+    protocol.data_received(raw)
+    for _ in range(20):
+        await asyncio.sleep(0)
+    before = list(transport.writes)
+    return before, transport.writes, transport
+
+
+def test_a_response_of_known_length_leaves_in_one_write() -> None:
+    """The status line and headers wait for the body and leave with it: one write per response, also for each of
+    two pipelined requests; the bytes are uvicorn's."""
+
+    async def echo(scope: Any, receive: Any, send: Any) -> None:
+        body = b""
+        while True:
+            message = await receive()
+            body += message["body"]
+            if not message.get("more_body"):
+                break
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"%d" % len(body))]})
+        await send({"type": "http.response.body", "body": body})
+
+    async def pipelined() -> Transport:
+        config = uvicorn.Config(echo, http=HttpProtocol, lifespan="off", log_level="warning")
+        protocol = HttpProtocol(config=config, server_state=ServerState(), app_state={})
+        transport = Transport()
+        protocol.connection_made(transport)
+        protocol.data_received(request(b"abc") + request(b"defgh"))
+        for _ in range(40):
+            await asyncio.sleep(0)
+        return transport
+
+    transport = asyncio.run(pipelined())
+    assert len(transport.writes) == 2
+    first, second = transport.writes
+    assert first.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert b"\r\ncontent-length: 3\r\n" in first
+    assert first.endswith(b"\r\n\r\nabc")
+    assert second.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert second.endswith(b"\r\n\r\ndefgh")
+
+    async def run() -> None:
+        between = asyncio.Event()
+        app = streaming_app([(b"content-length", b"6")], [b"abc", b"def"], between)
+        before, writes, _ = await answer(app, request(b""))
+        assert before == []  # the head waits for the body
+        between.set()
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert len(writes) == 2  # the head with the first piece, then the second piece
+        assert writes[0].startswith(b"HTTP/1.1 200 OK\r\n")
+        assert writes[0].endswith(b"\r\n\r\nabc")
+        assert writes[1] == b"def"
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize(
+    ("case", "raw", "headers"),
+    [
+        ("chunked", request(b""), []),
+        ("HEAD", b"HEAD / HTTP/1.1\r\nHost: x\r\n\r\n", [(b"content-length", b"3")]),
+        ("empty", request(b""), [(b"content-length", b"0")]),
+    ],
+)
+def test_a_response_without_a_body_of_known_length_writes_its_head_at_once(
+    case: str, raw: bytes, headers: list[tuple[bytes, bytes]]
+) -> None:
+    """A streamed (chunked) response, an answer to HEAD and an empty body: the head is written when the app starts
+    the response, before the app sends anything else, as uvicorn writes it."""
+
+    async def run() -> None:
+        between = asyncio.Event()
+        pieces = [b""] if case != "chunked" else [b"abc", b""]
+        before, writes, _ = await answer(streaming_app(headers, pieces, between), raw)
+        assert len(before) == 1
+        assert before[0].startswith(b"HTTP/1.1 200 OK\r\n")
+        assert before[0].endswith(b"\r\n\r\n")
+        between.set()
+        for _ in range(20):
+            await asyncio.sleep(0)
+        if case == "chunked":
+            assert b"".join(writes[1:]) == b"3\r\nabc\r\n0\r\n\r\n"
+
+    asyncio.run(run())
+
+
+def test_a_connection_to_close_gets_its_writes_then_the_close() -> None:
+    """A request with ``Connection: close``: uvicorn's two writes, then the transport closed after them."""
+
+    async def run() -> None:
+        between = asyncio.Event()
+        between.set()
+        raw = b"POST / HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+        _, writes, transport = await answer(streaming_app([(b"content-length", b"3")], [b"abc"], between), raw)
+        assert len(writes) == 2
+        assert writes[1] == b"abc"
+        assert b"\r\nconnection: close\r\n" in writes[0]
+        assert transport.closed
+
+    asyncio.run(run())
+
+
+def test_a_client_gone_before_the_body_gets_nothing_more() -> None:
+    """The client leaves between the head and the body: nothing is written to the closed connection."""
+
+    async def run() -> None:
+        between = asyncio.Event()
+        app = streaming_app([(b"content-length", b"3")], [b"abc"], between)
+        config = uvicorn.Config(app, http=HttpProtocol, lifespan="off", log_level="warning")
+        protocol = HttpProtocol(config=config, server_state=ServerState(), app_state={})
+        transport = Transport()
+        protocol.connection_made(transport)
+        protocol.data_received(request(b""))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        protocol.connection_lost(None)
+        between.set()
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert transport.writes == []
 
     asyncio.run(run())
 
