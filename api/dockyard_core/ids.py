@@ -22,7 +22,7 @@ _pool = _Pool()
 
 def _forget_in_child() -> None:
     """A forked child must not hand out the bytes its parent will hand out too."""
-    global _pool  # noqa: PLW0603 - replaced whole, so that no thread of the parent's keeps its bytes
+    global _pool  # replaced whole: no thread of the parent's keeps its bytes in the child
     _pool = _Pool()
 
 
