@@ -27,6 +27,10 @@ to the chunk's file itself (``chunks.ChunkUpload``). The event loop's CPU per up
 and the facade's throughput rose by about a tenth (docs/benchmarks.md, "The rest of a chunk read by a
 thread").
 
+And one change for answers: uvicorn writes a response's status line and headers when the app starts it and
+the body when the app sends it, two system calls (and two segments) for every JSON answer; :class:`OneWriteCycle`
+sends the head of a response of known length with its body, in one (docs/benchmarks.md, "One write per answer").
+
 Body pieces of up to 1 MiB are allocated and freed at a high rate; glibc's allocator gave the freed
 memory back to the kernel and faulted zeroed pages in again for the next piece (about 100,000 page
 faults per uploaded GiB). :func:`keep_freed_memory` raises its trim and mmap thresholds so that the
