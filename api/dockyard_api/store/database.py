@@ -52,9 +52,11 @@ class WriterThread:
     """One thread that runs the calls handed to it, one at a time, in order, each answered on the event loop that
     handed it (SQLite's writer). What ``loop.run_in_executor`` on a one-thread ``ThreadPoolExecutor`` did, with one
     future instead of two chained ones: a hop cost the event loop about 20 µs instead of 35 in a loop of 20,000, and
-    a turn makes two (docs/benchmarks.md). As there, a call whose caller was cancelled before it began is not run;
-    the thread starts with the first call. It is a daemon: :meth:`Database.close` runs what was handed in and stops
-    it; a process that exits without closing loses at most the transaction in progress, which SQLite rolls back."""
+    a turn makes two (docs/benchmarks.md). As there, a call whose caller was cancelled before it began is not run,
+    and a call after :meth:`shutdown` is refused (``RuntimeError``: nothing writes to the database once it is
+    closed); the thread starts with the first call. It is a daemon: :meth:`Database.close` runs what was handed in
+    and stops it; a process that exits without closing loses at most the transaction in progress, which SQLite
+    rolls back."""
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -63,8 +65,11 @@ class WriterThread:
         ] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._start = threading.Lock()
+        self._shut = False
 
     def submit(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        if self._shut:
+            raise RuntimeError(f"{self.name}: cannot take calls after shutdown")
         loop = asyncio.get_running_loop()
         answer: asyncio.Future[T] = loop.create_future()
         if self._thread is None:
@@ -76,7 +81,8 @@ class WriterThread:
         return answer
 
     def shutdown(self) -> None:
-        """Run the calls handed in so far, then stop the thread."""
+        """Run the calls handed in so far, then stop the thread; later calls are refused."""
+        self._shut = True
         if self._thread is not None:
             self._calls.put(None)
             self._thread.join()

@@ -1,6 +1,6 @@
 """The SQLite writer thread (:class:`dockyard_api.store.database.WriterThread`): calls run one at a time, in order, in
 one thread, each answered on the event loop that handed it; failures reach the caller; a call whose caller was
-cancelled before it began is not run; shutdown runs what was handed in."""
+cancelled before it began is not run; shutdown runs what was handed in, then calls are refused."""
 
 from __future__ import annotations
 
@@ -80,8 +80,10 @@ async def test_shutdown_runs_what_was_handed_in() -> None:
         writer.submit(ran.append, i)
     writer.shutdown()
     assert ran == list(range(20))
-    assert await writer.submit(lambda: "again") == "again"  # a later call starts a thread again
-    writer.shutdown()
+    with pytest.raises(RuntimeError, match="after shutdown"):  # as a shut-down executor refuses it
+        writer.submit(ran.append, 20)
+    writer.shutdown()  # a second time: nothing to do
+    assert ran == list(range(20))
 
 
 def test_an_answer_to_a_closed_loop_is_dropped() -> None:
