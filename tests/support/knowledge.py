@@ -167,12 +167,20 @@ async def contract(index: KnowledgeIndex) -> None:
             seen.append(found[0].text if found else "")
             await asyncio.sleep(0)
 
+    async def searched(more: int) -> None:
+        """Until ``more`` searches have ended from now: the last of two began after now (under a loaded CI a
+        fixed 50 ms had seen no search end at all)."""
+        target = len(seen) + more
+        async with asyncio.timeout(30):
+            while len(seen) < target:
+                await asyncio.sleep(0.005)
+
     task = asyncio.create_task(searcher())
     await index_document(index, kb, second.id, "guide", HARBOUR, "guide.md", vectors=True)
-    await asyncio.sleep(0.05)
+    await searched(2)
     assert set(seen) == {"Harbour guide\n\nThe anchorage is free now."}  # the building one is not read
     await index.activate(kb, second.id)
-    await asyncio.sleep(0.05)
+    await searched(2)
     stop.set()
     await task
     assert "" not in seen  # never an empty or missing index in between
