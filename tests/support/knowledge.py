@@ -178,13 +178,13 @@ async def contract(index: KnowledgeIndex) -> None:
     task = asyncio.create_task(searcher())
     await index_document(index, kb, second.id, "guide", HARBOUR, "guide.md", vectors=True)
     await searched(2)
-    assert set(seen) == {"Harbour guide\n\nThe anchorage is free now."}  # the building one is not read
+    assert set(seen) == {"Harbour guide\n\nThe anchorage is free now."}, seen  # the building one is not read
     await index.activate(kb, second.id)
     await searched(2)
     stop.set()
     await task
-    assert "" not in seen  # never an empty or missing index in between
-    assert "anchorage fee is 120 crowns" in seen[-1]
+    assert "" not in seen, seen  # never an empty or missing index in between
+    assert "anchorage fee is 120 crowns" in seen[-1], seen
     states = {g.id: g.state for g in await index.generations(kb)}
     assert states == {first.id: "retired", second.id: "active"}
     with pytest.raises(ConflictError, match="active index"):
