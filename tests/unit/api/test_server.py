@@ -142,7 +142,7 @@ def streaming_app(headers: list[tuple[bytes, bytes]], pieces: list[bytes], betwe
     return app
 
 
-async def answer(app: Any, raw: bytes, *, start: bool = True) -> tuple[list[bytes], list[bytes], Transport]:
+async def answer(app: Any, raw: bytes) -> tuple[list[bytes], list[bytes], Transport]:
     """Serve ``raw`` to ``app`` (a :func:`streaming_app`); the writes before ``between`` was set, all the writes,
     and the transport."""
     config = uvicorn.Config(app, http=HttpProtocol, lifespan="off", log_level="warning")
