@@ -56,6 +56,15 @@ def request(body: bytes) -> bytes:
     return head.encode() + body
 
 
+def connected(app: Any) -> tuple[HttpProtocol, Transport]:
+    """The facade's protocol serving ``app`` on a new connection of a recording :class:`Transport`."""
+    config = uvicorn.Config(app, http=HttpProtocol, lifespan="off", log_level="warning")
+    protocol = HttpProtocol(config=config, server_state=ServerState(), app_state={})
+    transport = Transport()
+    protocol.connection_made(transport)
+    return protocol, transport
+
+
 def collecting_app(received: list[bytes], answer: Callable[[bytes], bytes]) -> Any:
     """An ASGI app that keeps every body message of a request in ``received`` and answers 200 with
     ``answer(the whole body)``."""
@@ -79,9 +88,7 @@ async def serve(pieces: list[bytes], *, read_between: bool) -> tuple[list[bytes]
     body messages the app received, the response and the protocol."""
     received: list[bytes] = []
     app = collecting_app(received, lambda body: hashlib.sha256(body).hexdigest().encode())
-    config = uvicorn.Config(app, http=HttpProtocol, lifespan="off", log_level="warning")
-    protocol = HttpProtocol(config=config, server_state=ServerState(), app_state={})
-    protocol.connection_made(Transport())
+    protocol, transport = connected(app)
     for piece in pieces:
         protocol.data_received(piece)
         if read_between:
@@ -89,8 +96,6 @@ async def serve(pieces: list[bytes], *, read_between: bool) -> tuple[list[bytes]
                 await asyncio.sleep(0)
     for _ in range(20):
         await asyncio.sleep(0)
-    transport = protocol.transport
-    assert isinstance(transport, Transport)
     return received, bytes(transport.written), protocol
 
 
@@ -115,10 +120,7 @@ def test_a_piece_nobody_waits_for_is_kept_as_it_is_and_reading_pauses() -> None:
         async def app(scope: Any, receive: Any, send: Any) -> None:
             await asyncio.Event().wait()  # never reads
 
-        config = uvicorn.Config(app, http=HttpProtocol, lifespan="off", log_level="warning")
-        protocol = HttpProtocol(config=config, server_state=ServerState(), app_state={})
-        transport = Transport()
-        protocol.connection_made(transport)
+        protocol, transport = connected(app)
         protocol.data_received(request(os.urandom(200_000)))
         assert type(protocol.cycle.body) is bytes
         assert len(protocol.cycle.body) == 200_000
@@ -143,12 +145,9 @@ def streaming_app(headers: list[tuple[bytes, bytes]], pieces: list[bytes], betwe
 
 
 async def answer(app: Any, raw: bytes) -> tuple[list[bytes], list[bytes], Transport]:
-    """Serve ``raw`` to ``app`` (a :func:`streaming_app`); the writes before ``between`` was set, all the writes,
-    and the transport."""
-    config = uvicorn.Config(app, http=HttpProtocol, lifespan="off", log_level="warning")
-    protocol = HttpProtocol(config=config, server_state=ServerState(), app_state={})
-    transport = Transport()
-    protocol.connection_made(transport)
+    """Serve ``raw`` to ``app`` (a :func:`streaming_app`); the writes so far (before the app's ``between`` is set),
+    the list that will hold all the writes, and the transport."""
+    protocol, transport = connected(app)
     protocol.data_received(raw)
     for _ in range(20):
         await asyncio.sleep(0)
@@ -171,10 +170,7 @@ def test_a_response_of_known_length_leaves_in_one_write() -> None:
         await send({"type": "http.response.body", "body": body})
 
     async def pipelined() -> Transport:
-        config = uvicorn.Config(echo, http=HttpProtocol, lifespan="off", log_level="warning")
-        protocol = HttpProtocol(config=config, server_state=ServerState(), app_state={})
-        transport = Transport()
-        protocol.connection_made(transport)
+        protocol, transport = connected(echo)
         protocol.data_received(request(b"abc") + request(b"defgh"))
         for _ in range(40):
             await asyncio.sleep(0)
@@ -257,10 +253,7 @@ def test_a_client_gone_before_the_body_gets_nothing_more() -> None:
     async def run() -> None:
         between = asyncio.Event()
         app = streaming_app([(b"content-length", b"3")], [b"abc"], between)
-        config = uvicorn.Config(app, http=HttpProtocol, lifespan="off", log_level="warning")
-        protocol = HttpProtocol(config=config, server_state=ServerState(), app_state={})
-        transport = Transport()
-        protocol.connection_made(transport)
+        protocol, transport = connected(app)
         protocol.data_received(request(b""))
         for _ in range(20):
             await asyncio.sleep(0)
