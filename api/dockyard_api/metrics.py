@@ -99,6 +99,35 @@ def store_up(up: bool) -> None:
     STORE_UP.set(1 if up else 0)
 
 
+class Children:
+    """A labelled metric's children, looked up in a dict: prometheus_client's ``labels()`` checks its arguments,
+    makes strings of them and takes a lock on every call, and a turn makes six. Label values are what the
+    callers pass (strings); the children are never removed, and at most :data:`CHILDREN_KEPT` are kept (more
+    label sets are looked up each time)."""
+
+    __slots__ = ("children", "metric")
+
+    def __init__(self, metric: Any) -> None:
+        self.metric = metric
+        self.children: dict[tuple[str, ...], Any] = {}
+
+    def __call__(self, *values: str) -> Any:
+        child = self.children.get(values)
+        if child is None:
+            child = self.metric.labels(*values)
+            if len(self.children) < CHILDREN_KEPT:
+                self.children[values] = child
+        return child
+
+
+CHILDREN_KEPT = 10_000
+_REQUESTS = Children(REQUESTS)
+_LATENCY = Children(LATENCY)
+_EXECUTES = Children(EXECUTES)
+_EXECUTE_LATENCY = Children(EXECUTE_LATENCY)
+_TOKENS = Children(TOKENS)
+
+
 def upload_chunk(size: int) -> None:
     UPLOAD_BYTES.inc(size)
     UPLOAD_CHUNKS.inc()
@@ -115,16 +144,16 @@ def deploy_outcome(kind: str, outcome: str) -> None:
 
 def execute_outcome(namespace: str, environment: str, outcome: str, seconds: float | None = None) -> None:
     """One deployed-app call ended: ``outcome`` is ``ok`` or the error code answered."""
-    EXECUTES.labels(namespace, environment, outcome).inc()
+    _EXECUTES(namespace, environment, outcome).inc()
     if seconds is not None:
-        EXECUTE_LATENCY.labels(namespace, environment).observe(seconds)
+        _EXECUTE_LATENCY(namespace, environment).observe(seconds)
 
 
 def tokens(namespace: str, environment: str, tokens_in: int, tokens_out: int) -> None:
     if tokens_in:
-        TOKENS.labels(namespace, environment, "in").inc(tokens_in)
+        _TOKENS(namespace, environment, "in").inc(tokens_in)
     if tokens_out:
-        TOKENS.labels(namespace, environment, "out").inc(tokens_out)
+        _TOKENS(namespace, environment, "out").inc(tokens_out)
 
 
 def rate_limited(namespace: str, environment: str, limit: str) -> None:
@@ -228,8 +257,8 @@ class RequestMiddleware:
             IN_FLIGHT.dec()
             route = self.routes.of(scope)
             method = scope.get("method", "")
-            REQUESTS.labels(route, method, str(status)).inc()
-            LATENCY.labels(route, method).observe(time.perf_counter() - start)
+            _REQUESTS(route, method, str(status)).inc()
+            _LATENCY(route, method).observe(time.perf_counter() - start)
             if span is not None and self.trace_done is not None:
                 self.trace_done(span, route, status)
             requestid.current.reset(token)

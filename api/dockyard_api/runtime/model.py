@@ -1,14 +1,18 @@
 """The OpenAI-compatible chat-completions client of the runtime (vLLM, llama.cpp, Dockyard's CTranslate2
 server all serve ``POST <base>/v1/chat/completions``).
 
-One pooled aiohttp session for every model call of the facade (aiohttp's pool costs the same per request
-however many connections are open; see :mod:`dockyard_core.kubeclient`). Answers are parsed strictly: an
-engine that is down is a 503, one that answers an error status or something that is not a chat
+A completion that is not streamed, to an ``http://`` endpoint (the engines Dockyard runs, in local mode and in
+the cluster), goes through the runtime's own HTTP/1.1 client (:mod:`.modelhttp`: a sixth of a turn's CPU was
+aiohttp's per-request work); a streamed one, or one to an ``https://`` endpoint, through one pooled aiohttp
+session (aiohttp's pool costs the same per request however many connections are open; see
+:mod:`dockyard_core.kubeclient`); each carries at most ``max_connections`` calls at once. Answers are parsed
+strictly: an engine that is down is a 503, one that answers an error status or something that is not a chat
 completion is a 502 naming what was wrong, and the caller's deadline bounds every call (504).
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import socket
 from collections.abc import Awaitable, Callable
@@ -21,6 +25,7 @@ import yarl
 
 from dockyard_api.runtime import tracing
 from dockyard_api.runtime.errors import ModelBadResponseError, ModelUnavailableError
+from dockyard_api.runtime.modelhttp import ConnectFailed, Disconnected, ModelHttp, plain
 from dockyard_core.errors import DockyardError
 
 MAX_ANSWER_BYTES = 8 * 1024 * 1024
@@ -58,6 +63,9 @@ class Usage:
         self.calls += 1
 
 
+_DROPPED = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError, Disconnected)
+"""A connection the server closed before answering (either client's way of saying it)."""
+
 OnDelta = Callable[[str], Awaitable[None]]
 
 
@@ -86,6 +94,8 @@ class ModelClient:
     def __init__(self, *, max_connections: int = 256) -> None:
         self._max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
+        self._plain: ModelHttp | None = None
+        self._plain_loop: asyncio.AbstractEventLoop | None = None
         self._no_tool_streaming: set[str] = set()
         """Endpoints that answered an empty event stream when tools were offered: asked without streaming."""
 
@@ -97,7 +107,17 @@ class ModelClient:
             )
         return self._session
 
+    def plain_http(self) -> ModelHttp:
+        """The client of the calls that are not streamed, to ``http://`` endpoints (:mod:`.modelhttp`)."""
+        loop = asyncio.get_running_loop()
+        if self._plain is None or self._plain_loop is not loop:
+            self._plain, self._plain_loop = ModelHttp(self._max_connections), loop
+        return self._plain
+
     async def aclose(self) -> None:
+        if self._plain is not None:
+            self._plain.close()
+            self._plain = None
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -139,7 +159,7 @@ class ModelClient:
                 completion = await self._once(base_url, body, what=what, on_delta=None)
                 break
             except ModelBadResponseError as exc:
-                dropped = isinstance(exc.__cause__, aiohttp.ServerDisconnectedError | aiohttp.ClientOSError)
+                dropped = isinstance(exc.__cause__, _DROPPED)
                 if not dropped or attempt == 2:
                     raise
         if completion.content:
@@ -148,12 +168,14 @@ class ModelClient:
 
     async def _once(self, base_url: str, body: dict[str, Any], *, what: str, on_delta: OnDelta | None) -> Completion:
         url = _completions_url(base_url)
-        payload = dict(body)
+        payload = body
         if on_delta is not None:
-            payload["stream"] = True
-            payload["stream_options"] = {"include_usage": True}
+            payload = {**body, "stream": True, "stream_options": {"include_usage": True}}
         headers = {"Content-Type": "application/json"}
         tracing.inject(headers)  # the engine's own spans (vLLM) join the turn's trace
+        if on_delta is None and plain(url):
+            raw = await self._plain_once(url, orjson.dumps(payload), headers, base_url, what)
+            return parse_completion(raw, what)
         try:
             async with self.http().post(url, data=orjson.dumps(payload), headers=headers) as response:
                 if response.status >= 300:
@@ -185,6 +207,31 @@ class ModelClient:
         if on_delta is not None and completion.content:
             await on_delta(completion.content)  # an engine that ignored "stream": the text arrives at once
         return completion
+
+    async def _plain_once(
+        self, url: yarl.URL, payload: bytes, headers: dict[str, str], base_url: str, what: str
+    ) -> bytes:
+        """The body of a completion that is not streamed, through :meth:`plain_http`: the same errors as
+        aiohttp's way in :meth:`_once`."""
+        try:
+            answer = await self.plain_http().post_json(url, payload, headers, MAX_ANSWER_BYTES, 4096)
+        except ConnectFailed as exc:
+            raise ModelUnavailableError(
+                f"the model endpoint of {what} cannot be reached ({base_url}): {exc}", {"endpoint": base_url}
+            ) from exc
+        except Disconnected as exc:
+            raise ModelBadResponseError(
+                f"the model endpoint of {what} failed mid-answer: {exc}", {"endpoint": base_url}
+            ) from exc
+        if answer.status >= 300:
+            text = answer.body[:4096].decode("utf-8", "replace")
+            raise ModelBadResponseError(
+                f"the model endpoint of {what} answered HTTP {answer.status}: {_short(text)}",
+                {"status": answer.status},
+            )
+        if answer.cut:
+            raise ModelBadResponseError(f"the model endpoint of {what} sent more than {MAX_ANSWER_BYTES} bytes")
+        return answer.body
 
 
 @functools.lru_cache(maxsize=256)

@@ -99,6 +99,23 @@ def test_the_runtime_counters_are_exposed() -> None:
     assert sample(text, "process_resident_memory_bytes") is not None
 
 
+def test_children_kept_are_the_metrics_own_and_count_as_they_would(monkeypatch: pytest.MonkeyPatch) -> None:
+    """metrics.Children looks a child up once: the same object as labels() gives, so every count reaches the
+    exposition, also for label sets beyond the ones it keeps."""
+    monkeypatch.setattr(metrics, "CHILDREN_KEPT", 2)
+    children = metrics.Children(metrics.EXECUTES)
+    assert children("kept", "env-a", "ok") is metrics.EXECUTES.labels("kept", "env-a", "ok")
+    for environment in ("env-a", "env-b", "env-c", "env-c"):
+        children("kept", environment, "ok").inc()
+    assert len(children.children) == 2
+    text = metrics.exposition()[0].decode()
+    counts = {
+        e: sample(text, "dockyard_api_executes_total", environment_namespace="kept", environment=f"env-{e}")
+        for e in "abc"
+    }
+    assert counts == {"a": 1, "b": 1, "c": 2}
+
+
 # --- logs -----------------------------------------------------------------------------------------------
 
 
