@@ -121,6 +121,9 @@ class _Connection(asyncio.Protocol):
         self._chunks.append(body)
 
     def on_message_complete(self) -> None:
+        if self._waiter is None:  # a second answer after the one asked for: a server not to be trusted again
+            self.close()
+            return
         self._reusable = self.alive and self._parser.should_keep_alive()
         self._answer(cut=False)
 

@@ -299,3 +299,14 @@ def test_a_closed_client_refuses_calls() -> None:
 )
 def test_plain_http_urls_without_credentials_are_served_the_others_go_to_aiohttp(url: str, served: bool) -> None:
     assert plain(yarl.URL(url)) is served
+
+
+def test_a_server_that_answers_twice_to_one_request_is_not_used_again() -> None:
+    async def test() -> None:
+        async with serving(Server(answer=lambda n, r: ok() + ok() if n == 1 else ok())) as server:
+            client = ModelHttp(8)
+            assert await post(client, server) == (200, JSON, False)
+            assert await post(client, server) == (200, JSON, False)
+            assert server.connections == 2
+
+    run(test)
