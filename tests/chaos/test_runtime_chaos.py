@@ -32,6 +32,7 @@ from tests.support.postgres import Postgres, postgres_server
 from tests.support.runners import free_port, run_operator, wait_http_ok
 from tests.support.runtime_app import answered, deploy_bot
 from tests.support.scripted_model import Reply, ScriptedModel, scripted_model
+from tests.support.waiting import wait_for
 
 KILL_ROUNDS = 3
 OUTAGE_CALLS = 5
@@ -183,11 +184,15 @@ def test_facade_killed_during_a_streamed_execute_keeps_no_half_turn(
                 finally:
                     started.set()
 
+            asked = len(model.requests)
             reader = threading.Thread(target=stream, daemon=True)
             reader.start()
             assert started.wait(60), "the streamed call never started"
             assert outcome.get("status") == 200, outcome
             assert outcome.get("events", [])[:1] == ["agent"], outcome  # the turn holds the session now
+            # the kill lands while the model holds the call (the "agent" event comes before the model call is sent:
+            # killed earlier, the 120 s reply would stay scripted and answer the next turn)
+            wait_for(lambda asked=asked: len(model.requests) > asked, timeout=30, what="the streamed turn's model call")
             facade.kill()
             reader.join(30)
             assert "error" in outcome or "done" not in outcome.get("events", []), outcome  # cut, not answered
