@@ -162,7 +162,10 @@ class ApiSettings(ModelStoreSettings):
         default=15.0, gt=0, description="a streamed turn sends an SSE ': ping' comment after this long without events"
     )
     execute_model_connections: int = Field(
-        default=256, ge=1, description="connections the facade keeps open to model endpoints, all together"
+        default=256,
+        ge=1,
+        description="model calls the facade sends at once, all endpoints together, in each of its two clients "
+        "(completions that are not streamed; streamed or https ones); more wait their turn",
     )
     execute_turns_preparing: int = Field(
         default=4,
