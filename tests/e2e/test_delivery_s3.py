@@ -11,6 +11,7 @@ import io
 import os
 import subprocess
 import tarfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -88,12 +89,23 @@ def test_s3_backend_import_deploy_and_download(
     assert done["status"]["storage"]["path"] == f"models/{namespace}/{model_id}"
 
     bucket = Minio(minio.endpoint.removeprefix("http://"), minio.access_key, minio.secret_key, secure=False)
-    keys = sorted(o.object_name for o in bucket.list_objects(BUCKET, prefix=f"{prefix}/", recursive=True))
     base = f"{prefix}/models/{namespace}/{model_id}/"
-    assert keys == sorted(
+    expected = sorted(
         base + name
         for name in (".dockyard-import.json", "config.json", "model.safetensors", "tokenizer/tokenizer.json")
-    ), "the model's objects, and no session chunks left behind"
+    )
+
+    def stored() -> list[str]:
+        return sorted(o.object_name for o in bucket.list_objects(BUCKET, prefix=f"{prefix}/", recursive=True))
+
+    # the operator deletes the session's chunks once the outcome is recorded (after ReadyToDeploy, not before it)
+    keys: list[str] = []
+    for _ in range(120):
+        keys = stored()
+        if keys == expected or not set(expected) <= set(keys):
+            break
+        time.sleep(0.25)
+    assert keys == expected, "the model's objects, and no session chunks left behind"
 
     started = ok(deploy_model(facade.client, env, model_id, SPEC_SAMPLE))
     assert wait_dock_status(facade.client, env, started["dockStatusId"])["status"] == "SUCCESS"
