@@ -30,6 +30,8 @@ from dockyard_core.errors import DockyardError
 
 MAX_ANSWER_BYTES = 8 * 1024 * 1024
 """A chat completion larger than this is not one (a runaway or hostile endpoint)."""
+ERROR_BYTES = 4096
+"""Of an error status's body, what is read and quoted."""
 
 
 @dataclass
@@ -179,30 +181,20 @@ class ModelClient:
         try:
             async with self.http().post(url, data=orjson.dumps(payload), headers=headers) as response:
                 if response.status >= 300:
-                    text = (await response.content.read(4096)).decode("utf-8", "replace")
-                    raise ModelBadResponseError(
-                        f"the model endpoint of {what} answered HTTP {response.status}: {_short(text)}",
-                        {"status": response.status},
-                    )
+                    raise _error_status(what, response.status, await response.content.read(ERROR_BYTES))
                 if on_delta is not None and response.content_type == "text/event-stream":
                     return await _read_stream(response, what, on_delta)
                 raw = await _read_capped(response, what)
         except aiohttp.ClientConnectorError as exc:
-            raise ModelUnavailableError(
-                f"the model endpoint of {what} cannot be reached ({base_url}): {_reason(exc)}", {"endpoint": base_url}
-            ) from exc
+            raise _unreachable(what, base_url, _reason(exc)) from exc
         except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
             if on_delta is not None and body.get("tools"):  # dropped before the first chunk (see _EmptyStreamError)
                 raise _EmptyStreamError(
                     f"the model endpoint of {what} dropped its event stream: {_reason(exc)}"
                 ) from exc
-            raise ModelBadResponseError(
-                f"the model endpoint of {what} failed mid-answer: {_reason(exc)}", {"endpoint": base_url}
-            ) from exc
+            raise _mid_answer(what, base_url, _reason(exc)) from exc
         except (aiohttp.ClientError, socket.gaierror) as exc:
-            raise ModelBadResponseError(
-                f"the model endpoint of {what} failed mid-answer: {_reason(exc)}", {"endpoint": base_url}
-            ) from exc
+            raise _mid_answer(what, base_url, _reason(exc)) from exc
         completion = parse_completion(raw, what)
         if on_delta is not None and completion.content:
             await on_delta(completion.content)  # an engine that ignored "stream": the text arrives at once
@@ -214,23 +206,15 @@ class ModelClient:
         """The body of a completion that is not streamed, through :meth:`plain_http`: the same errors as
         aiohttp's way in :meth:`_once`."""
         try:
-            answer = await self.plain_http().post_json(url, payload, headers, MAX_ANSWER_BYTES, 4096)
+            answer = await self.plain_http().post_json(url, payload, headers, MAX_ANSWER_BYTES, ERROR_BYTES)
         except ConnectFailed as exc:
-            raise ModelUnavailableError(
-                f"the model endpoint of {what} cannot be reached ({base_url}): {exc}", {"endpoint": base_url}
-            ) from exc
+            raise _unreachable(what, base_url, str(exc)) from exc
         except Disconnected as exc:
-            raise ModelBadResponseError(
-                f"the model endpoint of {what} failed mid-answer: {exc}", {"endpoint": base_url}
-            ) from exc
+            raise _mid_answer(what, base_url, str(exc)) from exc
         if answer.status >= 300:
-            text = answer.body[:4096].decode("utf-8", "replace")
-            raise ModelBadResponseError(
-                f"the model endpoint of {what} answered HTTP {answer.status}: {_short(text)}",
-                {"status": answer.status},
-            )
+            raise _error_status(what, answer.status, answer.body)
         if answer.cut:
-            raise ModelBadResponseError(f"the model endpoint of {what} sent more than {MAX_ANSWER_BYTES} bytes")
+            raise _too_large(what)
         return answer.body
 
 
@@ -263,8 +247,29 @@ async def _read_capped(response: aiohttp.ClientResponse, what: str) -> bytes:
         chunks.append(raw)
         size += len(raw)
     if size > MAX_ANSWER_BYTES:
-        raise ModelBadResponseError(f"the model endpoint of {what} sent more than {MAX_ANSWER_BYTES} bytes")
+        raise _too_large(what)
     return b"".join(chunks)
+
+
+def _unreachable(what: str, base_url: str, reason: str) -> ModelUnavailableError:
+    return ModelUnavailableError(
+        f"the model endpoint of {what} cannot be reached ({base_url}): {reason}", {"endpoint": base_url}
+    )
+
+
+def _mid_answer(what: str, base_url: str, reason: str) -> ModelBadResponseError:
+    return ModelBadResponseError(f"the model endpoint of {what} failed mid-answer: {reason}", {"endpoint": base_url})
+
+
+def _error_status(what: str, status: int, start: bytes) -> ModelBadResponseError:
+    """An error status, quoting the start of its body (at most :data:`ERROR_BYTES` of it)."""
+    text = start[:ERROR_BYTES].decode("utf-8", "replace")
+    message = f"the model endpoint of {what} answered HTTP {status}: {_short(text)}"
+    return ModelBadResponseError(message, {"status": status})
+
+
+def _too_large(what: str) -> ModelBadResponseError:
+    return ModelBadResponseError(f"the model endpoint of {what} sent more than {MAX_ANSWER_BYTES} bytes")
 
 
 def _garbage(what: str, why: str) -> ModelBadResponseError:

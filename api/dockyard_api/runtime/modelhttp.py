@@ -89,8 +89,7 @@ class _Connection(asyncio.Protocol):
         if self._waiter is None or self._waiter.done():
             return
         if self._status and not self._framed:  # an answer delimited by the connection's close: complete now
-            self._reusable = False
-            self.on_message_complete()
+            self.on_message_complete()  # (not reusable: no longer alive)
             return
         failure = Disconnected("Server disconnected" if exc is None else f"{type(exc).__name__}: {exc}")
         failure.__cause__ = exc
