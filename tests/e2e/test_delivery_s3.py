@@ -7,11 +7,11 @@ files through the facade from the bucket."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import os
 import subprocess
 import tarfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,7 @@ from tests.support.cluster import E2ECluster
 from tests.support.minio import MinioServer
 from tests.support.public import PublicEnvironment, environment_with_key, wait_dock_status
 from tests.support.runners import RunningFacade, run_facade, run_operator
+from tests.support.waiting import wait_for
 
 BUCKET = "dockyard-e2e"
 KEY = "e2e-download-token-key-" + "x" * 24
@@ -99,13 +100,9 @@ def test_s3_backend_import_deploy_and_download(
         return sorted(o.object_name for o in bucket.list_objects(BUCKET, prefix=f"{prefix}/", recursive=True))
 
     # the operator deletes the session's chunks once the outcome is recorded (after ReadyToDeploy, not before it)
-    keys: list[str] = []
-    for _ in range(120):
-        keys = stored()
-        if keys == expected or not set(expected) <= set(keys):
-            break
-        time.sleep(0.25)
-    assert keys == expected, "the model's objects, and no session chunks left behind"
+    with contextlib.suppress(AssertionError):
+        wait_for(lambda: stored() == expected, timeout=30, what="the session's chunks to go")
+    assert stored() == expected, "the model's objects, and no session chunks left behind"
 
     started = ok(deploy_model(facade.client, env, model_id, SPEC_SAMPLE))
     assert wait_dock_status(facade.client, env, started["dockStatusId"])["status"] == "SUCCESS"
