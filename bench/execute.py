@@ -33,10 +33,12 @@ Printed: requests/s of both and their ratio (target >= 0.9), p50/p99 and the p50
 memory after the warm-up, after each round and at the end (flat over the sessions created).
 
     .venv/bin/python -m bench.execute [--calls 2000 --rounds 5 --concurrency 32 --delay-ms 100 --database sqlite]
-        [--arrivals staggered,lockstep] [--guardrails] [--tracing [--tracing-sink] [--hook-timing]] [--profile FILE]
+        [--arrivals staggered,lockstep] [--guardrails] [--tracing [--tracing-sink] [--tracing-aa] [--hook-timing]]
+        [--profile FILE]
 
-With ``--tracing`` a second facade with tracing on exports its spans to a real Jaeger: path ``traced``
-(:mod:`bench.tracing`, #30's targets: <= 1 ms added p50, <= 2 % CPU per turn).
+With ``--tracing`` two more facades with tracing on export their spans to a real Jaeger: paths ``traced`` and
+``unsampled``, served at the same time by the two, swapped every segment (:mod:`bench.tracing`, #30's targets:
+<= 1 ms added p50, <= 2 % CPU per turn).
 """
 
 from __future__ import annotations
@@ -327,6 +329,9 @@ def main() -> None:
     parser.add_argument("--hook-timing", action="store_true",
                         help="with --tracing: time the traced facade's tracing hooks in place and print them per turn "
                         "(bench/hooktiming; each timed call costs a little itself)")  # fmt: skip
+    parser.add_argument("--tracing-aa", action="store_true",
+                        help="with --tracing: the traced path's traceparent marked not sampled, so both paths are the "
+                        "same turns (diagnostic: the method's own bias and noise; an A/A test)")  # fmt: skip
     parser.add_argument("--tracing-sink", action="store_true",
                         help="with --tracing: export to a sink that keeps nothing instead of Jaeger (diagnostic: what "
                         "the backend on the same cores costs the facade)")  # fmt: skip
@@ -337,6 +342,8 @@ def main() -> None:
         help="the conversation store: a SQLite file (default) or PostgreSQL (a local server started for the run)",
     )
     args = parser.parse_args()
+    if args.tracing_aa:
+        tracing.SAMPLED_FLAG = "00"
     modes = [m.strip() for m in args.arrivals.split(",") if m.strip()]
     if not modes or set(modes) - {"staggered", "lockstep"}:
         parser.error("--arrivals: staggered, lockstep or both (comma-separated)")
@@ -364,17 +371,25 @@ def main() -> None:
         if args.tracing
         else contextlib.nullcontext() as backend,
         tracing.facade(facade_process, cluster, database, backend, proc, timing_env) as (traced_url, traced_proc),
+        tracing.facade(facade_process, cluster, database, backend, proc, name="traced-b") as (other_url, other_proc),
     ):
         keys = setup(api, ns, model_url, args.guardrails)
         target = {"model": model_url, "execute": f"{url}/e/{ns}/bot-draft/v1/apps/bot/execute", "key": keys["bot"]}
         if args.guardrails:
             target |= {"guarded": f"{url}/e/{ns}/guarded-draft/v1/apps/guarded/execute", "guarded_key": keys["guarded"]}
+        traced_urls = (f"{traced_url}/e/{ns}/bot-draft/v1/apps/bot/execute",
+                       f"{other_url}/e/{ns}/bot-draft/v1/apps/bot/execute")  # fmt: skip
         for path in tracing.PATHS:
-            target[path] = f"{traced_url}/e/{ns}/bot-draft/v1/apps/bot/execute"
+            target[path] = traced_urls[0]
+        other = {**target, **dict.fromkeys(tracing.PATHS, traced_urls[1])}
         for path in paths[1:]:
             wait_until(lambda p=path: run_path(p, 1, 1, target).errors == 0, 30, f"the facade answering {path} calls")
         for path in paths:
             run_path(path, args.warmup, args.concurrency, target)
+        if args.tracing:  # the second traced facade too
+            wait_until(lambda: run_path("traced", 1, 1, other).errors == 0, 30, "the second traced facade answering")
+            for path in tracing.PATHS:
+                run_path(path, args.warmup, args.concurrency, other)
         memory = [("after warm-up", rss_mib(proc.pid))]
         backend_cpu = tracing.backend_cpu(backend)
         cpu_ms: dict[str, list[float]] = {mode: [] for mode in modes}
@@ -391,9 +406,9 @@ def main() -> None:
             for mode in modes:
                 done: dict[str, tuple[Result, float, list[float], list[float]]] = {}
                 for path in order:
-                    if path in tracing.PATHS and path not in done:  # both at once, in alternating segments
-                        done |= tracing.interleaved(run_path, args.calls, args.concurrency, target, spreads[mode],
-                                                    traced_proc.pid)  # fmt: skip
+                    if path in tracing.PATHS and path not in done:  # both at once, on two facades, swapped
+                        done |= tracing.crossover(run_path, args.calls, args.concurrency, target, traced_urls,
+                                                  spreads[mode], (traced_proc.pid, other_proc.pid))  # fmt: skip
                     if path in done:
                         result, spent, by_segment, p50s = done[path]
                         segments[mode][path] += by_segment
@@ -413,12 +428,19 @@ def main() -> None:
                     )
             sessions = round_ * args.calls * len(modes) + args.warmup
             memory.append((f"after round {round_} ({sessions} sessions)", rss_mib(proc.pid)))
-        sequential = {path: run_path(path, args.sequential, 1, target) for path in paths}
+        sequential = {path: run_path(path, args.sequential, 1, target) for path in paths if path not in tracing.PATHS}
+        sequential_p50s: dict[str, list[float]] = {}
+        if args.tracing:  # the two at once too, swapped: p50s in pairs of segments
+            single = tracing.crossover(run_path, args.sequential, 1, target, traced_urls, 0.0,
+                                       (traced_proc.pid, other_proc.pid))  # fmt: skip
+            sequential |= {path: single[path][0] for path in tracing.PATHS}
+            sequential_p50s = {path: single[path][3] for path in tracing.PATHS}
         memory.append(("at the end", rss_mib(proc.pid)))
         if backend:
             tracing.summary(
-                modes, results, sequential, (cpu_ms, unsampled_cpu_ms, traced_cpu_ms), segments, segment_p50s, backend,
-                traced_url,
+                modes, results, sequential_p50s, (cpu_ms, unsampled_cpu_ms, traced_cpu_ms), segments, segment_p50s,
+                backend,
+                (traced_url, other_url),
                 (tracing.backend_cpu(backend) - backend_cpu) * 1000 / (args.calls * args.rounds * len(modes)),
             )  # fmt: skip
 

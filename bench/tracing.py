@@ -1,21 +1,23 @@
-"""``bench.execute --tracing``: a second facade process with tracing on, its spans exported over OTLP/HTTP to a
-real Jaeger (``tests.support.jaeger``, built from its pinned Go module on first use) on loopback, beside the
-facade with tracing off. Two paths call the same app, environment and key through the traced facade,
-alternated with the others in every round:
+"""``bench.execute --tracing``: two more facade processes with tracing on, their spans exported over OTLP/HTTP to
+a real Jaeger (``tests.support.jaeger``, built from its pinned Go module on first use) on loopback, beside the
+facade with tracing off. Two paths call the same app, environment and key through the traced facades, in every
+round after the others:
 
 - ``traced``: each call sends a new W3C ``traceparent`` marked sampled (as a caller with its own tracing
   does): the turn is recorded and exported, three spans;
-- ``unsampled``: no ``traceparent``; the traced facade's sampler is ``parentbased_traceidratio`` with ratio 0,
-  so the same process records nothing for it.
+- ``unsampled``: no ``traceparent``; the traced facades' sampler is ``parentbased_traceidratio`` with ratio 0,
+  so they record nothing for it.
 
-The two run in alternating segments of a quarter of a round each (:func:`interleaved`). The cost of tracing is
-``traced`` against ``unsampled``: the same process and the same minutes, so what differs between two
-facade processes (their memory layout, which of them holds the SLO watcher's Lease, a SQLite file each)
-does not count; paired by round. ``unsampled`` against the untraced facade's ``facade`` is printed too (what
-a facade with tracing on pays for a turn it does not sample: a few µs, below the noise between two
-processes). Printed: the p50 and the CPU tracing adds (targets <= 1 ms and <= 2 % of the untraced turn's),
-the spans Jaeger holds, its CPU per traced turn (it shares the machine's cores here), and the spans the traced
-facade dropped (``dockyard_api_spans_dropped_total``).
+The two run at the same time, one on each traced facade, swapped every segment (:func:`crossover`). The cost of
+tracing is ``traced`` against ``unsampled``: the same seconds of the machine, and each facade in both roles, so
+what differs between the two processes (their memory layout, which of them holds the SLO watcher's Lease, a
+SQLite file each) cancels in every pair of segments. ``unsampled`` against the untraced facade's ``facade`` is
+printed too (what a facade with tracing on pays for a turn it does not sample: a few µs, below the noise between
+two processes, and here also at another load: the unsampled calls share the machine with the traced ones).
+Printed: the p50 and the CPU tracing adds (targets <= 1 ms and <= 2 % of the untraced turn's), the spans Jaeger
+holds, its CPU per traced turn (it shares the machine's cores here), and the spans the traced facades dropped
+(``dockyard_api_spans_dropped_total``). ``--tracing-aa`` marks the traced path's traceparent not sampled: both
+paths are then the same turns, and what the figures show is the method's own bias and noise.
 
 ``python -m bench.tracing``: the recorder alone in one process (the hooks of a turn and the export thread,
 which runs between turns), tracing off, on for turns not sampled, and on for sampled ones, alternated.
@@ -23,7 +25,9 @@ which runs between turns), tracing off, on for turns not sampled, and on for sam
 
 from __future__ import annotations
 
+import atexit
 import json
+import multiprocessing
 import os
 import random
 import re
@@ -33,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
@@ -104,38 +109,96 @@ def sink() -> Iterator[Sink]:
 PATHS = ("traced", "unsampled")
 
 
-SEGMENTS = 10
-"""Per round and path: the CPU of each segment is read from the facade's CPU-time clock (to the nanosecond), so a
-segment of 200 calls is measured exactly; each opens its client connections anew (32 per segment, both paths
-alike)."""
+SEGMENT_PAIRS = 10
+"""Per round: swapped pairs of segments (:func:`crossover`), each segment ``calls // 10`` calls per path (200 with
+the defaults), so a round makes ``2 x calls`` calls of each of the two paths."""
+
+SAMPLED_FLAG = "01"
+"""The trace flags the ``traced`` path's traceparent carries: ``01`` (sampled); ``--tracing-aa`` sets ``00``, so
+that both paths are the same turns and what the method itself shows (its bias and noise) can be read."""
 
 
-def interleaved(
-    run_path: Callable[..., Any], calls: int, concurrency: int, target: dict[str, str], spread_s: float, pid: int
+_CLIENTS: ProcessPoolExecutor | None = None
+
+
+def _flag(value: str) -> None:
+    global SAMPLED_FLAG
+    SAMPLED_FLAG = value
+
+
+def clients() -> ProcessPoolExecutor:
+    """The two client processes of :func:`crossover`, one per path at a time (started once). Processes, not
+    threads: two clients in one interpreter take turns at its lock (up to 5 ms each, ``sys.getswitchinterval``),
+    and with lockstep arrivals the answers of one path then waited for the other's (an A/A run showed the
+    first-started path's p50 2.9 ms lower)."""
+    global _CLIENTS
+    if _CLIENTS is None:
+        _CLIENTS = ProcessPoolExecutor(len(PATHS), multiprocessing.get_context("spawn"), _flag, (SAMPLED_FLAG,))
+        atexit.register(_CLIENTS.shutdown)
+    return _CLIENTS
+
+
+def crossover(
+    run_path: Callable[..., Any],
+    calls: int,
+    concurrency: int,
+    target: dict[str, str],
+    urls: tuple[str, str],
+    spread_s: float,
+    pids: tuple[int, int],
 ) -> dict[str, tuple[Any, float, list[float], list[float]]]:
-    """The ``traced`` and ``unsampled`` calls of a round in :data:`SEGMENTS` alternating segments each (the
-    order flips every segment), the traced facade's CPU measured around each: whatever else changes on the
-    machine during a round falls on both paths alike. Answers, per path, its calls as one bench.execute
-    Result, its CPU ms per call, the CPU ms per call of each segment and each segment's p50 (both paired by
-    position)."""
-    per = max(1, calls // SEGMENTS)
-    parts: dict[str, list[Any]] = {path: [] for path in PATHS}
+    """The ``traced`` and ``unsampled`` calls of a round, at the same time, on two facade processes that both
+    trace (``urls``, ``pids``): in each segment one facade serves the traced calls and the other the unsampled
+    ones (``concurrency`` clients each), and the next segment swaps them. The CPU of each facade is read around
+    each segment (its CPU-time clock, to the nanosecond).
+
+    Why not one facade and alternating segments (the method until 2026-11-27): this machine's speed moves by
+    10-20 % within a second (per-turn CPU of the same facade in two adjacent segments of 200 turns differed by
+    17 % (standard deviation) in a scratch run, and an A/A run of that method, both paths unsampled, showed an
+    added p50 of 3 ms); two segments that run at the same time meet the same machine. What differs between the
+    two processes (memory layout, their SQLite files, which one holds the SLO watcher's Lease) falls on the
+    traced path in one segment and on the unsampled path in the next, and cancels in the pair: the figures of
+    a pair are the mean over its two segments (one per facade) of each path, and the same scratch run gave 5.7 %
+    between pairs of these (docs/benchmarks.md, "Tracing: the method").
+
+    Answers, per path, its calls as one bench.execute Result, its CPU ms per call, and per pair of segments the
+    CPU ms per call and the p50 (both paired by position)."""
+    per = max(1, calls // SEGMENT_PAIRS)
+    results: dict[str, list[Any]] = {path: [] for path in PATHS}
     spent: dict[str, list[float]] = {path: [] for path in PATHS}
-    for segment in range(SEGMENTS):
-        for path in PATHS if segment % 2 == 0 else PATHS[::-1]:
-            before = cpu_seconds(pid)
-            parts[path].append(run_path(path, per, concurrency, target, spread_s))
-            spent[path].append((cpu_seconds(pid) - before) * 1000)
+    for segment in range(2 * SEGMENT_PAIRS):
+        serving = dict(zip(PATHS, urls if segment % 2 == 0 else urls[::-1], strict=True))
+        facade_of = {path: urls.index(url) for path, url in serving.items()}
+        before = [cpu_seconds(pid) for pid in pids]
+        # the path whose clients start first changes every segment too: with lockstep arrivals the calls of the
+        # first-started clients lead the burst. Facade A (``urls[0]``) then starts first in every segment: in a
+        # pair, each facade serves both paths from the same place in the order, and both the order and the
+        # facade cancel.
+        running = {
+            path: clients().submit(run_path, path, per, concurrency, {**target, path: serving[path]}, spread_s)
+            for path in (PATHS if segment % 2 == 0 else PATHS[::-1])
+        }
+        done = {path: future.result() for path, future in running.items()}
+        used = [(cpu_seconds(pid) - was) * 1000 for pid, was in zip(pids, before, strict=True)]
+        for path in PATHS:
+            results[path].append(done[path])
+            spent[path].append(used[facade_of[path]])
     out: dict[str, tuple[Any, float, list[float], list[float]]] = {}
-    for path, results in parts.items():
-        per_call = [ms / max(1, r.calls) for ms, r in zip(spent[path], results, strict=True)]
-        p50s = [p50(r.latencies_ms) for r in results]
-        whole = results[0]
-        whole.calls = sum(r.calls for r in results)
-        whole.seconds = sum(r.seconds for r in results)
-        whole.latencies_ms = [v for r in results for v in r.latencies_ms]
-        whole.errors = sum(r.errors for r in results)
-        out[path] = (whole, sum(spent[path]) / max(1, whole.calls), per_call, p50s)
+    for path, parts in results.items():
+        per_call = [ms / max(1, r.calls) for ms, r in zip(spent[path], parts, strict=True)]
+        p50s = [p50(r.latencies_ms) for r in parts]
+        whole = parts[0]
+        whole.calls = sum(r.calls for r in parts)
+        whole.seconds = sum(r.seconds for r in parts)
+        whole.latencies_ms = [v for r in parts for v in r.latencies_ms]
+        whole.errors = sum(r.errors for r in parts)
+        pairs = range(0, len(parts), 2)
+        out[path] = (
+            whole,
+            sum(spent[path]) / max(1, whole.calls),
+            [(per_call[i] + per_call[i + 1]) / 2 for i in pairs],
+            [(p50s[i] + p50s[i + 1]) / 2 for i in pairs],
+        )
     return out
 
 
@@ -151,8 +214,8 @@ def otel_env(backend: Jaeger | Sink) -> dict[str, str]:
 
 
 def sampled(headers: dict[str, str]) -> dict[str, str]:
-    """``headers`` with a new trace's ``traceparent``, marked sampled."""
-    return {**headers, "traceparent": f"00-{secrets.token_hex(16)}-{secrets.token_hex(8)}-01"}
+    """``headers`` with a new trace's ``traceparent``, marked sampled (:data:`SAMPLED_FLAG`)."""
+    return {**headers, "traceparent": f"00-{secrets.token_hex(16)}-{secrets.token_hex(8)}-{SAMPLED_FLAG}"}
 
 
 def dropped(url: str) -> float:
@@ -209,14 +272,15 @@ def facade(
     backend: Jaeger | Sink | None,
     untraced: Any,
     extra: dict[str, str] | None = None,
+    name: str = "traced",
 ) -> Any:
-    """The traced facade process (``start``: bench.execute's facade_process; ``extra``: more environment), or the
-    untraced one again."""
+    """A facade process with tracing on (``start``: bench.execute's facade_process; ``extra``: more environment;
+    ``name``: its SQLite file's suffix), or the untraced one again."""
     if backend is None:
         return nullcontext(("", untraced))
-    if database.startswith("sqlite"):  # a SQLite file is one facade's: the traced one gets its own
-        database = database.replace(".db", "-traced.db")
-        for stale in Path(database.split(":///", 1)[1]).parent.glob("*-traced.db*"):
+    if database.startswith("sqlite"):  # a SQLite file is one facade's: a traced one gets its own
+        database = database.replace(".db", f"-{name}.db")
+        for stale in Path(database.split(":///", 1)[1]).parent.glob(f"*-{name}.db*"):
             stale.unlink()
     return start(cluster, database, None, otel_env(backend) | (extra or {}))
 
@@ -237,34 +301,35 @@ def backend_cpu(backend: Jaeger | Sink | None) -> float:
 def summary(
     modes: list[str],
     results: list[Any],
-    sequential: dict[str, Any],
+    single: dict[str, list[float]],
     cpu: tuple[dict[str, list[float]], dict[str, list[float]], dict[str, list[float]]],
     segments: dict[str, dict[str, list[float]]],
     segment_p50s: dict[str, dict[str, list[float]]],
     backend: Jaeger | Sink,
-    traced_url: str,
+    traced_urls: tuple[str, ...],
     backend_ms: float,
 ) -> None:
-    """``results``: bench.execute's Results of every round (path, arrivals, latencies_ms); ``cpu``: the CPU per
-    call by round of the untraced facade, and of the traced facade's ``unsampled`` and ``traced`` calls
+    """``results``: bench.execute's Results of every round (path, arrivals, latencies_ms); ``single``: by path,
+    the p50 of every pair of swapped segments at concurrency 1 (:func:`crossover`; the added p50 there is the
+    median of their differences); ``cpu``: the CPU per
+    call by round of the untraced facade, and of the traced facades' ``unsampled`` and ``traced`` calls
     (rounds paired: each round's difference, then their median, so a machine that got slower or faster between
     rounds does not count); ``segments`` and ``segment_p50s``: by arrivals and path, the CPU per call and the
-    p50 of every segment (:func:`interleaved`), paired by position; ``backend_ms``: the tracing backend's CPU
-    per traced turn.
+    p50 of every pair of swapped segments (:func:`crossover`), paired by position; ``traced_urls``: the traced
+    facades (their dropped spans); ``backend_ms``: the tracing backend's CPU per traced turn.
 
-    The added p50 judged is the median of the segments' paired p50 differences, for the same reason: a round's
-    p50 pools its ten segments, and with lockstep arrivals a p50 sits on a step of the burst's queue (one call's
-    CPU, ~1.3 ms), so the median of five rounds' differences moved by 2-5 ms between runs of the same code. The
-    rounds' figure is printed beside it.
+    The added p50 judged is the median of the pairs' p50 differences, for the same reason: a round's p50 pools
+    its segments, and with lockstep arrivals a p50 sits on a step of the burst's queue (one call's CPU, ~1.3
+    ms), so the median of five rounds' differences moved by 2-5 ms between runs of the same code. The rounds'
+    figure is printed beside it.
 
-    The CPU figure judged is the median of the segments' paired differences (50 pairs with the defaults), over
-    the median unsampled segment: what lands in one segment only (a SQLite checkpoint, a collection of the
-    facade's heap, another process's burst) moved a round's sum of four segments by up to 8 % of a turn
-    (rounds of +1.9, +8.3, +3.3, +8.3 and +2.5 % in one run), where it moves the median of fifty pairs only as
-    one of them. The pairs' quartiles, and the rounds' figures, are printed beside it."""
+    The CPU figure judged is the median of the pairs' differences (50 pairs with the defaults), over the median
+    unsampled pair: what lands in one segment only (a SQLite checkpoint, another process's burst) moves the
+    median of fifty pairs only as one of them. The pairs' quartiles, and the rounds' figures, are printed beside
+    it."""
     traces, spans = spans_held(backend)
-    lost = dropped(traced_url)
-    added_1 = p50(sequential["traced"].latencies_ms) - p50(sequential["unsampled"].latencies_ms)
+    lost = sum(dropped(url) for url in traced_urls)
+    added_1 = statistics.median(b - a for a, b in zip(single["unsampled"], single["traced"], strict=True))
 
     def round_p50s(mode: str, path: str) -> list[float]:
         return [p50(r.latencies_ms) for r in results if (r.arrivals, r.path) == (mode, path)]
@@ -293,22 +358,25 @@ def summary(
         below, above = median_interval(differences)
         facade, unsampled, between = paired(cpu[0][mode], cpu[1][mode])
         where = "a sink that keeps nothing (diagnostic)" if isinstance(backend, Sink) else "Jaeger"
+        if SAMPLED_FLAG != "01":
+            where += "; A/A: the traced path's traceparent not sampled, both paths the same turns (diagnostic)"
         held = (
             "the sink keeps no spans"
             if isinstance(backend, Sink)
             else f"Jaeger holds {spans} spans in the newest {traces} traces"
         )
         print(f"summary (tracing on / off, {mode} arrivals, spans to {where} over OTLP/HTTP): added p50 {added:.2f} "
-              f"ms (median of {len(p50_pairs)} segment pairs, 95 % interval {p50_low:.2f} to {p50_high:.2f}; <= 1: "
+              f"ms (median of {len(p50_pairs)} pairs of swapped segments, 95 % interval {p50_low:.2f} to "
+              f"{p50_high:.2f}; <= 1: "
               f"{met(added <= 1)}; the median of the rounds' differences {by_rounds:.2f}), {added_1:.2f} ms at "
-              f"concurrency 1 "
+              f"concurrency 1 (median of {len(single['traced'])} pairs) "
               f"(<= 1: {met(added_1 <= 1)}); "
               f"facade CPU per turn {off:.3f} -> {on:.3f} ms ({share:+.1f} %, <= 2 %: {met(share <= 2)}; median of "
-              f"{len(differences)} segment pairs, 95 % interval of that median {below / off * 100:+.1f} to "
+              f"{len(differences)} pairs of swapped segments, 95 % interval of that median {below / off * 100:+.1f} to "
               f"{above / off * 100:+.1f} %, quartiles {low / off * 100:+.1f} and {high / off * 100:+.1f} %; "
-              f"by round {rounds}); unsampled turns in the traced facade vs the untraced facade {facade:.3f} -> "
-              f"{unsampled:.3f} ms (two processes; by round {between}); {held}, used {backend_ms:.3f} ms of CPU per "
-              f"traced turn; spans dropped {lost:.0f}"
+              f"by round {rounds}); unsampled turns in the traced facades vs the untraced facade {facade:.3f} -> "
+              f"{unsampled:.3f} ms (other processes, the unsampled calls beside the traced ones; by round "
+              f"{between}); {held}, used {backend_ms:.3f} ms of CPU per traced turn; spans dropped {lost:.0f}"
               )  # fmt: skip
 
 
