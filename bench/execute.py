@@ -390,6 +390,7 @@ def main() -> None:
             wait_until(lambda: run_path("traced", 1, 1, other).errors == 0, 30, "the second traced facade answering")
             for path in tracing.PATHS:
                 run_path(path, args.warmup, args.concurrency, other)
+            tracing.warm_clients(run_path, target)
         memory = [("after warm-up", rss_mib(proc.pid))]
         backend_cpu = tracing.backend_cpu(backend)
         cpu_ms: dict[str, list[float]] = {mode: [] for mode in modes}
