@@ -374,11 +374,14 @@ def main() -> None:
         tracing.facade(facade_process, cluster, database, backend, proc, name="traced-b") as (other_url, other_proc),
     ):
         keys = setup(api, ns, model_url, args.guardrails)
-        target = {"model": model_url, "execute": f"{url}/e/{ns}/bot-draft/v1/apps/bot/execute", "key": keys["bot"]}
+
+        def bot(base: str) -> str:
+            return f"{base}/e/{ns}/bot-draft/v1/apps/bot/execute"
+
+        target = {"model": model_url, "execute": bot(url), "key": keys["bot"]}
         if args.guardrails:
             target |= {"guarded": f"{url}/e/{ns}/guarded-draft/v1/apps/guarded/execute", "guarded_key": keys["guarded"]}
-        traced_urls = (f"{traced_url}/e/{ns}/bot-draft/v1/apps/bot/execute",
-                       f"{other_url}/e/{ns}/bot-draft/v1/apps/bot/execute")  # fmt: skip
+        traced_urls = (bot(traced_url), bot(other_url))
         for path in tracing.PATHS:
             target[path] = traced_urls[0]
         other = {**target, **dict.fromkeys(tracing.PATHS, traced_urls[1])}
