@@ -498,12 +498,25 @@ static PyObject *random_id(int bits) {
 typedef struct {
     PyObject_HEAD
     PyObject *sample, *sink;
+    int follows_parent; /* the sampler says (its follows_parent attribute) that a local parent's decision, and a
+                           remote one's when sampled, is its answer: then it is not called for those */
 } TracerObject;
+
+static PyObject *S_follows_parent;
 
 static int Tracer_init(TracerObject *self, PyObject *args, PyObject *kwds) {
     static char *names[] = {"sample", "sink", NULL};
     PyObject *sample, *sink;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO", names, &sample, &sink)) return -1;
+    PyObject *follows = NULL;
+#if PY_VERSION_HEX >= 0x030D0000
+    if (PyObject_GetOptionalAttr(sample, S_follows_parent, &follows) < 0) return -1;
+#else
+    if (_PyObject_LookupAttr(sample, S_follows_parent, &follows) < 0) return -1;
+#endif
+    self->follows_parent = follows == NULL ? 0 : PyObject_IsTrue(follows);
+    Py_XDECREF(follows);
+    if (self->follows_parent < 0) return -1;
     Py_XSETREF(self->sample, Py_NewRef(sample));
     Py_XSETREF(self->sink, Py_NewRef(sink));
     return 0;
@@ -597,11 +610,17 @@ static PyObject *Tracer_start_span(TracerObject *self, PyObject *const *args, Py
                (tracestate = PyObject_GetAttrString(parent, "tracestate")) == NULL) {
         goto done;
     }
-    PyObject *decide[2] = {parent, trace_id};
-    PyObject *decision = PyObject_Vectorcall(self->sample, decide, 2, NULL);
-    if (decision == NULL) goto done;
-    int sampled = PyObject_IsTrue(decision);
-    Py_DECREF(decision);
+    int sampled;
+    if (self->follows_parent && PyObject_TypeCheck(parent, &SpanType) &&
+        (!((SpanObject *)parent)->remote || ((SpanObject *)parent)->sampled)) {
+        sampled = ((SpanObject *)parent)->sampled; /* what the parent-based sampler would answer */
+    } else {
+        PyObject *decide[2] = {parent, trace_id};
+        PyObject *decision = PyObject_Vectorcall(self->sample, decide, 2, NULL);
+        if (decision == NULL) goto done;
+        sampled = PyObject_IsTrue(decision);
+        Py_DECREF(decision);
+    }
     if (sampled < 0 || (span_id = random_id(64)) == NULL) goto done;
     if (sampled) {
         PyObject *own = attributes == Py_None ? PyDict_New() : Py_NewRef(attributes);
@@ -1067,6 +1086,7 @@ PyMODINIT_FUNC PyInit__spans(void) {
     INTERN(START_NAMES[6], "static")
     INTERN(EMPTY, "")
     INTERN(S_append, "append")
+    INTERN(S_follows_parent, "follows_parent")
 #undef INTERN
     if ((ZERO = PyLong_FromLong(0)) == NULL || (SIXTY_FOUR = PyLong_FromLong(64)) == NULL) return NULL;
     if (PyType_Ready(&SpanType) < 0 || PyType_Ready(&TracerType) < 0 || PyType_Ready(&SinkType) < 0) return NULL;

@@ -203,8 +203,12 @@ class Encoder:
         return b"\x12" + varint(size) + out
 
     def request(self, spans: Sequence[bytes]) -> bytes:
-        """An ``ExportTraceServiceRequest`` of spans encoded by :meth:`span`."""
-        return field(1, self._resource + field(2, self._scope + b"".join(spans)))
+        """An ``ExportTraceServiceRequest`` of spans encoded by :meth:`span`: its bytes joined once (a batch is
+        hundreds of kilobytes, which framing by :func:`field` would copy three more times)."""
+        scope_spans = len(self._scope) + sum(map(len, spans))
+        resource_spans = len(self._resource) + 1 + len(varint(scope_spans)) + scope_spans
+        return b"".join((b"\x0a", varint(resource_spans), self._resource, b"\x12", varint(scope_spans), self._scope,
+                         *spans))  # fmt: skip
 
 
 class ExportError(Exception):

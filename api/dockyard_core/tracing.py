@@ -309,6 +309,7 @@ def sampler(env: Mapping[str, str]) -> Sampler:
             return root(trace_id)
         return parent.sampled
 
+    parent_based.follows_parent = True  # type: ignore[attr-defined]  # the tracer answers those itself
     return parent_based
 
 
@@ -323,6 +324,9 @@ class Tracer:
     def __init__(self, sample: Sampler, sink: Callable[[Span], None]) -> None:
         self.sample = sample
         self.sink = sink
+        self.follows_parent = bool(getattr(sample, "follows_parent", False))
+        """The sampler is parent-based (its ``follows_parent``): a local parent's decision, and a remote one's
+        when sampled, is its answer, which the tracer then gives without calling it."""
 
     def start_span(
         self,
@@ -342,7 +346,11 @@ class Tracer:
             trace_id, parent_id, tracestate = _bits(128) or 1, 0, ""
         else:
             trace_id, parent_id, tracestate = parent.trace_id, parent.span_id, parent.tracestate
-        if self.sample(parent, trace_id):
+        if (
+            parent.sampled
+            if self.follows_parent and parent is not None and (parent.sampled or not parent.remote)
+            else self.sample(parent, trace_id)
+        ):
             return Span(
                 trace_id, _bits(64) or 1, True, tracestate, parent_id, name, kind,
                 {} if attributes is None else attributes, links, self.sink, False,

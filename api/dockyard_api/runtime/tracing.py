@@ -187,7 +187,8 @@ def turn_done(
     if body["guardrails"]:
         attributes["dockyard.guardrails"] = [f"{g['action']}={g['stage']}:{g['policy']}" for g in body["guardrails"]]
     traced.span.set_attributes(attributes)
-    content(traced.span, pii, key, str(body["session_id"]), message, answer)
+    if CAPTURE_CONTENT and pii is not None:
+        content(traced.span, pii, key, str(body["session_id"]), message, answer)
     if traced.owned:
         traced.span.finish()
 
@@ -232,7 +233,10 @@ def unsampled() -> bool:
 
 
 def agent(name: str, model: str | None, session: str | None) -> contextlib.AbstractContextManager[Span | None]:
-    if TRACER is None or unsampled():
+    if TRACER is None:
+        return NOOP
+    current = _current()  # unsampled(), written out: these hooks run on every turn
+    if current is not None and not current.sampled:
         return NOOP
     attributes = {"gen_ai.conversation.id": session} if session else None
     return TRACER.start_span(f"invoke_agent {name}", attributes=attributes, static=_agent_static(name, model or ""))
@@ -266,11 +270,17 @@ def step(number: int) -> contextlib.AbstractContextManager[None]:
     """Step ``number`` of an agent's tool loop: not a span of its own (as the GenAI conventions have it, the
     model call and the tool calls of an agent are children of its ``invoke_agent`` span); its ``chat`` and
     ``execute_tool`` spans carry ``dockyard.agent.step``."""
-    return NOOP if TRACER is None or unsampled() else _Step(number)
+    if TRACER is None:
+        return NOOP
+    current = _current()
+    return NOOP if current is not None and not current.sampled else _Step(number)
 
 
 def chat(base_url: str, body: Mapping[str, Any]) -> contextlib.AbstractContextManager[Span | None]:
-    if TRACER is None or unsampled():
+    if TRACER is None:
+        return NOOP
+    current = _current()
+    if current is not None and not current.sampled:
         return NOOP
     tools = body.get("tools")
     offered = tuple(str(t.get("function", {}).get("name")) for t in tools) if tools else ()
@@ -301,11 +311,12 @@ def _chat_static(base_url: str, model: str, settings: tuple[Any, ...], offered: 
 def chat_done(span: Span | None, tokens_in: int, tokens_out: int, finish: str | None, calls: list[str]) -> None:
     if span is None:
         return
-    span.set_attributes({"gen_ai.usage.input_tokens": tokens_in, "gen_ai.usage.output_tokens": tokens_out})
+    attributes: dict[str, Any] = {"gen_ai.usage.input_tokens": tokens_in, "gen_ai.usage.output_tokens": tokens_out}
     if finish:
-        span.set_attribute("gen_ai.response.finish_reasons", [finish])
+        attributes["gen_ai.response.finish_reasons"] = [finish]
     if calls:
-        span.set_attribute("dockyard.tool_calls", calls)
+        attributes["dockyard.tool_calls"] = calls
+    span.set_attributes(attributes)
 
 
 def tool(name: str, call_id: str) -> contextlib.AbstractContextManager[Span | None]:

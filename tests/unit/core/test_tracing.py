@@ -191,6 +191,45 @@ def test_the_ratio_decides_for_an_unsampled_traceparent_a_sampled_one_is_followe
     assert abs(decided / 4 - kept) <= 8, decided
 
 
+@pytest.mark.parametrize(
+    "env",
+    [
+        {},
+        {"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.25"},
+        {"OTEL_TRACES_SAMPLER": "parentbased_always_off"},
+        {"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.25"},
+    ],
+)
+def test_the_tracer_answers_for_a_parent_based_sampler_only_what_it_would_answer(env: dict[str, str]) -> None:
+    """A parent-based sampler is not called for a local parent nor for a caller's sampled traceparent (the
+    tracer gives the parent's decision itself); a caller's unsampled traceparent and a root still ask it, and
+    a sampler that does not follow parents is asked every time. The decisions are the sampler's in every case."""
+    chosen = tracing.sampler(env)
+    asked: list[int] = []
+
+    def sample(parent: tracing.Span | None, trace_id: int) -> bool:
+        asked.append(trace_id)
+        return chosen(parent, trace_id)
+
+    sample.follows_parent = getattr(chosen, "follows_parent", False)  # type: ignore[attr-defined]
+    tracer = tracing.Tracer(sample, lambda span: None)
+    follows = env.get("OTEL_TRACES_SAMPLER", "parentbased_").startswith("parentbased_")
+    for i in range(200):
+        trace_id = (i * 0x9E3779B97F4A7C15 * 0x100000001B3) % (1 << 128) or 1
+        for flags in (0, 1):
+            remote = tracing.extract(f"00-{trace_id:032x}-{1:016x}-{flags:02x}")
+            del asked[:]
+            child = tracer.start_span("child", parent=remote)
+            assert child.sampled == chosen(remote, trace_id)
+            assert len(asked) == (0 if follows and flags else 1)
+            del asked[:]
+            grandchild = tracer.start_span("grandchild", parent=child)
+            assert grandchild.sampled == chosen(child, trace_id)
+            assert len(asked) == (0 if follows else 1)
+    root = tracer.start_span("root", use_current=False)
+    assert root.sampled == chosen(None, root.trace_id)
+
+
 def test_a_sampler_argument_that_is_no_ratio_is_refused_naming_it() -> None:
     with pytest.raises(tracing.TracingConfigError, match="OTEL_TRACES_SAMPLER_ARG"):
         tracing.sampler({"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "half"})
