@@ -206,9 +206,9 @@ class Encoder:
         """An ``ExportTraceServiceRequest`` of spans encoded by :meth:`span`: its bytes joined once (a batch is
         hundreds of kilobytes, which framing by :func:`field` would copy three more times)."""
         scope_spans = len(self._scope) + sum(map(len, spans))
-        resource_spans = len(self._resource) + 1 + len(varint(scope_spans)) + scope_spans
-        return b"".join((b"\x0a", varint(resource_spans), self._resource, b"\x12", varint(scope_spans), self._scope,
-                         *spans))  # fmt: skip
+        scope_size = varint(scope_spans)
+        resource_spans = len(self._resource) + 1 + len(scope_size) + scope_spans
+        return b"".join((b"\x0a", varint(resource_spans), self._resource, b"\x12", scope_size, self._scope, *spans))
 
 
 class ExportError(Exception):

@@ -187,8 +187,7 @@ def turn_done(
     if body["guardrails"]:
         attributes["dockyard.guardrails"] = [f"{g['action']}={g['stage']}:{g['policy']}" for g in body["guardrails"]]
     traced.span.set_attributes(attributes)
-    if CAPTURE_CONTENT and pii is not None:
-        content(traced.span, pii, key, str(body["session_id"]), message, answer)
+    content(traced.span, pii, key, str(body["session_id"]), message, answer)
     if traced.owned:
         traced.span.finish()
 
@@ -233,10 +232,7 @@ def unsampled() -> bool:
 
 
 def agent(name: str, model: str | None, session: str | None) -> contextlib.AbstractContextManager[Span | None]:
-    if TRACER is None:
-        return NOOP
-    current = _current()  # unsampled(), written out: these hooks run on every turn
-    if current is not None and not current.sampled:
+    if TRACER is None or unsampled():
         return NOOP
     attributes = {"gen_ai.conversation.id": session} if session else None
     return TRACER.start_span(f"invoke_agent {name}", attributes=attributes, static=_agent_static(name, model or ""))
@@ -270,17 +266,11 @@ def step(number: int) -> contextlib.AbstractContextManager[None]:
     """Step ``number`` of an agent's tool loop: not a span of its own (as the GenAI conventions have it, the
     model call and the tool calls of an agent are children of its ``invoke_agent`` span); its ``chat`` and
     ``execute_tool`` spans carry ``dockyard.agent.step``."""
-    if TRACER is None:
-        return NOOP
-    current = _current()
-    return NOOP if current is not None and not current.sampled else _Step(number)
+    return NOOP if TRACER is None or unsampled() else _Step(number)
 
 
 def chat(base_url: str, body: Mapping[str, Any]) -> contextlib.AbstractContextManager[Span | None]:
-    if TRACER is None:
-        return NOOP
-    current = _current()
-    if current is not None and not current.sampled:
+    if TRACER is None or unsampled():
         return NOOP
     tools = body.get("tools")
     offered = tuple(str(t.get("function", {}).get("name")) for t in tools) if tools else ()
