@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
+import sys
 import threading
 import time
+import traceback
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import httpx
@@ -64,8 +68,9 @@ def run_operator(namespaces: Sequence[str] = (), env: Mapping[str, str] | None =
     args += [f"--namespace={ns}" for ns in namespaces] or ["--all-namespaces"]
     args += ["-m", "dockyard_operator.handlers"]
     operator_settings.cache_clear()  # the settings are read once per process: this run reads its own
+    runner = KopfRunner(args, timeout=STOP_SECONDS)
     try:
-        with KopfRunner(args, timeout=60) as runner:
+        with _explained_if_it_does_not_stop(runner), runner:
             wait_http_ok(f"http://127.0.0.1:{port}/readyz")
             yield RunningOperator(runner, f"http://127.0.0.1:{port}")
     finally:
@@ -76,6 +81,53 @@ def run_operator(namespaces: Sequence[str] = (), env: Mapping[str, str] | None =
                 os.environ[key] = value
     assert runner.exception is None, runner.exception
     assert runner.exit_code == 0, runner.output
+
+
+STOP_SECONDS = 60
+"""How long a stopping operator may take (KopfRunner's own check); the operator's own deadlines are far shorter."""
+
+
+@contextmanager
+def _explained_if_it_does_not_stop(runner: KopfRunner) -> Iterator[None]:
+    """KopfRunner's "The operator didn't stop, still running." with what the operator's event loop was still
+    waiting for: every task's name and innermost frames, and the thread's stack."""
+    try:
+        yield
+    except Exception as exc:
+        if "didn't stop" not in str(exc):
+            raise
+        raise AssertionError(f"the operator did not stop within {STOP_SECONDS}s:\n{_operator_stacks(runner)}") from exc
+
+
+def _operator_stacks(runner: KopfRunner) -> str:
+    lines: list[str] = []
+    for ident, inner in sys._current_frames().items():
+        frame: FrameType | None = inner
+        loop = None
+        while frame is not None:  # the runner's thread runs KopfRunner._target, whose local `loop` is the operator's
+            if frame.f_code.co_name == "_target" and frame.f_locals.get("self") is runner:
+                loop = frame.f_locals.get("loop")
+                break
+            frame = frame.f_back
+        if loop is None:
+            continue
+        lines.append(f"thread {ident}:\n" + "".join(traceback.format_stack(inner, limit=8)))
+        for task in sorted(asyncio.all_tasks(loop), key=lambda task: task.get_name())[:300]:
+            lines.append(f"task {task.get_name()!r}: {' -> '.join(_awaiting(task.get_coro())[-6:]) or repr(task)}")
+    return "\n".join(lines) or "(the operator's thread was not found)"
+
+
+def _awaiting(coro: Any) -> list[str]:
+    """Where a suspended coroutine and each one it awaits stand (a task's own stack shows only the first)."""
+    where: list[str] = []
+    while coro is not None and len(where) < 40:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "ag_frame", None) or getattr(coro, "gi_frame", None)
+        if frame is None:
+            break
+        path = "/".join(frame.f_code.co_filename.rsplit("/", 2)[-2:])
+        where.append(f"{path}:{frame.f_lineno} {frame.f_code.co_name}")
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "ag_await", None) or getattr(coro, "gi_yieldfrom", None)
+    return where
 
 
 @dataclass
