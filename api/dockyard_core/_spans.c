@@ -675,17 +675,29 @@ static PyTypeObject TracerType = {
 
 /* --- a caller's traceparent ------------------------------------------------------------------------ */
 
+/* A hex digit's value, or -1. Upper case too: extract() reads an ASCII traceparent as it is, which is the same as
+ * reading it lowered (py_extract lowers it first). */
 static int hex_digit(Py_UCS4 c) {
     if (c >= '0' && c <= '9') return (int)(c - '0');
     if (c >= 'a' && c <= 'f') return (int)(c - 'a' + 10);
+    if (c >= 'A' && c <= 'F') return (int)(c - 'A' + 10);
     return -1;
 }
 
-/* The hex digits of text[start, start + count) as a number (count <= 16); -1 when one is not a digit. */
-static int hex_field(PyObject *text, Py_ssize_t start, int count, uint64_t *out) {
+/* The text extract() reads: a str's characters [start, start + n). */
+typedef struct {
+    int kind;
+    const void *data;
+    Py_ssize_t start, n;
+} Text;
+
+static Py_UCS4 text_at(const Text *text, Py_ssize_t i) { return PyUnicode_READ(text->kind, text->data, text->start + i); }
+
+/* The hex digits of text[at, at + count) as a number (count <= 16); -1 when one is not a digit. */
+static int hex_field(const Text *text, Py_ssize_t at, int count, uint64_t *out) {
     uint64_t value = 0;
     for (int i = 0; i < count; i++) {
-        int digit = hex_digit(PyUnicode_READ_CHAR(text, start + i));
+        int digit = hex_digit(text_at(text, at + i));
         if (digit < 0) return -1;
         value = value << 4 | (uint64_t)digit;
     }
@@ -702,29 +714,42 @@ static PyObject *extract(PyObject *module, PyObject *const *args, Py_ssize_t nar
     if (need_bound() < 0) return NULL;
     int given = PyObject_IsTrue(args[0]);
     if (given <= 0) return given < 0 ? NULL : Py_NewRef(Py_None);
-    PyObject *stripped = PyObject_CallMethod(args[0], "strip", NULL);
-    if (stripped == NULL) return NULL;
-    PyObject *text = PyObject_CallMethod(stripped, "lower", NULL);
-    Py_DECREF(stripped);
-    if (text == NULL) return NULL;
-    PyObject *result = NULL, *trace_id = NULL, *span_id = NULL, *state = NULL, *attributes = NULL;
-    if (!PyUnicode_Check(text)) {
-        PyErr_SetString(PyExc_TypeError, "a traceparent is a str");
-        goto done;
+    PyObject *text = NULL; /* py_extract's traceparent.strip().lower(), where the traceparent is not ASCII */
+    Text read;
+    if (PyUnicode_Check(args[0]) && PyUnicode_IS_ASCII(args[0])) {
+        /* as it is (what a caller sends): strip's whitespace skipped here, its upper case read as lower by
+         * hex_digit; lowering changes nothing else that is checked below (the dashes, a newline) */
+        const Py_UCS1 *chars = PyUnicode_1BYTE_DATA(args[0]);
+        Py_ssize_t from = 0, to = PyUnicode_GET_LENGTH(args[0]);
+        while (from < to && Py_UNICODE_ISSPACE(chars[from])) from++;
+        while (to > from && Py_UNICODE_ISSPACE(chars[to - 1])) to--;
+        read = (Text){PyUnicode_1BYTE_KIND, chars, from, to - from};
+    } else {
+        PyObject *stripped = PyObject_CallMethod(args[0], "strip", NULL);
+        if (stripped == NULL) return NULL;
+        text = PyObject_CallMethod(stripped, "lower", NULL);
+        Py_DECREF(stripped);
+        if (text == NULL) return NULL;
+        if (!PyUnicode_Check(text)) {
+            PyErr_SetString(PyExc_TypeError, "a traceparent is a str");
+            Py_DECREF(text);
+            return NULL;
+        }
+        read = (Text){PyUnicode_KIND(text), PyUnicode_DATA(text), 0, PyUnicode_GET_LENGTH(text)};
     }
-    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    PyObject *result = NULL, *trace_id = NULL, *span_id = NULL, *state = NULL, *attributes = NULL;
+    Py_ssize_t n = read.n;
     uint64_t version, hi, low, span, flags;
     /* version-traceid-parentid-flags, then for a later version "-" and anything on one line */
-    if (n < 55 || PyUnicode_READ_CHAR(text, 2) != '-' || PyUnicode_READ_CHAR(text, 35) != '-' ||
-        PyUnicode_READ_CHAR(text, 52) != '-' || hex_field(text, 0, 2, &version) < 0 ||
-        hex_field(text, 3, 16, &hi) < 0 || hex_field(text, 19, 16, &low) < 0 || hex_field(text, 36, 16, &span) < 0 ||
-        hex_field(text, 53, 2, &flags) < 0) {
+    if (n < 55 || text_at(&read, 2) != '-' || text_at(&read, 35) != '-' || text_at(&read, 52) != '-' ||
+        hex_field(&read, 0, 2, &version) < 0 || hex_field(&read, 3, 16, &hi) < 0 || hex_field(&read, 19, 16, &low) < 0 ||
+        hex_field(&read, 36, 16, &span) < 0 || hex_field(&read, 53, 2, &flags) < 0) {
         result = Py_NewRef(Py_None);
         goto done;
     }
     if (n > 55) {
-        int bad = PyUnicode_READ_CHAR(text, 55) != '-';
-        for (Py_ssize_t i = 56; i < n && !bad; i++) bad = PyUnicode_READ_CHAR(text, i) == '\n';
+        int bad = text_at(&read, 55) != '-';
+        for (Py_ssize_t i = 56; i < n && !bad; i++) bad = text_at(&read, i) == '\n';
         if (bad || version == 0) {
             result = Py_NewRef(Py_None);
             goto done;
@@ -753,7 +778,7 @@ static PyObject *extract(PyObject *module, PyObject *const *args, Py_ssize_t nar
     result = new_span(trace_id, span_id, (int)(flags & 1), state, ZERO, EMPTY, 2 /* SERVER */, attributes, Py_None,
                       Py_None, 1, Py_None);
 done:
-    Py_DECREF(text);
+    Py_XDECREF(text);
     Py_XDECREF(trace_id);
     Py_XDECREF(span_id);
     Py_XDECREF(state);

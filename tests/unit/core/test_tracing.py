@@ -4,6 +4,7 @@ What the exporter sends is decoded in test_otlp.py."""
 
 from __future__ import annotations
 
+import random
 import subprocess
 import sys
 import time
@@ -287,7 +288,18 @@ def test_the_c_extract_reads_traceparents_as_the_python_one() -> None:
         valid[:55 - 1], valid.replace("-", "_"), "", "00-" + "ü" * 52, "02" + valid[2:] + "-ü", valid + "\u00a0",
         "0X" + valid[2:], "00-0af7651916cd43dd8448eb211c80319c-b7ad6b716920333-01",
         "00-+af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        f"\x1c\t{valid.upper()}\x0b\x1f", "01" + valid.upper()[2:] + "-Later", valid.replace("a", "\u212a"),
+        valid[:-1] + "\u212a", " " * 3 + valid[:30] + " " + valid[31:],
     ]  # fmt: skip
+    # and mutations of it: an ASCII traceparent is read as it is (its case and strip's whitespace skipped in
+    # place), any other through strip() and lower() as py_extract does
+    rng = random.Random(5)
+    alphabet = "0af-AF9g \t\n\x1c\x0b\u212a\u00a0"
+    for _ in range(400):
+        chars = list(rng.choice(cases[:6]))
+        for _ in range(rng.randint(1, 3)):
+            chars[rng.randrange(len(chars))] = rng.choice(alphabet)
+        cases.append("".join(chars))
     states = [None, "", "vendor=1", "x" * 600]
     for text in cases:
         for state in states:
