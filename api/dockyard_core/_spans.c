@@ -335,14 +335,30 @@ static int trace_halves(PyObject *trace_id, uint64_t *hi, uint64_t *low) {
     return rc;
 }
 
+/* The 16 lower-case hex digits of v at out. */
+static void put_hex64(char *out, uint64_t v) {
+    static const char digits[] = "0123456789abcdef";
+    for (int i = 15; i >= 0; i--) {
+        out[i] = digits[v & 15];
+        v >>= 4;
+    }
+}
+
 static PyObject *Span_traceparent(SpanObject *self, PyObject *unused) {
     uint64_t hi, low, span_id;
     if (trace_halves(or_none(self->trace_id), &hi, &low) < 0 || u64_of(or_none(self->span_id), &span_id) < 0)
         return NULL;
-    char text[64];
-    int n = snprintf(text, sizeof text, "00-%016llx%016llx-%016llx-%s", (unsigned long long)hi, (unsigned long long)low,
-                     (unsigned long long)span_id, self->sampled ? "01" : "00");
-    return PyUnicode_FromStringAndSize(text, n);
+    /* 00-{trace id: 32 hex}-{span id: 16 hex}-{flags}, written into the new str (snprintf took ten times as long) */
+    PyObject *text = PyUnicode_New(55, 127);
+    if (text == NULL) return NULL;
+    char *out = (char *)PyUnicode_1BYTE_DATA(text);
+    memcpy(out, "00-", 3);
+    put_hex64(out + 3, hi);
+    put_hex64(out + 19, low);
+    out[35] = '-';
+    put_hex64(out + 36, span_id);
+    memcpy(out + 52, self->sampled ? "-01" : "-00", 3);
+    return text;
 }
 
 static PyTypeObject SinkType;

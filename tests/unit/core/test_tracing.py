@@ -277,6 +277,18 @@ def test_a_span_holds_nothing_once_it_is_gone(span_type: type) -> None:
     assert (sys.getrefcount(attributes), sys.getrefcount(sink), sys.getrefcount(static)) == before
 
 
+def test_a_spans_traceparent_is_its_ids_in_hex(span_type: type) -> None:
+    """``traceparent()`` of any ids (the C form writes the hex digits itself): 32 and 16 lower-case digits, zero
+    padded, and the sampled flag."""
+    rng = random.Random(7)
+    ids = [(1, 1), ((1 << 128) - 1, (1 << 64) - 1), (1 << 64, 1 << 63), (0xABCDEF, 0xFEDCBA)]
+    ids += [(rng.getrandbits(128) or 1, rng.getrandbits(64) or 1) for _ in range(200)]
+    for trace_id, span_id in ids:
+        for sampled in (True, False):
+            span = span_type(trace_id, span_id, sampled, "", 0, "x", tracing.INTERNAL, {}, None, None)
+            assert span.traceparent() == f"00-{trace_id:032x}-{span_id:016x}-{'01' if sampled else '00'}"
+
+
 @pytest.mark.skipif(tracing._spans is None, reason="the C extension was not built")
 def test_the_c_extract_reads_traceparents_as_the_python_one() -> None:
     """The C form of extract answers what py_extract answers, on valid, odd and malformed traceparents."""
