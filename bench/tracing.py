@@ -21,6 +21,11 @@ paths are then the same turns, and what the figures show is the method's own bia
 
 ``python -m bench.tracing``: the recorder alone in one process (the hooks of a turn and the export thread,
 which runs between turns), tracing off, on for turns not sampled, and on for sampled ones, alternated.
+
+``python -m bench.tracing --instructions [--turns 1000]``: the same turn's instructions, counted exactly by
+callgrind (valgrind's tool; Debian package ``valgrind``) in every thread of the process, hook by hook (each added
+to the turn in turn), sampled and not sampled: a figure that does not move with the machine or its load, for
+telling what a change to the hooks saves (the CPU time in a facade also depends on the caches: docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import os
 import random
 import re
 import secrets
+import shutil
 import statistics
 import subprocess
 import sys
@@ -431,11 +437,23 @@ def scopes(count: int, traced: bool = True) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
-def hooks_of_a_turn(number: int, scope: dict[str, Any]) -> None:
+HOOKS = (
+    "the request's span (request, request_done)",
+    "the turn's attributes (turn, turn_done)",
+    "invoke_agent (agent)",
+    "the step (step)",
+    "the chat span (chat, chat_done)",
+    "the traceparent sent on (inject)",
+)
+"""The hooks of :func:`hooks_of_a_turn` in the order its ``hooks`` argument adds them (``--instructions``)."""
+
+
+def hooks_of_a_turn(number: int, scope: dict[str, Any], hooks: int = len(HOOKS)) -> None:
     """What the facade's tracing does in a one-step turn without tools (bench.execute's app): the request's
     span, the turn's attributes, invoke_agent, the step, the chat span with its traceparent sent on, the
-    answer's attributes, the request's end."""
-    from dockyard_api.runtime import tracing as hooks
+    answer's attributes, the request's end. ``hooks``: only the first that many of :data:`HOOKS` (the others
+    replaced by a null context or left out; ``--instructions`` counts each one's share)."""
+    from dockyard_api.runtime import tracing as h
 
     class Env:
         app, name, namespace = "bot", "bot-draft", "bench"
@@ -443,16 +461,23 @@ def hooks_of_a_turn(number: int, scope: dict[str, Any]) -> None:
     body = {"model": "bench-model", "messages": [], "max_tokens": 64, "temperature": 0.2, "top_p": 0.9}
     answer = {"agent": "bot", "tokens": {"input": 12, "output": 7}, "tools_used": [], "guardrails": [],
               "session_id": f"ses_{number:032x}"}  # fmt: skip
-    span = hooks.request(scope)
-    turn = hooks.turn(Env, "v1", f"ses_{number:032x}")  # type: ignore[arg-type]
-    with hooks.agent("bot", "bench-model", None), hooks.step(1), hooks.chat("http://127.0.0.1:9000/v1", body) as chat:
-        sent: dict[str, str] = {}
-        hooks.inject(sent)
-        hooks.chat_done(chat, 12, 7, "stop", [])
+    none = nullcontext()
+    span = h.request(scope)
+    turn = h.turn(Env, "v1", f"ses_{number:032x}") if hooks > 1 else None  # type: ignore[arg-type]
+    with (
+        h.agent("bot", "bench-model", None) if hooks > 2 else none,
+        h.step(1) if hooks > 3 else none,
+        h.chat("http://127.0.0.1:9000/v1", body) if hooks > 4 else none as chat,
+    ):
+        if hooks > 5:
+            sent: dict[str, str] = {}
+            h.inject(sent)
+        if hooks > 4:
+            h.chat_done(chat, 12, 7, "stop", [])
     if turn is not None:
-        hooks.turn_done(turn, answer, None, b"", "hello", "hi")
+        h.turn_done(turn, answer, None, b"", "hello", "hi")
     if span is not None:
-        hooks.request_done(span, ROUTE, 200)
+        h.request_done(span, ROUTE, 200)
 
 
 def recorder_cost(turns: int, pause_s: float, environ: dict[str, str], traced: bool = True) -> tuple[float, float]:
@@ -486,6 +511,87 @@ def recorder_cost(turns: int, pause_s: float, environ: dict[str, str], traced: b
     return (spent - idle) / turns * 1e6, idle / turns * 1e6
 
 
+def instructions_child(mode: str, hooks: int, turns: int) -> None:
+    """``--instructions``' measured process (under callgrind, instrumentation off until asked): tracing on (to a
+    discarding sink; ``off``: not started), 200 turns to warm up, ``ready``, then ``turns`` turns and the export of
+    their spans, ``done``; each line waits for one on stdin (the parent switches instrumentation on and off)."""
+    from dockyard_api.runtime import tracing as h
+
+    requests = scopes(turns + 200, mode == "traced")
+    with sink() as backend:
+        if mode != "off":
+            h.start(otel_env(backend))
+        for number in range(200):
+            hooks_of_a_turn(number, requests[number], hooks)
+        if h._RUNNING is not None:
+            h._RUNNING.flush()
+        print("ready", flush=True)
+        sys.stdin.readline()
+        for number in range(200, turns + 200):
+            hooks_of_a_turn(number, requests[number], hooks)
+        if h._RUNNING is not None:
+            h._RUNNING.flush(60000)
+        print("done", flush=True)
+        sys.stdin.readline()
+        h.stop()
+
+
+def count_instructions(mode: str, hooks: int, turns: int, out: Path) -> float:
+    """Instructions per turn (callgrind's exact count, every thread of the process: the hooks and the export)
+    of :func:`instructions_child`'s measured part."""
+    command = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}", sys.executable,
+               "-m", "bench.tracing", "--instructions-child", mode, str(hooks), str(turns)]  # fmt: skip
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    child = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                             text=True, env=env)  # fmt: skip
+    assert child.stdin is not None
+    assert child.stdout is not None
+    for switch, line in (("on", "ready"), ("off", "done")):
+        while (got := child.stdout.readline()) and got.strip() != line:
+            pass
+        if not got:
+            raise SystemExit(f"the measured process ended before {line!r} (exit {child.wait()})")
+        subprocess.run(["callgrind_control", "-i", switch, str(child.pid)], check=True, capture_output=True)
+        child.stdin.write("go\n")
+        child.stdin.flush()
+    child.stdin.close()
+    if child.wait() != 0:
+        raise SystemExit(f"the measured process failed (exit {child.returncode})")
+    totals = re.search(r"^totals: (\d+)", out.read_text(), re.MULTILINE)
+    if totals is None:
+        raise SystemExit(f"no totals in {out}")
+    return int(totals.group(1)) / turns
+
+
+def instructions(turns: int) -> None:
+    """``--instructions``: what each hook of a turn costs in instructions, traced and unsampled, exactly (no
+    noise: the same count on any machine and load; not the CPU time, which the caches and the rest of a real
+    turn add to, see docs/benchmarks.md)."""
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        raise SystemExit("--instructions needs valgrind (Debian: apt-get install valgrind)")
+    print(f"inputs: {turns} turns per count (after 200 to warm up), the hooks added one at a time, tracing to a "
+          f"discarding OTLP sink, instructions counted by callgrind (every thread of the process)")  # fmt: skip
+    per_turn: dict[tuple[str, int], float] = {}
+    with tempfile.TemporaryDirectory(prefix="dockyard-instructions-") as tmp:
+        off = count_instructions("off", len(HOOKS), turns, Path(tmp) / "off")
+        for mode in ("unsampled", "traced"):
+            for hooks in range(1, len(HOOKS) + 1):
+                per_turn[mode, hooks] = count_instructions(mode, hooks, turns, Path(tmp) / f"{mode}-{hooks}")
+    print(f"  {'hook':46} {'unsampled':>10} {'traced':>10} {'traced - unsampled':>19}")
+    for hooks, name in enumerate(HOOKS, start=1):
+        # each hook: the turn with it against the turn without it; the first against tracing off (the loop's own
+        # instructions cancel out)
+        cost = {mode: per_turn[mode, hooks] - (per_turn[mode, hooks - 1] if hooks > 1 else off)
+                for mode in ("unsampled", "traced")}  # fmt: skip
+        print(f"  {name:46} {cost['unsampled']:10,.0f} {cost['traced']:10,.0f} "
+              f"{cost['traced'] - cost['unsampled']:19,.0f}")  # fmt: skip
+    full = len(HOOKS)
+    unsampled, traced = per_turn["unsampled", full] - off, per_turn["traced", full] - off
+    print(f"summary (instructions per turn, hooks and export, against tracing off): a sampled turn "
+          f"{traced:,.0f}, one not sampled {unsampled:,.0f}; sampled against not sampled (bench.execute "
+          f"--tracing's comparison) {traced - unsampled:,.0f}")  # fmt: skip
+
+
 def main() -> None:
     import argparse
     import os
@@ -500,7 +606,18 @@ def main() -> None:
         "the rounds of one run scattered 2-4x (docs/benchmarks.md)",
     )
     parser.add_argument("--rounds", type=int, default=5, help="off, unsampled and traced alternated, this many times")
+    parser.add_argument("--instructions", action="store_true",
+                        help="instead: each hook's instructions per turn, counted by callgrind (needs valgrind); "
+                        "--turns 1000 is plenty (exact counts)")  # fmt: skip
+    parser.add_argument("--instructions-child", nargs=3, metavar=("MODE", "HOOKS", "TURNS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.instructions_child:
+        mode, hooks, turns = args.instructions_child
+        instructions_child(mode, int(hooks), int(turns))
+        return
+    if args.instructions:
+        instructions(args.turns)
+        return
     print(f"inputs: turns={args.turns} per round, pause={args.pause_ms} ms, rounds={args.rounds}, "
           f"cpus={os.cpu_count()}, loadavg={' '.join(f'{v:.2f}' for v in os.getloadavg())}")  # fmt: skip
     modes = {"off": False, "unsampled": False, "traced": True}

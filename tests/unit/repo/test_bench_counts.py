@@ -1,10 +1,11 @@
 # ruff: noqa: E501
-"""The benchmarks' reading of the API server's request counts (bench/common.py)."""
+"""The benchmarks' reading of the API server's request counts (bench/common.py), and bench.tracing's turn."""
 
 from __future__ import annotations
 
 from collections import Counter
 
+import pytest
 from bench.common import ApiServerWork, count_diff, fit_per_second, format_counts, format_work, parse_request_counts
 
 PAGE = """\
@@ -82,3 +83,31 @@ def test_the_interval_of_a_median_holds_it_and_narrows_with_more_pairs() -> None
     assert median_interval(many)[1] - median_interval(many)[0] < (median_interval(few)[1] - median_interval(few)[0]) / 2
     assert median_interval(few) == median_interval(list(few))
     assert median_interval([2.0]) == (2.0, 2.0)
+
+
+def test_the_hooks_of_a_benchmark_turn_are_added_one_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """bench.tracing's turn with its first n hooks (what --instructions counts hook by hook): the spans and
+    attributes each one adds, and with all of them the turn the facade traces (three spans, one trace)."""
+    from bench.tracing import HOOKS, hooks_of_a_turn, scopes
+
+    from dockyard_api.runtime import tracing
+    from dockyard_core import tracing as core
+
+    finished: list[core.Span] = []
+    monkeypatch.setattr(tracing, "TRACER", core.Tracer(core.sampler({}), finished.append))
+    names = []
+    for hooks in range(1, len(HOOKS) + 1):
+        finished.clear()
+        hooks_of_a_turn(1, scopes(1)[0], hooks)
+        names.append(sorted(span.name.split(" ")[0] for span in finished))
+        assert len({span.trace_id for span in finished}) == 1
+        assert core.current() is None  # every span ended and no longer current
+    assert names == [
+        ["POST"],
+        ["POST"],
+        ["POST", "invoke_agent"],
+        ["POST", "invoke_agent"],
+        *[["POST", "chat", "invoke_agent"]] * 2,
+    ]
+    request = next(span for span in finished if span.name.startswith("POST"))
+    assert request.all_attributes()["gen_ai.conversation.id"] == f"ses_{1:032x}"
