@@ -448,6 +448,15 @@ HOOKS = (
 """The hooks of :func:`hooks_of_a_turn` in the order its ``hooks`` argument adds them (``--instructions``)."""
 
 
+class _TurnEnv:
+    """The environment a turn of :func:`hooks_of_a_turn` is in (what ``tracing.turn`` reads of it)."""
+
+    app, name, namespace = "bot", "bot-draft", "bench"
+
+
+_CHAT_BODY = {"model": "bench-model", "messages": [], "max_tokens": 64, "temperature": 0.2, "top_p": 0.9}
+
+
 def hooks_of_a_turn(number: int, scope: dict[str, Any], hooks: int = len(HOOKS)) -> None:
     """What the facade's tracing does in a one-step turn without tools (bench.execute's app): the request's
     span, the turn's attributes, invoke_agent, the step, the chat span with its traceparent sent on, the
@@ -455,19 +464,15 @@ def hooks_of_a_turn(number: int, scope: dict[str, Any], hooks: int = len(HOOKS))
     replaced by a null context or left out; ``--instructions`` counts each one's share)."""
     from dockyard_api.runtime import tracing as h
 
-    class Env:
-        app, name, namespace = "bot", "bot-draft", "bench"
-
-    body = {"model": "bench-model", "messages": [], "max_tokens": 64, "temperature": 0.2, "top_p": 0.9}
     answer = {"agent": "bot", "tokens": {"input": 12, "output": 7}, "tools_used": [], "guardrails": [],
               "session_id": f"ses_{number:032x}"}  # fmt: skip
     none = nullcontext()
     span = h.request(scope)
-    turn = h.turn(Env, "v1", f"ses_{number:032x}") if hooks > 1 else None  # type: ignore[arg-type]
+    turn = h.turn(_TurnEnv, "v1", f"ses_{number:032x}") if hooks > 1 else None  # type: ignore[arg-type]
     with (
         h.agent("bot", "bench-model", None) if hooks > 2 else none,
         h.step(1) if hooks > 3 else none,
-        h.chat("http://127.0.0.1:9000/v1", body) if hooks > 4 else none as chat,
+        h.chat("http://127.0.0.1:9000/v1", _CHAT_BODY) if hooks > 4 else none as chat,
     ):
         if hooks > 5:
             sent: dict[str, str] = {}
@@ -515,16 +520,20 @@ def instructions_child(mode: str, hooks: int, turns: int) -> None:
     """``--instructions``' measured process (under callgrind, instrumentation off until asked): tracing on (to a
     discarding sink; ``off``: not started), 200 turns to warm up, ``ready``, then ``turns`` turns and the export of
     their spans, ``done``; each line waits for one on stdin (the parent switches instrumentation on and off)."""
+    import gc
+
     from dockyard_api.runtime import tracing as h
 
     requests = scopes(turns + 200, mode == "traced")
     with sink() as backend:
-        if mode != "off":
-            h.start(otel_env(backend))
+        if mode != "off":  # a batch is exported when it is full (512 spans), not on a timer: the same each time
+            h.start({**otel_env(backend), "OTEL_BSP_SCHEDULE_DELAY": "3600000"})
         for number in range(200):
             hooks_of_a_turn(number, requests[number], hooks)
         if h._RUNNING is not None:
             h._RUNNING.flush()
+        gc.collect()
+        gc.disable()  # where the collector would run depends on the whole process, not on the hooks
         print("ready", flush=True)
         sys.stdin.readline()
         for number in range(200, turns + 200):
@@ -533,6 +542,7 @@ def instructions_child(mode: str, hooks: int, turns: int) -> None:
             h._RUNNING.flush(60000)
         print("done", flush=True)
         sys.stdin.readline()
+        gc.enable()
         h.stop()
 
 
@@ -597,7 +607,7 @@ def main() -> None:
     import os
 
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--turns", type=int, default=20000)
+    parser.add_argument("--turns", type=int, default=None, help="per round (default 20000; with --instructions 1000)")
     parser.add_argument(
         "--pause-ms",
         type=float,
@@ -606,9 +616,11 @@ def main() -> None:
         "the rounds of one run scattered 2-4x (docs/benchmarks.md)",
     )
     parser.add_argument("--rounds", type=int, default=5, help="off, unsampled and traced alternated, this many times")
-    parser.add_argument("--instructions", action="store_true",
-                        help="instead: each hook's instructions per turn, counted by callgrind (needs valgrind); "
-                        "--turns 1000 is plenty (exact counts)")  # fmt: skip
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="instead: each hook's instructions per turn, counted by callgrind (needs valgrind)",
+    )
     parser.add_argument("--instructions-child", nargs=3, metavar=("MODE", "HOOKS", "TURNS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.instructions_child:
@@ -616,8 +628,9 @@ def main() -> None:
         instructions_child(mode, int(hooks), int(turns))
         return
     if args.instructions:
-        instructions(args.turns)
+        instructions(args.turns or 1000)
         return
+    args.turns = args.turns or 20000
     print(f"inputs: turns={args.turns} per round, pause={args.pause_ms} ms, rounds={args.rounds}, "
           f"cpus={os.cpu_count()}, loadavg={' '.join(f'{v:.2f}' for v in os.getloadavg())}")  # fmt: skip
     modes = {"off": False, "unsampled": False, "traced": True}
