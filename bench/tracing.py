@@ -22,10 +22,11 @@ paths are then the same turns, and what the figures show is the method's own bia
 ``python -m bench.tracing``: the recorder alone in one process (the hooks of a turn and the export thread,
 which runs between turns), tracing off, on for turns not sampled, and on for sampled ones, alternated.
 
-``python -m bench.tracing --instructions [--turns 1000]``: the same turn's instructions, counted exactly by
-callgrind (valgrind's tool; Debian package ``valgrind``) in every thread of the process, hook by hook (each added
-to the turn in turn), sampled and not sampled: a figure that does not move with the machine or its load, for
-telling what a change to the hooks saves (the CPU time in a facade also depends on the caches: docs/benchmarks.md).
+``python -m bench.tracing --instructions [--turns 1000]``: the same turn's instructions, counted by callgrind
+(valgrind's tool; Debian package ``valgrind``) in every thread of the process, hook by hook (each added to the turn
+in turn), sampled and not sampled: a figure that does not move with the machine or its load (repeated counts agree
+within a few %, as the export thread interleaves differently), for telling what a change to the hooks saves (the
+CPU time in a facade also depends on the caches: docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -547,7 +548,7 @@ def instructions_child(mode: str, hooks: int, turns: int) -> None:
 
 
 def count_instructions(mode: str, hooks: int, turns: int, out: Path) -> float:
-    """Instructions per turn (callgrind's exact count, every thread of the process: the hooks and the export)
+    """Instructions per turn (callgrind's count, every thread of the process: the hooks and the export)
     of :func:`instructions_child`'s measured part."""
     command = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}", sys.executable,
                "-m", "bench.tracing", "--instructions-child", mode, str(hooks), str(turns)]  # fmt: skip
@@ -574,13 +575,14 @@ def count_instructions(mode: str, hooks: int, turns: int, out: Path) -> float:
 
 
 def instructions(turns: int) -> None:
-    """``--instructions``: what each hook of a turn costs in instructions, traced and unsampled, exactly (no
-    noise: the same count on any machine and load; not the CPU time, which the caches and the rest of a real
-    turn add to, see docs/benchmarks.md)."""
+    """``--instructions``: what each hook of a turn costs in instructions, traced and unsampled (the same count on
+    any machine and load, within a few %; not the CPU time, which the caches and the rest of a real turn add to, see
+    docs/benchmarks.md)."""
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise SystemExit("--instructions needs valgrind (Debian: apt-get install valgrind)")
     print(f"inputs: {turns} turns per count (after 200 to warm up), the hooks added one at a time, tracing to a "
-          f"discarding OTLP sink, instructions counted by callgrind (every thread of the process)")  # fmt: skip
+          f"discarding OTLP sink (a batch sent when full), the collector off, instructions counted by callgrind (every "
+          f"thread of the process)")  # fmt: skip
     per_turn: dict[tuple[str, int], float] = {}
     with tempfile.TemporaryDirectory(prefix="dockyard-instructions-") as tmp:
         off = count_instructions("off", len(HOOKS), turns, Path(tmp) / "off")
