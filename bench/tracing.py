@@ -442,8 +442,7 @@ HOOKS = (
     "the request's span (request, request_done)",
     "the turn's attributes (turn, turn_done)",
     "invoke_agent (agent)",
-    "the step (step)",
-    "the chat span (chat, chat_done)",
+    "the chat span of step 1 (chat, chat_done)",
     "the traceparent sent on (inject)",
 )
 """The hooks of :func:`hooks_of_a_turn` in the order its ``hooks`` argument adds them (``--instructions``)."""
@@ -460,7 +459,7 @@ _CHAT_BODY = {"model": "bench-model", "messages": [], "max_tokens": 64, "tempera
 
 def hooks_of_a_turn(number: int, scope: dict[str, Any], hooks: int = len(HOOKS)) -> None:
     """What the facade's tracing does in a one-step turn without tools (bench.execute's app): the request's
-    span, the turn's attributes, invoke_agent, the step, the chat span with its traceparent sent on, the
+    span, the turn's attributes, invoke_agent, the chat span of step 1 with its traceparent sent on, the
     answer's attributes, the request's end. ``hooks``: only the first that many of :data:`HOOKS` (the others
     replaced by a null context or left out; ``--instructions`` counts each one's share)."""
     from dockyard_api.runtime import tracing as h
@@ -472,13 +471,12 @@ def hooks_of_a_turn(number: int, scope: dict[str, Any], hooks: int = len(HOOKS))
     turn = h.turn(_TurnEnv, "v1", f"ses_{number:032x}") if hooks > 1 else None  # type: ignore[arg-type]
     with (
         h.agent("bot", "bench-model", None) if hooks > 2 else none,
-        h.step(1) if hooks > 3 else none,
-        h.chat("http://127.0.0.1:9000/v1", _CHAT_BODY) if hooks > 4 else none as chat,
+        h.chat("http://127.0.0.1:9000/v1", _CHAT_BODY, 1) if hooks > 3 else none as chat,
     ):
-        if hooks > 5:
+        if hooks > 4:
             sent: dict[str, str] = {}
             h.inject(sent)
-        if hooks > 4:
+        if hooks > 3:
             h.chat_done(chat, 12, 7, "stop", [])
     if turn is not None:
         h.turn_done(turn, answer, None, b"", "hello", "hi")

@@ -15,8 +15,11 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 #include "structmember.h"
 
@@ -146,7 +149,16 @@ static int put_any_value(Buf *b, PyObject *value) {
     return rc;
 }
 
-/* One attribute as a Span's field 9 (KeyValue: key 1, value 2). */
+static int varint_size(uint64_t v) {
+    int n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+/* One attribute as a Span's field 9 (KeyValue: key 1, value 2), written straight after its length. */
 static int put_attribute(Buf *b, Buf *scratch, PyObject *key, PyObject *value) {
     Py_ssize_t kn;
     PyObject *keep;
@@ -158,12 +170,10 @@ static int put_attribute(Buf *b, Buf *scratch, PyObject *key, PyObject *value) {
     if (k == NULL) return -1;
     scratch->len = 0;
     if (put_any_value(scratch, value) < 0) return -1;
-    Buf kv = {0};
-    int rc = -1;
-    if (put_field(&kv, 1, k, kn) == 0 && put_field(&kv, 2, scratch->data, scratch->len) == 0)
-        rc = put_field(b, 9, kv.data, kv.len);
-    PyMem_Free(kv.data);
-    return rc;
+    uint64_t size = 1 + (uint64_t)varint_size((uint64_t)kn) + (uint64_t)kn + 1 +
+                    (uint64_t)varint_size((uint64_t)scratch->len) + (uint64_t)scratch->len;
+    if (put_byte(b, 9 << 3 | 2) < 0 || put_varint(b, size) < 0 || put_field(b, 1, k, kn) < 0) return -1;
+    return put_field(b, 2, scratch->data, scratch->len);
 }
 
 
@@ -326,12 +336,28 @@ static int u64_of(PyObject *number, uint64_t *out) { /* the low 64 bits */
     return (*out == (uint64_t)-1 && PyErr_Occurred()) ? -1 : 0;
 }
 
+/* The trace id last split (a strong reference: an int does not change, and while it is held no other object
+ * has its address) and its halves: the spans of a trace share their trace id object, and each is split when it
+ * is encoded and for every traceparent sent on. */
+static PyObject *HALVES_OF = NULL;
+static uint64_t HALVES_HI, HALVES_LOW;
+
 static int trace_halves(PyObject *trace_id, uint64_t *hi, uint64_t *low) {
+    if (trace_id == HALVES_OF) {
+        *hi = HALVES_HI;
+        *low = HALVES_LOW;
+        return 0;
+    }
     if (u64_of(trace_id, low) < 0) return -1;
     PyObject *high = PyNumber_Rshift(trace_id, SIXTY_FOUR);
     if (high == NULL) return -1;
     int rc = u64_of(high, hi);
     Py_DECREF(high);
+    if (rc == 0) {
+        Py_XSETREF(HALVES_OF, Py_NewRef(trace_id));
+        HALVES_HI = *hi;
+        HALVES_LOW = *low;
+    }
     return rc;
 }
 
@@ -465,23 +491,61 @@ static PyTypeObject SpanType = {
     .tp_getset = Span_getset,
 };
 
-static PyObject *GETRANDBITS = NULL; /* random.getrandbits (bind()): the ids */
 static PyTypeObject *SPAN_CLASS = NULL; /* the class of new spans (bind()): tracing.CSpan */
 
+/* A Span of this module: the class of new spans (one comparison), else any subclass (a walk of its MRO). */
+static inline int is_span(PyObject *o) { return Py_TYPE(o) == SPAN_CLASS || PyObject_TypeCheck(o, &SpanType); }
+
 static PyObject *bind(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3 || !PyContextVar_CheckExact(args[0]) || !PyType_Check(args[2]) ||
-        !PyType_IsSubtype((PyTypeObject *)args[2], &SpanType)) {
-        PyErr_SetString(PyExc_TypeError, "bind(current span's ContextVar, random.getrandbits, a subclass of Span)");
+    if (nargs != 2 || !PyContextVar_CheckExact(args[0]) || !PyType_Check(args[1]) ||
+        !PyType_IsSubtype((PyTypeObject *)args[1], &SpanType)) {
+        PyErr_SetString(PyExc_TypeError, "bind(current span's ContextVar, a subclass of Span)");
         return NULL;
     }
     Py_XSETREF(CURRENT, Py_NewRef(args[0]));
-    Py_XSETREF(GETRANDBITS, Py_NewRef(args[1]));
-    Py_XSETREF(SPAN_CLASS, (PyTypeObject *)Py_NewRef(args[2]));
+    Py_XSETREF(SPAN_CLASS, (PyTypeObject *)Py_NewRef(args[1]));
     Py_RETURN_NONE;
 }
 
+/* The ids: xoshiro256** (https://prng.di.unimi.it/), seeded from the kernel's random source (getrandom) on first
+ * use and again in a forked child (pthread_atfork), as random.getrandbits (the Python spans' source, a Mersenne
+ * Twister) is: random, not secret (W3C Trace Context asks ids to be random, not unguessable). Called with the GIL
+ * held. */
+static uint64_t RNG[4];
+static int RNG_SEEDED = 0;
+
+static void rng_forked(void) { RNG_SEEDED = 0; }
+
+static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static int rng_next(uint64_t *out) {
+    if (!RNG_SEEDED) {
+        size_t got = 0;
+        while (got < sizeof RNG) {
+            ssize_t n = getrandom((char *)RNG + got, sizeof RNG - got, 0);
+            if (n < 0) {
+                if (errno == EINTR) continue;
+                PyErr_SetFromErrno(PyExc_OSError);
+                return -1;
+            }
+            got += (size_t)n;
+        }
+        if ((RNG[0] | RNG[1] | RNG[2] | RNG[3]) == 0) RNG[0] = 1; /* the one state it must not have */
+        RNG_SEEDED = 1;
+    }
+    uint64_t result = rotl(RNG[1] * 5, 7) * 9, t = RNG[1] << 17;
+    RNG[2] ^= RNG[0];
+    RNG[3] ^= RNG[1];
+    RNG[1] ^= RNG[2];
+    RNG[0] ^= RNG[3];
+    RNG[2] ^= t;
+    RNG[3] = rotl(RNG[3], 45);
+    *out = result;
+    return 0;
+}
+
 static int need_bound(void) {
-    if (SPAN_CLASS == NULL || GETRANDBITS == NULL) {
+    if (SPAN_CLASS == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "dockyard_core._spans.bind() was not called");
         return -1;
     }
@@ -499,14 +563,19 @@ static PyObject *new_span(PyObject *trace_id, PyObject *span_id, int sampled, Py
     return (PyObject *)span;
 }
 
-/* random.getrandbits(bits) or 1 */
+/* A new random id of 64 bits (a span's) or 128 (a trace's), never 0 (an invalid id in W3C Trace Context). */
 static PyObject *random_id(int bits) {
-    PyObject *n = PyLong_FromLong(bits);
-    if (n == NULL) return NULL;
-    PyObject *id = PyObject_CallOneArg(GETRANDBITS, n);
-    Py_DECREF(n);
-    if (id != NULL && !PyObject_IsTrue(id)) Py_SETREF(id, PyLong_FromLong(1));
-    return id;
+    uint64_t hi = 0, low = 0;
+    do {
+        if (rng_next(&low) < 0 || (bits > 64 && rng_next(&hi) < 0)) return NULL;
+    } while (hi == 0 && low == 0);
+    if (bits <= 64) return PyLong_FromUnsignedLongLong(low);
+    unsigned char bytes[16];
+    for (int i = 0; i < 8; i++) {
+        bytes[i] = (unsigned char)(low >> (8 * i));
+        bytes[8 + i] = (unsigned char)(hi >> (8 * i));
+    }
+    return _PyLong_FromByteArray(bytes, 16, 1, 0); /* little-endian, unsigned */
 }
 
 /* --- the tracer ----------------------------------------------------------------------------------- */
@@ -616,7 +685,7 @@ static PyObject *Tracer_start_span(TracerObject *self, PyObject *const *args, Py
         if ((trace_id = random_id(128)) == NULL) goto done;
         parent_id = Py_NewRef(ZERO);
         tracestate = Py_NewRef(EMPTY);
-    } else if (PyObject_TypeCheck(parent, &SpanType)) {
+    } else if (is_span(parent)) {
         SpanObject *p = (SpanObject *)parent;
         trace_id = Py_NewRef(or_none(p->trace_id));
         parent_id = Py_NewRef(or_none(p->span_id));
@@ -627,7 +696,7 @@ static PyObject *Tracer_start_span(TracerObject *self, PyObject *const *args, Py
         goto done;
     }
     int sampled;
-    if (self->follows_parent && PyObject_TypeCheck(parent, &SpanType) &&
+    if (self->follows_parent && is_span(parent) &&
         (!((SpanObject *)parent)->remote || ((SpanObject *)parent)->sampled)) {
         sampled = ((SpanObject *)parent)->sampled; /* what the parent-based sampler would answer */
     } else {
@@ -835,7 +904,7 @@ static int number_of(PyObject *span, PyObject *name, uint64_t *out) {
 
 static int fields_of(PyObject *span, Fields *f) {
     memset(f, 0, sizeof *f);
-    if (PyObject_TypeCheck(span, &SpanType)) {
+    if (is_span(span)) {
         SpanObject *s = (SpanObject *)span;
         PyObject *objects[] = {s->trace_id, s->span_id,    s->parent_id,  s->tracestate,
                                s->name,     s->statics,    s->attributes, s->status_message};
@@ -948,7 +1017,7 @@ done:
 
 static PyObject *span_field(PyObject *module, PyObject *span) {
     int has_links;
-    if (PyObject_TypeCheck(span, &SpanType)) {
+    if (is_span(span)) {
         PyObject *links = ((SpanObject *)span)->links;
         has_links = links == NULL ? 0 : PyObject_IsTrue(links);
     } else {
@@ -961,6 +1030,7 @@ static PyObject *span_field(PyObject *module, PyObject *span) {
     if (has_links) Py_RETURN_NONE; /* left to the Python encoder */
     Fields fields;
     Buf body = {0};
+    if (buf_reserve(&body, 1024) < 0) return NULL; /* a turn's spans take 150-700 bytes: no growing */
     int failed = fields_of(span, &fields) < 0 || encode(&body, &fields) < 0;
     fields_release(&fields);
     if (failed) {
@@ -996,6 +1066,7 @@ static PyObject *span_field(PyObject *module, PyObject *span) {
 typedef struct {
     PyObject_HEAD
     PyObject *queue, *wake, *full, *slow;
+    PyObject *append; /* queue.append, looked up once */
     Py_ssize_t max_queue, max_batch;
 } SinkObject;
 
@@ -1004,7 +1075,8 @@ static PyObject *span_field(PyObject *module, PyObject *span);
 
 static PyObject *sink_take(PyObject *self_, PyObject *span) {
     SinkObject *self = (SinkObject *)self_;
-    if (self->queue == NULL || self->wake == NULL || self->full == NULL || self->slow == NULL) {
+    if (self->queue == NULL || self->append == NULL || self->wake == NULL || self->full == NULL ||
+        self->slow == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "the sink was not initialised");
         return NULL;
     }
@@ -1017,7 +1089,7 @@ static PyObject *sink_take(PyObject *self_, PyObject *span) {
         Py_XDECREF(encoded);
         return PyObject_CallOneArg(self->slow, span);
     }
-    PyObject *done = PyObject_CallMethodOneArg(self->queue, S_append, encoded);
+    PyObject *done = PyObject_CallOneArg(self->append, encoded);
     Py_DECREF(encoded);
     if (done == NULL) return NULL;
     Py_DECREF(done);
@@ -1041,6 +1113,9 @@ static int Sink_init(SinkObject *self, PyObject *args, PyObject *kwds) {
     Py_ssize_t max_queue, max_batch;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "OnnOOO", names, &queue, &max_queue, &max_batch, &wake, &full, &slow))
         return -1;
+    PyObject *append = PyObject_GetAttr(queue, S_append);
+    if (append == NULL) return -1;
+    Py_XSETREF(self->append, append);
     Py_XSETREF(self->queue, Py_NewRef(queue));
     Py_XSETREF(self->wake, Py_NewRef(wake));
     Py_XSETREF(self->full, Py_NewRef(full));
@@ -1052,6 +1127,7 @@ static int Sink_init(SinkObject *self, PyObject *args, PyObject *kwds) {
 
 static int Sink_traverse(SinkObject *self, visitproc visit, void *arg) {
     Py_VISIT(self->queue);
+    Py_VISIT(self->append);
     Py_VISIT(self->wake);
     Py_VISIT(self->full);
     Py_VISIT(self->slow);
@@ -1060,6 +1136,7 @@ static int Sink_traverse(SinkObject *self, visitproc visit, void *arg) {
 
 static int Sink_clear(SinkObject *self) {
     Py_CLEAR(self->queue);
+    Py_CLEAR(self->append);
     Py_CLEAR(self->wake);
     Py_CLEAR(self->full);
     Py_CLEAR(self->slow);
@@ -1089,8 +1166,7 @@ static PyMethodDef methods[] = {
     {"span", span_field, METH_O,
      "span(span) -> bytes | None: the finished span as field 2 of ScopeSpans (None for a span with links)."},
     {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL,
-     "bind(current, getrandbits, span_class): the ContextVar of the current span, the ids' random source, the class "
-     "of new spans."},
+     "bind(current, span_class): the ContextVar of the current span, the class of new spans."},
     {"extract", (PyCFunction)(void (*)(void))extract, METH_FASTCALL,
      "extract(traceparent, tracestate=None): the remote parent a W3C traceparent names (None when absent or not "
      "valid)."},
@@ -1130,6 +1206,10 @@ PyMODINIT_FUNC PyInit__spans(void) {
     INTERN(S_follows_parent, "follows_parent")
 #undef INTERN
     if ((ZERO = PyLong_FromLong(0)) == NULL || (SIXTY_FOUR = PyLong_FromLong(64)) == NULL) return NULL;
+    if (pthread_atfork(NULL, NULL, rng_forked) != 0) {
+        PyErr_SetString(PyExc_RuntimeError, "pthread_atfork failed");
+        return NULL;
+    }
     if (PyType_Ready(&SpanType) < 0 || PyType_Ready(&TracerType) < 0 || PyType_Ready(&SinkType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;

@@ -215,7 +215,7 @@ if _spans is not None:
         __slots__ = ()
         all_attributes = PySpan.all_attributes
 
-    _spans.bind(_CURRENT, _bits, CSpan)
+    _spans.bind(_CURRENT, CSpan)
     Span = CSpan  # type: ignore[misc,assignment]
 
 

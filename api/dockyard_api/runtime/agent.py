@@ -192,31 +192,32 @@ class AgentRunner:
                 await emit("delta", {"text": text})
 
         completion: Completion | None = None
-        for step in range(self.max_steps):
-            with tracing.step(step + 1):
-                last = step == self.max_steps - 1
-                body: dict[str, Any] = {**target.params, "messages": messages}
-                if toolbox.functions and not last:
-                    body["tools"] = toolbox.openai()
-                    body["tool_choice"] = "auto"
-                completion = await self.models.complete(target.base_url, body, what=target.what, on_delta=on_delta)
-                usage.add(completion)
-                if not completion.tool_calls or last:
-                    break
-                # llama.cpp's server refuses an assistant tool-call message whose content is null: send "".
-                messages.append(
-                    {
-                        "role": "assistant",
-                        "content": completion.content or "",
-                        "tool_calls": [
-                            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-                            for c in completion.tool_calls
-                        ],
-                    }
-                )
-                for call in completion.tool_calls:
-                    result = await self._call(call, toolbox, emit, used, guard)
-                    messages.append({"role": "tool", "tool_call_id": call.id, "content": result.content})
+        for step in range(1, self.max_steps + 1):
+            last = step == self.max_steps
+            body: dict[str, Any] = {**target.params, "messages": messages}
+            if toolbox.functions and not last:
+                body["tools"] = toolbox.openai()
+                body["tool_choice"] = "auto"
+            completion = await self.models.complete(
+                target.base_url, body, what=target.what, on_delta=on_delta, step=step
+            )
+            usage.add(completion)
+            if not completion.tool_calls or last:
+                break
+            # llama.cpp's server refuses an assistant tool-call message whose content is null: send "".
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": completion.content or "",
+                    "tool_calls": [
+                        {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                        for c in completion.tool_calls
+                    ],
+                }
+            )
+            for call in completion.tool_calls:
+                result = await self._call(call, toolbox, emit, used, guard, step)
+                messages.append({"role": "tool", "tool_call_id": call.id, "content": result.content})
         assert completion is not None
         if completion.tool_calls and not completion.content:
             raise ModelBadResponseError(
@@ -226,7 +227,7 @@ class AgentRunner:
         return TurnResult(completion.content, agent.name, used)
 
     async def _call(
-        self, call: ToolCall, toolbox: Toolbox, emit: Emit, used: list[str], guard: ToolGuard | None
+        self, call: ToolCall, toolbox: Toolbox, emit: Emit, used: list[str], guard: ToolGuard | None, step: int
     ) -> ToolResult:
         arguments: Any = None
         function = toolbox.functions.get(call.name)
@@ -249,7 +250,7 @@ class AgentRunner:
         else:
             if call.name not in used:
                 used.append(call.name)
-            with tracing.tool(call.name, call.id) as span:
+            with tracing.tool(call.name, call.id, step) as span:
                 result = await function.call(arguments)
                 tracing.tool_done(span, result.ok)
             if guard is not None:  # what the model reads of the tool's answer

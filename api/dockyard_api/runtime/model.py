@@ -125,12 +125,13 @@ class ModelClient:
             self._session = None
 
     async def complete(
-        self, base_url: str, body: dict[str, Any], *, what: str, on_delta: OnDelta | None = None
+        self, base_url: str, body: dict[str, Any], *, what: str, on_delta: OnDelta | None = None, step: int = 0
     ) -> Completion:
         """One chat completion at ``base_url`` (``what`` names the endpoint in errors). With ``on_delta`` the
         completion is streamed and each piece of text is handed to it as it comes. Traced as a ``chat`` span
-        (:mod:`~dockyard_api.runtime.tracing`) when tracing is on."""
-        with tracing.chat(base_url, body) as span:
+        (:mod:`~dockyard_api.runtime.tracing`) when tracing is on; ``step``: the agent's step it is (1, 2, ...),
+        0 for a call outside an agent's tool loop (routing, a guard model)."""
+        with tracing.chat(base_url, body, step) as span:
             try:
                 completion = await self._complete(base_url, body, what=what, on_delta=on_delta)
             except DockyardError as exc:

@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Mapping
-from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -117,16 +116,18 @@ def _request_static(method: str, path: str, scheme: str) -> Static:
 
 def request_done(span: Span, route: str, status: int) -> None:
     if span.recording:
-        span.name = f"{span.name} {route}"
-        span.add_static(_response_static(route, status))
+        static = _response_static(span.name, route, status)
+        span.name = static.name
+        span.add_static(static)
         if status >= 500:
             span.set_error(str(status))
     span.finish()
 
 
 @functools.lru_cache(maxsize=1024)
-def _response_static(route: str, status: int) -> Static:
-    return Static({"http.route": route, "http.response.status_code": status})
+def _response_static(method: str, route: str, status: int) -> Static:
+    """The route's attributes, and the request span's name with its route (``POST /v1/...``)."""
+    return Static({"http.route": route, "http.response.status_code": status}, name=f"{method} {route}")
 
 
 # --- hooks of a turn ---------------------------------------------------------------------------------
@@ -187,7 +188,8 @@ def turn_done(
     if body["guardrails"]:
         attributes["dockyard.guardrails"] = [f"{g['action']}={g['stage']}:{g['policy']}" for g in body["guardrails"]]
     traced.span.set_attributes(attributes)
-    content(traced.span, pii, key, str(body["session_id"]), message, answer)
+    if CAPTURE_CONTENT and pii is not None:
+        content(traced.span, pii, key, str(body["session_id"]), message, answer)
     if traced.owned:
         traced.span.finish()
 
@@ -232,64 +234,57 @@ def unsampled() -> bool:
 
 
 def agent(name: str, model: str | None, session: str | None) -> contextlib.AbstractContextManager[Span | None]:
-    if TRACER is None or unsampled():
+    if TRACER is None:
+        return NOOP
+    current = _current()
+    if current is not None and not current.sampled:
         return NOOP
     attributes = {"gen_ai.conversation.id": session} if session else None
-    return TRACER.start_span(f"invoke_agent {name}", attributes=attributes, static=_agent_static(name, model or ""))
+    static = _agent_static(name, model)
+    return TRACER.start_span(static.name, attributes=attributes, static=static)
 
 
 @functools.lru_cache(maxsize=1024)
-def _agent_static(name: str, model: str) -> Static:
+def _agent_static(name: str, model: str | None) -> Static:
     attributes = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": name}
     if model:
         attributes["gen_ai.request.model"] = model
-    return Static(attributes)
+    return Static(attributes, name=f"invoke_agent {name}")
 
 
-_STEP: ContextVar[int] = ContextVar("dockyard_agent_step", default=0)
-
-
-class _Step:
-    __slots__ = ("number", "token")
-
-    def __init__(self, number: int) -> None:
-        self.number = number
-
-    def __enter__(self) -> None:
-        self.token = _STEP.set(self.number)
-
-    def __exit__(self, *exc: object) -> None:
-        _STEP.reset(self.token)
-
-
-def step(number: int) -> contextlib.AbstractContextManager[None]:
-    """Step ``number`` of an agent's tool loop: not a span of its own (as the GenAI conventions have it, the
-    model call and the tool calls of an agent are children of its ``invoke_agent`` span); its ``chat`` and
-    ``execute_tool`` spans carry ``dockyard.agent.step``."""
-    return NOOP if TRACER is None or unsampled() else _Step(number)
-
-
-def chat(base_url: str, body: Mapping[str, Any]) -> contextlib.AbstractContextManager[Span | None]:
-    if TRACER is None or unsampled():
+def chat(base_url: str, body: Mapping[str, Any], step: int = 0) -> contextlib.AbstractContextManager[Span | None]:
+    """The CLIENT span of a model call (``step``: the agent's step it is, 1, 2, ..., as ``dockyard.agent.step``;
+    0 outside an agent's tool loop). As the GenAI conventions have it, the model calls and the tool calls of an
+    agent are children of its ``invoke_agent`` span: a step is not a span of its own."""
+    if TRACER is None:
         return NOOP
-    tools = body.get("tools")
+    current = _current()
+    if current is not None and not current.sampled:
+        return NOOP
+    get = body.get
+    tools = get("tools")
     offered = tuple(str(t.get("function", {}).get("name")) for t in tools) if tools else ()
-    settings = (body.get("max_tokens"), body.get("temperature"), body.get("top_p"), bool(body.get("stream")))
-    static = _chat_static(base_url, str(body.get("model") or ""), settings, offered, _STEP.get())
+    static = _chat_static(
+        base_url, get("model"), get("max_tokens"), get("temperature"), get("top_p"), get("stream"), offered, step
+    )
     return TRACER.start_span(static.name, CLIENT, static=static)
 
 
 @functools.lru_cache(maxsize=1024)
-def _chat_static(base_url: str, model: str, settings: tuple[Any, ...], offered: tuple[str, ...], step: int) -> Static:
+def _chat_static(
+    base_url: str, model: Any, max_tokens: Any, temperature: Any, top_p: Any, stream: Any, offered: tuple[str, ...],
+    step: int,
+) -> Static:  # fmt: skip
     """A model call's attributes: they repeat from turn to turn of an app (its model, its settings)."""
+    model = str(model or "")
     attributes: dict[str, Any] = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": "openai"}
     attributes.update(_server(base_url))
     if model:
         attributes["gen_ai.request.model"] = model
-    for name, value in zip(("max_tokens", "temperature", "top_p"), settings, strict=False):
+    for name, value in (("max_tokens", max_tokens), ("temperature", temperature), ("top_p", top_p)):
         if isinstance(value, int | float) and not isinstance(value, bool):
             attributes[f"gen_ai.request.{name}"] = value
-    if settings[3]:
+    if stream:
         attributes["gen_ai.request.stream"] = True
     if offered:
         attributes["dockyard.tools_offered"] = list(offered)
@@ -309,11 +304,12 @@ def chat_done(span: Span | None, tokens_in: int, tokens_out: int, finish: str | 
     span.set_attributes(attributes)
 
 
-def tool(name: str, call_id: str) -> contextlib.AbstractContextManager[Span | None]:
+def tool(name: str, call_id: str, step: int = 0) -> contextlib.AbstractContextManager[Span | None]:
+    """The span of a tool call (``step``: the agent's step that called it, as ``dockyard.agent.step``)."""
     if TRACER is None or unsampled():
         return NOOP
     return TRACER.start_span(
-        f"execute_tool {name}", attributes={"gen_ai.tool.call.id": call_id}, static=_tool_static(name, _STEP.get())
+        f"execute_tool {name}", attributes={"gen_ai.tool.call.id": call_id}, static=_tool_static(name, step)
     )
 
 

@@ -4,6 +4,7 @@ What the exporter sends is decoded in test_otlp.py."""
 
 from __future__ import annotations
 
+import os
 import random
 import subprocess
 import sys
@@ -287,6 +288,36 @@ def test_a_spans_traceparent_is_its_ids_in_hex(span_type: type) -> None:
         for sampled in (True, False):
             span = span_type(trace_id, span_id, sampled, "", 0, "x", tracing.INTERNAL, {}, None, None)
             assert span.traceparent() == f"00-{trace_id:032x}-{span_id:016x}-{'01' if sampled else '00'}"
+
+
+def test_new_ids_are_random_never_zero_and_a_forked_child_draws_its_own(span_type: type) -> None:
+    """Trace and span ids of new roots: 128 and 64 bits, never 0, all different, about half of each bit set (the
+    C form draws them from its own generator, seeded from the kernel); a process forked after some were drawn
+    draws other ids than its parent goes on drawing (the C generator is seeded again in the child, as
+    ``random`` is)."""
+    tracer = tracing.Tracer(tracing.sampler({}), lambda span: None)
+    spans = [tracer.start_span("root", use_current=False) for _ in range(2000)]
+    traces, own = [s.trace_id for s in spans], [s.span_id for s in spans]
+    assert all(0 < t < 1 << 128 for t in traces)
+    assert all(0 < i < 1 << 64 for i in own)
+    assert len(set(traces)) == len(set(own)) == 2000
+    ones = sum(bin(t).count("1") for t in traces) / (128 * 2000)
+    high = sum(t >> 64 != 0 for t in traces)
+    assert 0.48 < ones < 0.52
+    assert high == 2000  # the upper half is drawn too
+
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover (the child)
+        try:
+            os.write(write, f"{tracer.start_span('child', use_current=False).span_id}".encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    assert os.waitpid(child, 0)[1] == 0
+    with os.fdopen(read) as pipe:
+        drawn_in_child = int(pipe.read())
+    assert drawn_in_child != tracer.start_span("parent", use_current=False).span_id
 
 
 @pytest.mark.skipif(tracing._spans is None, reason="the C extension was not built")

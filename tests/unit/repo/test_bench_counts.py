@@ -106,7 +106,6 @@ def test_the_hooks_of_a_benchmark_turn_are_added_one_at_a_time(monkeypatch: pyte
         ["POST"],
         ["POST"],
         ["POST", "invoke_agent"],
-        ["POST", "invoke_agent"],
         *[["POST", "chat", "invoke_agent"]] * 2,
     ]
     request = next(span for span in finished if span.name.startswith("POST"))
