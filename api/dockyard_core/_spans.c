@@ -23,23 +23,39 @@
 #include <time.h>
 #include "structmember.h"
 
+/* A growing buffer: on the caller's stack to begin with (BUF_ON), on the heap once that is too small. */
 typedef struct {
     char *data;
     Py_ssize_t len, cap;
+    int on_heap;
 } Buf;
 
-static int buf_reserve(Buf *b, Py_ssize_t more) {
-    if (b->len + more <= b->cap) return 0;
+#define BUF_ON(storage) {(storage), 0, (Py_ssize_t)sizeof(storage), 0}
+
+static int buf_grow(Buf *b, Py_ssize_t more) {
     Py_ssize_t cap = b->cap ? b->cap : 256;
     while (cap < b->len + more) cap *= 2;
-    char *data = PyMem_Realloc(b->data, (size_t)cap);
+    char *data;
+    if (b->on_heap || b->data == NULL) {
+        data = PyMem_Realloc(b->data, (size_t)cap);
+    } else if ((data = PyMem_Malloc((size_t)cap)) != NULL && b->len) {
+        memcpy(data, b->data, (size_t)b->len);
+    }
     if (data == NULL) {
         PyErr_NoMemory();
         return -1;
     }
     b->data = data;
     b->cap = cap;
+    b->on_heap = 1;
     return 0;
+}
+
+/* Room for ``more`` bytes at the end (the test inline, the growing not). */
+static inline int buf_reserve(Buf *b, Py_ssize_t more) { return b->len + more <= b->cap ? 0 : buf_grow(b, more); }
+
+static void buf_free(Buf *b) {
+    if (b->on_heap) PyMem_Free(b->data);
 }
 
 static int put(Buf *b, const void *bytes, Py_ssize_t n) {
@@ -49,29 +65,39 @@ static int put(Buf *b, const void *bytes, Py_ssize_t n) {
     return 0;
 }
 
-static int put_byte(Buf *b, unsigned char c) { return put(b, &c, 1); }
+static inline int put_byte(Buf *b, unsigned char c) {
+    if (buf_reserve(b, 1) < 0) return -1;
+    b->data[b->len++] = (char)c;
+    return 0;
+}
 
-static int put_varint(Buf *b, uint64_t v) {
-    unsigned char out[10];
+static inline int put_varint(Buf *b, uint64_t v) {
+    if (buf_reserve(b, 10) < 0) return -1;
+    unsigned char *out = (unsigned char *)b->data + b->len;
     int n = 0;
     while (v >= 0x80) {
         out[n++] = (unsigned char)((v & 0x7F) | 0x80);
         v >>= 7;
     }
     out[n++] = (unsigned char)v;
-    return put(b, out, n);
+    b->len += n;
+    return 0;
 }
 
 static int put_fixed64(Buf *b, uint64_t v) { /* little-endian */
-    unsigned char out[8];
+    if (buf_reserve(b, 8) < 0) return -1;
+    unsigned char *out = (unsigned char *)b->data + b->len;
     for (int i = 0; i < 8; i++) out[i] = (unsigned char)(v >> (8 * i));
-    return put(b, out, 8);
+    b->len += 8;
+    return 0;
 }
 
 static int put_be64(Buf *b, uint64_t v) {
-    unsigned char out[8];
+    if (buf_reserve(b, 8) < 0) return -1;
+    unsigned char *out = (unsigned char *)b->data + b->len;
     for (int i = 0; i < 8; i++) out[i] = (unsigned char)(v >> (56 - 8 * i));
-    return put(b, out, 8);
+    b->len += 8;
+    return 0;
 }
 
 /* A length-delimited field (tag, length, payload). */
@@ -108,7 +134,8 @@ static int put_any_value(Buf *b, PyObject *value);
 
 static int put_array(Buf *b, PyObject *seq) {
     /* ArrayValue (AnyValue field 5): repeated AnyValue values (field 1) */
-    Buf items = {0}, one = {0};
+    char items_storage[256], one_storage[128];
+    Buf items = BUF_ON(items_storage), one = BUF_ON(one_storage);
     int rc = -1;
     Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
     PyObject **elements = PySequence_Fast_ITEMS(seq);
@@ -118,8 +145,8 @@ static int put_array(Buf *b, PyObject *seq) {
     }
     rc = put_field(b, 5, items.data, items.len);
 done:
-    PyMem_Free(items.data);
-    PyMem_Free(one.data);
+    buf_free(&items);
+    buf_free(&one);
     return rc;
 }
 
@@ -942,7 +969,8 @@ static int fields_of(PyObject *span, Fields *f) {
 }
 
 static int encode(Buf *out, Fields *f) {
-    Buf scratch = {0};
+    char scratch_storage[256];
+    Buf scratch = BUF_ON(scratch_storage);
     uint64_t hi, low, span_id, parent_id;
     int rc = -1;
 
@@ -999,19 +1027,20 @@ static int encode(Buf *out, Fields *f) {
     }
     /* status (15): message (2), code (3) */
     if (f->status_code) {
-        Buf status = {0};
+        char status_storage[128];
+        Buf status = BUF_ON(status_storage);
         int failed = 0;
         int has_message = PyObject_IsTrue(f->status_message);
         if (has_message < 0) failed = 1;
         if (!failed && has_message) failed = put_text_field(&status, 2, f->status_message, 1) < 0;
         if (!failed) failed = put_byte(&status, 0x18) < 0 || put_varint(&status, f->status_code) < 0;
         if (!failed) failed = put_field(out, 15, status.data, status.len) < 0;
-        PyMem_Free(status.data);
+        buf_free(&status);
         if (failed) goto done;
     }
     rc = 0;
 done:
-    PyMem_Free(scratch.data);
+    buf_free(&scratch);
     return rc;
 }
 
@@ -1029,12 +1058,12 @@ static PyObject *span_field(PyObject *module, PyObject *span) {
     if (has_links < 0) return NULL;
     if (has_links) Py_RETURN_NONE; /* left to the Python encoder */
     Fields fields;
-    Buf body = {0};
-    if (buf_reserve(&body, 1024) < 0) return NULL; /* a turn's spans take 150-700 bytes: no growing */
+    char storage[2048]; /* a turn's spans take a few hundred bytes: on the heap only when larger */
+    Buf body = BUF_ON(storage);
     int failed = fields_of(span, &fields) < 0 || encode(&body, &fields) < 0;
     fields_release(&fields);
     if (failed) {
-        PyMem_Free(body.data);
+        buf_free(&body);
         return NULL;
     }
     /* framed as field 2 of ScopeSpans */
@@ -1052,7 +1081,7 @@ static PyObject *span_field(PyObject *module, PyObject *span) {
         memcpy(PyBytes_AS_STRING(result), head, (size_t)n);
         if (body.len) memcpy(PyBytes_AS_STRING(result) + n, body.data, (size_t)body.len);
     }
-    PyMem_Free(body.data);
+    buf_free(&body);
     return result;
 }
 

@@ -160,13 +160,13 @@ def test_the_c_encoder_is_built_where_a_compiler_is() -> None:
 
 @pytest.mark.skipif(not otlp.C_ENCODER, reason="the C encoder was not built (no C compiler)")
 def test_the_c_encoder_writes_the_same_bytes_as_the_python_one() -> None:
-    """Spans of every kind of attribute value, both encoders, byte for byte; a span with links is left to
-    Python."""
+    """Spans of every kind of attribute value, both encoders, byte for byte (small spans and spans larger than the
+    C encoder's buffers on the stack, arrays too); a span with links is left to Python."""
     rng = random.Random(30)
     values: list[Any] = [
         True, False, 0, 1, -1, 127, 128, 2**63 - 1, -(2**63), 2**70 + 5, 0.0, -2.5, float("inf"), float("nan"),
         "", "x", "seventeen chars..", "ü" * 70, "a\udcffb", "é" * 300, ["a", "b"], (1, 2.5, True), [], [["n", 1]],
-        {"not": "scalar"}, None,
+        {"not": "scalar"}, None, ["é" * 300, "x"] * 20, list(range(-100, 2**40, 2**33)), "z" * 5000,
     ]  # fmt: skip
     encoder = otlp.Encoder(tracing.resource("dockyard-api", "1.0", {}), "dockyard", "1.0")
     finished: list[tracing.Span] = []
