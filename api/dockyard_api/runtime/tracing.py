@@ -133,19 +133,11 @@ def _response_static(method: str, route: str, status: int) -> Static:
 # --- hooks of a turn ---------------------------------------------------------------------------------
 
 
-class Turn:
-    """The span that carries a turn: the request's, or one of its own (``owned``) outside a request."""
-
-    __slots__ = ("owned", "span")
-
-    def __init__(self, span: Span, owned: bool) -> None:
-        self.span, self.owned = span, owned
-
-
-def turn(env: EnvironmentView, version: str, session: str) -> Turn | None:
-    """The turn's span (None when tracing is off or the request's trace is not sampled): the request's SERVER
-    span gets the turn's attributes; a turn outside a request starts (and makes current) a ``turn {app}``
-    span."""
+def turn(env: EnvironmentView, version: str, session: str) -> Span | None:
+    """The span that carries the turn (None when tracing is off or the request's trace is not sampled): the
+    request's SERVER span, which gets the turn's attributes; or, for a turn outside a request (or a second turn in
+    one), a ``turn {app}`` span of its own (INTERNAL), current from here, which :func:`turn_done` or
+    :func:`turn_failed` ends."""
     if TRACER is None:
         return None
     span = _current()
@@ -155,10 +147,10 @@ def turn(env: EnvironmentView, version: str, session: str) -> Turn | None:
     if span is not None and span.kind == SERVER and span.recording and "gen_ai.conversation.id" not in span.attributes:
         span.add_static(static)  # the request's span is its (one) turn's
         span.set_attribute("gen_ai.conversation.id", session)
-        return Turn(span, owned=False)
+        return span
     span = TRACER.start_span(f"turn {env.app}", attributes={"gen_ai.conversation.id": session}, static=static)
     span.activate()
-    return Turn(span, owned=True)
+    return span
 
 
 @functools.lru_cache(maxsize=1024)
@@ -174,7 +166,7 @@ def _turn_static(app: str, version: str, environment: str, namespace: str) -> St
 
 
 def turn_done(
-    traced: Turn, body: Mapping[str, Any], pii: PiiPolicy | None, key: bytes, message: str, answer: str
+    traced: Span, body: Mapping[str, Any], pii: PiiPolicy | None, key: bytes, message: str, answer: str
 ) -> None:
     """The turn answered ``body``: its agent, tokens, tools and guardrail actions; the message and the answer
     only as :func:`content` allows."""
@@ -187,18 +179,18 @@ def turn_done(
         attributes["dockyard.tools_used"] = list(body["tools_used"])
     if body["guardrails"]:
         attributes["dockyard.guardrails"] = [f"{g['action']}={g['stage']}:{g['policy']}" for g in body["guardrails"]]
-    traced.span.set_attributes(attributes)
+    traced.set_attributes(attributes)
     if CAPTURE_CONTENT and pii is not None:
-        content(traced.span, pii, key, str(body["session_id"]), message, answer)
-    if traced.owned:
-        traced.span.finish()
+        content(traced, pii, key, str(body["session_id"]), message, answer)
+    if traced.kind != SERVER:  # a turn span of its own (turn)
+        traced.finish()
 
 
-def turn_failed(traced: Turn | None, code: str) -> None:
+def turn_failed(traced: Span | None, code: str) -> None:
     if traced is not None:
-        traced.span.set_error(code)
-        if traced.owned:
-            traced.span.finish()
+        traced.set_error(code)
+        if traced.kind != SERVER:  # a turn span of its own (turn)
+            traced.finish()
 
 
 def content(span: Span | None, pii: PiiPolicy | None, key: bytes, session: str, message: str, answer: str) -> None:
