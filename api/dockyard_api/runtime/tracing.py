@@ -180,8 +180,7 @@ def turn_done(
     if body["guardrails"]:
         attributes["dockyard.guardrails"] = [f"{g['action']}={g['stage']}:{g['policy']}" for g in body["guardrails"]]
     traced.set_attributes(attributes)
-    if CAPTURE_CONTENT and pii is not None:
-        content(traced, pii, key, str(body["session_id"]), message, answer)
+    content(traced, pii, key, str(body["session_id"]), message, answer)
     if traced.kind != SERVER:  # a turn span of its own (turn)
         traced.finish()
 
@@ -226,10 +225,7 @@ def unsampled() -> bool:
 
 
 def agent(name: str, model: str | None, session: str | None) -> contextlib.AbstractContextManager[Span | None]:
-    if TRACER is None:
-        return NOOP
-    current = _current()
-    if current is not None and not current.sampled:
+    if TRACER is None or unsampled():
         return NOOP
     attributes = {"gen_ai.conversation.id": session} if session else None
     static = _agent_static(name, model)
@@ -248,10 +244,7 @@ def chat(base_url: str, body: Mapping[str, Any], step: int = 0) -> contextlib.Ab
     """The CLIENT span of a model call (``step``: the agent's step it is, 1, 2, ..., as ``dockyard.agent.step``;
     0 outside an agent's tool loop). As the GenAI conventions have it, the model calls and the tool calls of an
     agent are children of its ``invoke_agent`` span: a step is not a span of its own."""
-    if TRACER is None:
-        return NOOP
-    current = _current()
-    if current is not None and not current.sampled:
+    if TRACER is None or unsampled():
         return NOOP
     get = body.get
     tools = get("tools")
