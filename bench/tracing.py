@@ -23,10 +23,12 @@ paths are then the same turns, and what the figures show is the method's own bia
 which runs between turns), tracing off, on for turns not sampled, and on for sampled ones, alternated.
 
 ``python -m bench.tracing --instructions [--turns 1000]``: the same turn's instructions, counted by callgrind
-(valgrind's tool; Debian package ``valgrind``) in every thread of the process, hook by hook (each added to the turn
-in turn), sampled and not sampled: a figure that does not move with the machine or its load (repeated counts agree
-within a few %, as the export thread interleaves differently), for telling what a change to the hooks saves (the
-CPU time in a facade also depends on the caches: docs/benchmarks.md).
+(valgrind's tool; Debian package ``valgrind``), hook by hook (each added to the turn in turn), sampled and not
+sampled: the thread that runs the turns, and apart the other threads (the export, which sends nothing until a flush
+after the turns). A figure that does not move with the machine or its load (repeated counts agree within 0.5 %;
+until 2026-11-27 the export ran between the turns and the counts moved by up to a fifth with how the two threads
+met), for telling what a change to the hooks saves (the CPU time in a facade also depends on the caches:
+docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -525,8 +527,11 @@ def instructions_child(mode: str, hooks: int, turns: int) -> None:
 
     requests = scopes(turns + 200, mode == "traced")
     with sink() as backend:
-        if mode != "off":  # a batch is exported when it is full (512 spans), not on a timer: the same each time
-            h.start({**otel_env(backend), "OTEL_BSP_SCHEDULE_DELAY": "3600000"})
+        if mode != "off":  # nothing is sent before the flush (not on a timer, no batch full before it): the export
+            # thread then does not run while the turns do, and the counts do not depend on how the two met
+            held = str(4 * (turns + 200))
+            h.start({**otel_env(backend), "OTEL_BSP_SCHEDULE_DELAY": "3600000", "OTEL_BSP_MAX_QUEUE_SIZE": held,
+                     "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": held})  # fmt: skip
         for number in range(200):
             hooks_of_a_turn(number, requests[number], hooks)
         if h._RUNNING is not None:
@@ -545,11 +550,12 @@ def instructions_child(mode: str, hooks: int, turns: int) -> None:
         h.stop()
 
 
-def count_instructions(mode: str, hooks: int, turns: int, out: Path) -> float:
-    """Instructions per turn (callgrind's count, every thread of the process: the hooks and the export)
-    of :func:`instructions_child`'s measured part."""
-    command = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}", sys.executable,
-               "-m", "bench.tracing", "--instructions-child", mode, str(hooks), str(turns)]  # fmt: skip
+def count_instructions(mode: str, hooks: int, turns: int, out: Path) -> tuple[float, float]:
+    """Instructions per turn (callgrind's counts, each thread apart) of :func:`instructions_child`'s measured
+    part: of the thread that ran the turns (the hooks), and of the others (the export at the end)."""
+    command = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--separate-threads=yes",
+               f"--callgrind-out-file={out}", sys.executable, "-m", "bench.tracing", "--instructions-child", mode,
+               str(hooks), str(turns)]  # fmt: skip
     env = {**os.environ, "PYTHONHASHSEED": "0"}
     child = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                              text=True, env=env)  # fmt: skip
@@ -566,10 +572,15 @@ def count_instructions(mode: str, hooks: int, turns: int, out: Path) -> float:
     child.stdin.close()
     if child.wait() != 0:
         raise SystemExit(f"the measured process failed (exit {child.returncode})")
-    totals = re.search(r"^totals: (\d+)", out.read_text(), re.MULTILINE)
-    if totals is None:
-        raise SystemExit(f"no totals in {out}")
-    return int(totals.group(1)) / turns
+    by_thread: dict[int, int] = {}
+    for part in out.parent.glob(f"{out.name}-*"):  # one file per thread: name-01 (the main thread), -02, ...
+        totals = re.search(r"^totals: (\d+)", part.read_text(), re.MULTILINE)
+        if totals is None:
+            raise SystemExit(f"no totals in {part}")
+        by_thread[int(part.name.rsplit("-", 1)[1])] = int(totals.group(1))
+    if 1 not in by_thread:
+        raise SystemExit(f"no count of the main thread in {out}-01")
+    return by_thread.pop(1) / turns, sum(by_thread.values()) / turns
 
 
 def instructions(turns: int) -> None:
@@ -579,24 +590,29 @@ def instructions(turns: int) -> None:
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise SystemExit("--instructions needs valgrind (Debian: apt-get install valgrind)")
     print(f"inputs: {turns} turns per count (after 200 to warm up), the hooks added one at a time, tracing to a "
-          f"discarding OTLP sink (a batch sent when full), the collector off, instructions counted by callgrind (every "
-          f"thread of the process)")  # fmt: skip
-    per_turn: dict[tuple[str, int], float] = {}
+          f"discarding OTLP sink, nothing sent before a flush after the turns (the export thread idle while they "
+          f"run), the collector off, instructions counted by callgrind: the turns' thread, and the others (the "
+          f"export)")  # fmt: skip
+    per_turn: dict[tuple[str, int], tuple[float, float]] = {}
     with tempfile.TemporaryDirectory(prefix="dockyard-instructions-") as tmp:
         off = count_instructions("off", len(HOOKS), turns, Path(tmp) / "off")
         for mode in ("unsampled", "traced"):
             for hooks in range(1, len(HOOKS) + 1):
                 per_turn[mode, hooks] = count_instructions(mode, hooks, turns, Path(tmp) / f"{mode}-{hooks}")
-    print(f"  {'hook':46} {'unsampled':>10} {'traced':>10} {'traced - unsampled':>19}")
+    print(f"  {'hook (the turns thread)':46} {'unsampled':>10} {'traced':>10} {'traced - unsampled':>19}")
     for hooks, name in enumerate(HOOKS, start=1):
         # each hook: the turn with it against the turn without it; the first against tracing off (the loop's own
         # instructions cancel out)
-        cost = {mode: per_turn[mode, hooks] - (per_turn[mode, hooks - 1] if hooks > 1 else off)
+        cost = {mode: per_turn[mode, hooks][0] - (per_turn[mode, hooks - 1] if hooks > 1 else off)[0]
                 for mode in ("unsampled", "traced")}  # fmt: skip
         print(f"  {name:46} {cost['unsampled']:10,.0f} {cost['traced']:10,.0f} "
               f"{cost['traced'] - cost['unsampled']:19,.0f}")  # fmt: skip
     full = len(HOOKS)
-    unsampled, traced = per_turn["unsampled", full] - off, per_turn["traced", full] - off
+    export = {mode: per_turn[mode, full][1] - off[1] for mode in ("unsampled", "traced")}
+    print(f"  {'the export (the other threads)':46} {export['unsampled']:10,.0f} {export['traced']:10,.0f} "
+          f"{export['traced'] - export['unsampled']:19,.0f}")  # fmt: skip
+    unsampled = sum(per_turn["unsampled", full]) - sum(off)
+    traced = sum(per_turn["traced", full]) - sum(off)
     print(f"summary (instructions per turn, hooks and export, against tracing off): a sampled turn "
           f"{traced:,.0f}, one not sampled {unsampled:,.0f}; sampled against not sampled (bench.execute "
           f"--tracing's comparison) {traced - unsampled:,.0f}")  # fmt: skip
