@@ -91,10 +91,11 @@ class Bot:
         return str(self.status["urls"]["apiBaseUrl"])
 
 
-def deploy_bot(api: client.ApiClient, namespace: str, model: ScriptedModel, **env_spec: Any) -> Bot:
+def deploy_bot(api: client.ApiClient, namespace: str, model: ScriptedModel, serve: bool = True, **env_spec: Any) -> Bot:
     """App ``bot`` (agent ``helper`` with HTTP tool ``weather``) on ModelDeployment ``tiny``, which the
     scripted model serves (this plays the local engine runner, Contract 1); its draft environment gets
-    ``env_spec`` (access, widget) and is returned once the operator has published its URLs and embed code."""
+    ``env_spec`` (access, widget) and is returned once the operator has published its URLs and embed code.
+    ``serve`` False: the model is not served yet (the environment stays deploying until :func:`serve_model`)."""
     hub_model(api, namespace, "tiny")
     model_deployment(api, namespace, "tiny")
     weather = model.tool("weather", lambda args: {"city": args.get("city"), "celsius": 12})
@@ -119,7 +120,8 @@ def deploy_bot(api: client.ApiClient, namespace: str, model: ScriptedModel, **en
         timeout=60,
         what="the environment's embed code",
     )
-    serve_model(api, namespace, model.url)
+    if serve:
+        serve_model(api, namespace, model.url)
     return Bot(namespace, "bot-draft", status)
 
 

@@ -15,7 +15,7 @@ from playwright.sync_api import Browser, BrowserContext, Page, expect
 
 from dockyard_core import apikeys
 from dockyard_localcluster.consoleuser import ConsoleUser
-from tests.browser.conftest import Facade, deploy_bot
+from tests.browser.conftest import Facade, deploy_bot, serve_model
 from tests.support.dockyard import create, get
 from tests.support.dockyard import get_or_empty as get_or_none
 from tests.support.scripted_model import Reply, ScriptedModel
@@ -430,6 +430,28 @@ def test_console_lifecycle_and_viewer(
     assert answer.status == 403
     assert "CSRF" in answer.text()
     forged.close()
+
+
+def test_a_deployment_that_ends_while_a_form_is_edited_leaves_the_page_as_it_is(
+    browser: Browser, facade: Facade, api: client.ApiClient, namespace: str, team: Users, model: ScriptedModel
+) -> None:
+    """The environment page shows itself again when its deployment ends, unless a field on it was changed: what
+    was typed stays (a reload would drop it, and on the answer to a form that was sent, send that form again) and
+    the progress line says to reload."""
+    deploy_bot(api, namespace, model, serve=False)  # deploying until the model is served
+    context = _context(browser, facade)
+    page = context.new_page()
+    _sign_in(page, facade, team.tokens["alice"], namespace)
+    page.goto(f"{facade.url}/console/ns/{namespace}/environments/bot-draft?tab=settings")
+    expect(page.locator("[data-poll]")).to_contain_text("Deploying version")
+    page.get_by_label("Variables (KEY=VALUE, one per line)").fill("company=Acme Inc.")
+    serve_model(api, namespace, model.url)
+    expect(page.locator("[data-poll]")).to_contain_text("Reload the page to see it", timeout=DEPLOY_TIMEOUT)
+    expect(page.get_by_label("Variables (KEY=VALUE, one per line)")).to_have_value("company=Acme Inc.")
+    # untouched, the page shows itself again at its own address when the deployment has ended
+    page.goto(f"{facade.url}/console/ns/{namespace}/environments/bot-draft?tab=settings")
+    expect(page.locator("[data-poll]")).to_have_count(0)
+    context.close()
 
 
 def test_console_settings_and_allow_a_site(

@@ -56,13 +56,26 @@
       check();
     });
 
+    // What the user is in the middle of is not reloaded away: once a form field on the page was changed, or while
+    // the page shows something it shows once (a new API key), a refresh or the end of a deployment says so instead
+    // (a reload drops what was typed; after a form was sent, reloading the answer sends the form again).
+    var edited = false;
+    var mark = function (e) { if (e.target && e.target.form) edited = true; };
+    document.addEventListener("input", mark, true);
+    document.addEventListener("change", mark, true);
+    var keep = function () { return edited || document.querySelector(".key-once") !== null; };
+
     // Lists with work in progress (dock status IN_PROGRESS, an environment deploying) refresh themselves.
     var refresh = document.querySelector("[data-refresh]");
     if (refresh) {
-      setTimeout(function () { window.location.reload(); }, 1000 * Number(refresh.getAttribute("data-refresh")));
+      setTimeout(function () {
+        if (keep()) { refresh.textContent = "Not refreshed while you are editing: reload the page to see the latest."; }
+        else { window.location.reload(); }
+      }, 1000 * Number(refresh.getAttribute("data-refresh")));
     }
 
-    // Progress: poll the environment's status while a deployment is under way, then reload the page.
+    // Progress: poll the environment's status while a deployment is under way, then show the page again (its own
+    // address, not the answer to a form that was sent).
     var progress = document.querySelector("[data-poll]");
     if (progress) {
       var url = progress.getAttribute("data-poll");
@@ -74,7 +87,9 @@
             var b = res.body;
             progress.textContent = "Deploying version " + b.appVersion + ": " + b.phase +
               (b.reason ? " (" + b.reason + ")" : "") + (b.inProgress ? "…" : "");
-            if (b.inProgress) { setTimeout(tick, 1000); } else { window.location.reload(); }
+            if (b.inProgress) { setTimeout(tick, 1000); return; }
+            if (keep()) { progress.textContent += ". Reload the page to see it."; return; }
+            window.location.replace(progress.getAttribute("data-page") || window.location.href);
           })
           .catch(function () { setTimeout(tick, 3000); });
       };
