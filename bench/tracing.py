@@ -585,7 +585,7 @@ def count_instructions(mode: str, hooks: int, turns: int, out: Path) -> tuple[fl
 
 def instructions(turns: int) -> None:
     """``--instructions``: what each hook of a turn costs in instructions, traced and unsampled (the same count on
-    any machine and load, within a few %; not the CPU time, which the caches and the rest of a real turn add to, see
+    any machine and load, within 0.5 %; not the CPU time, which the caches and the rest of a real turn add to, see
     docs/benchmarks.md)."""
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise SystemExit("--instructions needs valgrind (Debian: apt-get install valgrind)")
@@ -599,7 +599,8 @@ def instructions(turns: int) -> None:
         for mode in ("unsampled", "traced"):
             for hooks in range(1, len(HOOKS) + 1):
                 per_turn[mode, hooks] = count_instructions(mode, hooks, turns, Path(tmp) / f"{mode}-{hooks}")
-    print(f"  {'hook (the turns thread)':46} {'unsampled':>10} {'traced':>10} {'traced - unsampled':>19}")
+    heading = "hook (the turns' thread)"
+    print(f"  {heading:46} {'unsampled':>10} {'traced':>10} {'traced - unsampled':>19}")
     for hooks, name in enumerate(HOOKS, start=1):
         # each hook: the turn with it against the turn without it; the first against tracing off (the loop's own
         # instructions cancel out)
