@@ -655,52 +655,20 @@ static void Tracer_dealloc(TracerObject *self) {
 #define START_ARGS 7
 static PyObject *START_NAMES[START_ARGS]; /* name, kind, attributes, links, parent, use_current, static */
 
-static PyObject *Tracer_start_span(TracerObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
-    PyObject *given[START_ARGS] = {NULL};
-    if (nargs > START_ARGS) {
-        PyErr_SetString(PyExc_TypeError, "start_span() takes at most 7 arguments");
-        return NULL;
-    }
-    for (Py_ssize_t i = 0; i < nargs; i++) given[i] = args[i];
-    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
-    for (Py_ssize_t k = 0; k < nkw; k++) {
-        PyObject *key = PyTuple_GET_ITEM(kwnames, k);
-        int found = -1;
-        for (int i = 0; i < START_ARGS && found < 0; i++)
-            if (key == START_NAMES[i]) found = i;
-        for (int i = 0; i < START_ARGS && found < 0; i++) {
-            int same = PyUnicode_Compare(key, START_NAMES[i]);
-            if (same == -1 && PyErr_Occurred()) return NULL;
-            if (same == 0) found = i;
-        }
-        if (found < 0 || given[found] != NULL) {
-            PyErr_Format(PyExc_TypeError, "start_span() got an unexpected or repeated argument %R", key);
-            return NULL;
-        }
-        given[found] = args[nargs + k];
-    }
-    if (given[0] == NULL) {
-        PyErr_SetString(PyExc_TypeError, "start_span() needs a name");
-        return NULL;
-    }
+/* start_span's work, its arguments parsed: ``attributes``, ``links``, ``parent`` and ``statik`` may be NULL (not given);
+ * all borrowed. */
+static PyObject *tracer_start(TracerObject *self, PyObject *name, int kind, PyObject *attributes, PyObject *links,
+                              PyObject *given_parent, int use_current, PyObject *statik) {
     if (need_bound() < 0 || need_current() < 0) return NULL;
     if (self->sample == NULL || self->sink == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "the tracer was not initialised");
         return NULL;
     }
-    PyObject *name = given[0];
-    int kind = 1; /* INTERNAL */
-    if (given[1] != NULL) {
-        kind = (int)PyLong_AsLong(given[1]);
-        if (kind == -1 && PyErr_Occurred()) return NULL;
-    }
-    PyObject *attributes = given[2] != NULL ? given[2] : Py_None;
-    PyObject *links = given[3] != NULL ? given[3] : Py_None;
-    PyObject *parent = given[4] != NULL ? Py_NewRef(given[4]) : Py_NewRef(Py_None);
-    int use_current = given[5] == NULL ? 1 : PyObject_IsTrue(given[5]);
-    PyObject *statik = given[6] != NULL ? given[6] : Py_None;
+    if (attributes == NULL) attributes = Py_None;
+    if (links == NULL) links = Py_None;
+    if (statik == NULL) statik = Py_None;
+    PyObject *parent = Py_NewRef(given_parent != NULL ? given_parent : Py_None);
     PyObject *trace_id = NULL, *parent_id = NULL, *tracestate = NULL, *span_id = NULL, *result = NULL;
-    if (use_current < 0) goto done;
     if (parent == Py_None && use_current) {
         Py_DECREF(parent);
         if (PyContextVar_Get(CURRENT, Py_None, &parent) < 0) {
@@ -757,6 +725,44 @@ done:
     Py_XDECREF(tracestate);
     Py_XDECREF(span_id);
     return result;
+}
+
+static PyObject *Tracer_start_span(TracerObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    PyObject *given[START_ARGS] = {NULL};
+    if (nargs > START_ARGS) {
+        PyErr_SetString(PyExc_TypeError, "start_span() takes at most 7 arguments");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < nargs; i++) given[i] = args[i];
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    for (Py_ssize_t k = 0; k < nkw; k++) {
+        PyObject *key = PyTuple_GET_ITEM(kwnames, k);
+        int found = -1;
+        for (int i = 0; i < START_ARGS && found < 0; i++)
+            if (key == START_NAMES[i]) found = i;
+        for (int i = 0; i < START_ARGS && found < 0; i++) {
+            int same = PyUnicode_Compare(key, START_NAMES[i]);
+            if (same == -1 && PyErr_Occurred()) return NULL;
+            if (same == 0) found = i;
+        }
+        if (found < 0 || given[found] != NULL) {
+            PyErr_Format(PyExc_TypeError, "start_span() got an unexpected or repeated argument %R", key);
+            return NULL;
+        }
+        given[found] = args[nargs + k];
+    }
+    if (given[0] == NULL) {
+        PyErr_SetString(PyExc_TypeError, "start_span() needs a name");
+        return NULL;
+    }
+    int kind = 1; /* INTERNAL */
+    if (given[1] != NULL) {
+        kind = (int)PyLong_AsLong(given[1]);
+        if (kind == -1 && PyErr_Occurred()) return NULL;
+    }
+    int use_current = given[5] == NULL ? 1 : PyObject_IsTrue(given[5]);
+    if (use_current < 0) return NULL;
+    return tracer_start(self, given[0], kind, given[2], given[3], given[4], use_current, given[6]);
 }
 
 static PyMethodDef Tracer_methods[] = {
@@ -1191,6 +1197,462 @@ static PyTypeObject SinkType = {
     .tp_clear = (inquiry)Sink_clear,
 };
 
+/* --- the facade's hooks ---------------------------------------------------------------------------- */
+
+/* Hooks(tracer, python, statics, noop, capture_content): the C form of the hooks of a turn in
+ * dockyard_api.runtime.tracing (request, request_done, turn, turn_done, agent, chat, chat_done, inject), which that
+ * module binds in place of its Python functions while tracing is on with a C tracer. Each does what its Python form
+ * does on the common path and hands any other case to it as it is (``python``: a dict of the Python forms by name):
+ * a request with a query, a turn outside a request, a turn with guardrail actions or captured content, a model call
+ * that offers tools, a span that is not one of this module's. ``statics``: the module's cached factories of
+ * ``Static`` attributes by hook (request, response, turn, agent, chat), called with the same arguments as there.
+ * Once ``off`` is set (tracing stopped or another tracer put in use), every call goes to the Python form, which
+ * reads the module's tracer of the moment. Why: the hooks' Python frames, dict building and lookups were most of
+ * what a traced turn still cost (docs/benchmarks.md, "Tracing: the hooks in C"). */
+enum { H_REQUEST, H_REQUEST_DONE, H_TURN, H_TURN_DONE, H_AGENT, H_CHAT, H_CHAT_DONE, H_INJECT, H_COUNT };
+static const char *HOOK_NAMES[H_COUNT] = {"request", "request_done", "turn", "turn_done",
+                                          "agent", "chat", "chat_done", "inject"};
+enum { F_REQUEST, F_RESPONSE, F_TURN, F_AGENT, F_CHAT, F_COUNT };
+static const char *FACTORY_NAMES[F_COUNT] = {"request", "response", "turn", "agent", "chat"};
+
+typedef struct {
+    PyObject_HEAD
+    TracerObject *tracer;
+    PyObject *python[H_COUNT];
+    PyObject *factories[F_COUNT];
+    PyObject *noop;
+    int capture_content;
+    char off;
+} HooksObject;
+
+#define KIND_SERVER 2
+#define KIND_CLIENT 3
+
+static PyObject *S_headers, *S_method, *S_path, *S_scheme, *S_query_string, *S_http, *S_app, *S_namespace,
+    *S_conversation, *S_agent, *S_tokens, *S_input, *S_output, *S_tools_used, *S_guardrails, *S_session_id,
+    *S_agent_name, *S_input_tokens, *S_output_tokens, *S_dockyard_tools_used, *S_tools, *S_model, *S_max_tokens,
+    *S_temperature, *S_top_p, *S_stream, *S_finish_reasons, *S_tool_calls, *S_traceparent_key, *S_tracestate_key,
+    *EMPTY_TUPLE;
+
+static int Hooks_init(HooksObject *self, PyObject *args, PyObject *kwds) {
+    static char *names[] = {"tracer", "python", "statics", "noop", "capture_content", NULL};
+    PyObject *tracer, *python, *statics, *noop;
+    int capture;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!O!Op", names, &TracerType, &tracer, &PyDict_Type, &python,
+                                     &PyDict_Type, &statics, &noop, &capture))
+        return -1;
+    for (int i = 0; i < H_COUNT; i++) {
+        PyObject *hook = PyDict_GetItemString(python, HOOK_NAMES[i]);
+        if (hook == NULL) {
+            PyErr_Format(PyExc_KeyError, "Hooks: no Python form of %s", HOOK_NAMES[i]);
+            return -1;
+        }
+        Py_XSETREF(self->python[i], Py_NewRef(hook));
+    }
+    for (int i = 0; i < F_COUNT; i++) {
+        PyObject *factory = PyDict_GetItemString(statics, FACTORY_NAMES[i]);
+        if (factory == NULL) {
+            PyErr_Format(PyExc_KeyError, "Hooks: no factory of the %s attributes", FACTORY_NAMES[i]);
+            return -1;
+        }
+        Py_XSETREF(self->factories[i], Py_NewRef(factory));
+    }
+    Py_XSETREF(self->tracer, (TracerObject *)Py_NewRef(tracer));
+    Py_XSETREF(self->noop, Py_NewRef(noop));
+    self->capture_content = capture;
+    self->off = 0;
+    return 0;
+}
+
+static int Hooks_traverse(HooksObject *self, visitproc visit, void *arg) {
+    Py_VISIT(self->tracer);
+    for (int i = 0; i < H_COUNT; i++) Py_VISIT(self->python[i]);
+    for (int i = 0; i < F_COUNT; i++) Py_VISIT(self->factories[i]);
+    Py_VISIT(self->noop);
+    return 0;
+}
+
+static int Hooks_clear(HooksObject *self) {
+    Py_CLEAR(self->tracer);
+    for (int i = 0; i < H_COUNT; i++) Py_CLEAR(self->python[i]);
+    for (int i = 0; i < F_COUNT; i++) Py_CLEAR(self->factories[i]);
+    Py_CLEAR(self->noop);
+    return 0;
+}
+
+static void Hooks_dealloc(HooksObject *self) {
+    PyObject_GC_UnTrack(self);
+    Hooks_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* The Python form of hook ``which`` called with the same arguments. */
+static PyObject *python_form(HooksObject *self, int which, PyObject *const *args, Py_ssize_t nargs) {
+    if (self->python[which] == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "the hooks were not initialised");
+        return NULL;
+    }
+    return PyObject_Vectorcall(self->python[which], args, (size_t)nargs, NULL);
+}
+
+/* Whether the C path may run: initialised, on, bound. */
+static inline int ready(HooksObject *self) {
+    return !self->off && self->tracer != NULL && self->noop != NULL && CURRENT != NULL && SPAN_CLASS != NULL;
+}
+
+/* The current span (a new reference; None outside any), or NULL on error. */
+static PyObject *current_span(void) {
+    PyObject *span;
+    if (PyContextVar_Get(CURRENT, Py_None, &span) < 0) return NULL;
+    return span;
+}
+
+static PyObject *make_static(HooksObject *self, int which, PyObject *const *args, Py_ssize_t nargs) {
+    return PyObject_Vectorcall(self->factories[which], args, (size_t)nargs, NULL);
+}
+
+/* A Static's ``name`` (a new reference). */
+static PyObject *static_name(PyObject *statik) { return PyObject_GetAttr(statik, S_name); }
+
+/* span.add_static(static) of a span that records. */
+static int add_static(SpanObject *span, PyObject *statik) {
+    if (span->statics == NULL || span->statics == Py_None) {
+        PyObject *list = PyList_New(1);
+        if (list == NULL) return -1;
+        PyList_SET_ITEM(list, 0, Py_NewRef(statik));
+        Py_XSETREF(span->statics, list);
+        return 0;
+    }
+    if (PyList_CheckExact(span->statics)) return PyList_Append(span->statics, statik);
+    PyObject *done = PyObject_CallMethod(span->statics, "append", "O", statik);
+    Py_XDECREF(done);
+    return done == NULL ? -1 : 0;
+}
+
+/* request(scope): the request's SERVER span, current from here. */
+static PyObject *Hooks_request(HooksObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 1 || !ready(self) || !PyDict_CheckExact(args[0])) return python_form(self, H_REQUEST, args, nargs);
+    PyObject *scope = args[0];
+    PyObject *query = PyDict_GetItemWithError(scope, S_query_string);
+    if (query == NULL && PyErr_Occurred()) return NULL;
+    if (query != NULL) {
+        int has = PyObject_IsTrue(query);
+        if (has < 0) return NULL;
+        if (has) return python_form(self, H_REQUEST, args, nargs); /* url.query: the names only, in Python */
+    }
+    PyObject *headers = PyDict_GetItemWithError(scope, S_headers);
+    if (headers == NULL && PyErr_Occurred()) return NULL;
+    if (headers != NULL && headers != Py_None && !PyList_CheckExact(headers) && !PyTuple_CheckExact(headers))
+        return python_form(self, H_REQUEST, args, nargs);
+    PyObject *traceparent = NULL, *tracestate = NULL; /* borrowed bytes */
+    Py_ssize_t count = headers == NULL || headers == Py_None ? 0 : PySequence_Fast_GET_SIZE(headers);
+    PyObject **items = count ? PySequence_Fast_ITEMS(headers) : NULL;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *pair = items[i];
+        if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2 || !PyBytes_CheckExact(PyTuple_GET_ITEM(pair, 0)) ||
+            !PyBytes_CheckExact(PyTuple_GET_ITEM(pair, 1)))
+            return python_form(self, H_REQUEST, args, nargs);
+        PyObject *name = PyTuple_GET_ITEM(pair, 0);
+        Py_ssize_t n = PyBytes_GET_SIZE(name);
+        if (n == 11 && memcmp(PyBytes_AS_STRING(name), "traceparent", 11) == 0)
+            traceparent = PyTuple_GET_ITEM(pair, 1);
+        else if (n == 10 && memcmp(PyBytes_AS_STRING(name), "tracestate", 10) == 0)
+            tracestate = PyTuple_GET_ITEM(pair, 1);
+    }
+    PyObject *method = PyDict_GetItemWithError(scope, S_method);
+    PyObject *path = method == NULL && PyErr_Occurred() ? NULL : PyDict_GetItemWithError(scope, S_path);
+    PyObject *scheme = path == NULL && PyErr_Occurred() ? NULL : PyDict_GetItemWithError(scope, S_scheme);
+    if (scheme == NULL && PyErr_Occurred()) return NULL;
+    PyObject *key[3] = {method != NULL ? method : EMPTY, path != NULL ? path : EMPTY, scheme != NULL ? scheme : S_http};
+    PyObject *parent = NULL, *texts[2] = {NULL, NULL}, *statik = NULL, *span = NULL;
+    if (traceparent != NULL) {
+        texts[0] = PyUnicode_DecodeLatin1(PyBytes_AS_STRING(traceparent), PyBytes_GET_SIZE(traceparent), NULL);
+        if (texts[0] == NULL) goto done;
+        if (tracestate != NULL) {
+            texts[1] = PyUnicode_DecodeLatin1(PyBytes_AS_STRING(tracestate), PyBytes_GET_SIZE(tracestate), NULL);
+            if (texts[1] == NULL) goto done;
+        }
+        if ((parent = extract(NULL, texts, texts[1] != NULL ? 2 : 1)) == NULL) goto done;
+    }
+    if ((statik = make_static(self, F_REQUEST, key, 3)) == NULL) goto done;
+    span = tracer_start(self->tracer, key[0], KIND_SERVER, NULL, NULL, parent != Py_None ? parent : NULL, 0, statik);
+    if (span != NULL) {
+        PyObject *activated = Span_activate((SpanObject *)span, NULL);
+        if (activated == NULL) Py_CLEAR(span);
+        Py_XDECREF(activated);
+    }
+done:
+    Py_XDECREF(texts[0]);
+    Py_XDECREF(texts[1]);
+    Py_XDECREF(parent);
+    Py_XDECREF(statik);
+    return span;
+}
+
+/* request_done(span, route, status): the route's name and attributes, an error from 500 on; the span ends. */
+static PyObject *Hooks_request_done(HooksObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !ready(self) || !is_span(args[0]) || !PyLong_CheckExact(args[2]))
+        return python_form(self, H_REQUEST_DONE, args, nargs);
+    SpanObject *span = (SpanObject *)args[0];
+    if (span->sink != NULL) {
+        PyObject *key[3] = {or_none(span->name), args[1], args[2]};
+        PyObject *statik = make_static(self, F_RESPONSE, key, 3);
+        if (statik == NULL) return NULL;
+        PyObject *name = static_name(statik);
+        int failed = name == NULL || add_static(span, statik) < 0;
+        Py_DECREF(statik);
+        if (failed) {
+            Py_XDECREF(name);
+            return NULL;
+        }
+        Py_XSETREF(span->name, name);
+        long status = PyLong_AsLong(args[2]);
+        if (status == -1 && PyErr_Occurred()) return NULL;
+        if (status >= 500) {
+            PyObject *code = PyObject_Str(args[2]);
+            PyObject *done = code == NULL ? NULL : Span_set_error(span, code);
+            Py_XDECREF(code);
+            if (done == NULL) return NULL;
+            Py_DECREF(done);
+        }
+    }
+    return Span_finish(span, NULL);
+}
+
+/* turn(env, version, session): the request's span gets the turn's attributes and is answered; None when the trace
+ * is not sampled; anything else (a turn outside a request, a second one in it) in Python. */
+static PyObject *Hooks_turn(HooksObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !ready(self)) return python_form(self, H_TURN, args, nargs);
+    PyObject *current = current_span();
+    if (current == NULL) return NULL;
+    if (current == Py_None || !is_span(current)) {
+        Py_DECREF(current);
+        return python_form(self, H_TURN, args, nargs);
+    }
+    SpanObject *span = (SpanObject *)current;
+    if (!span->sampled) {
+        Py_DECREF(current);
+        Py_RETURN_NONE;
+    }
+    int own = span->kind == KIND_SERVER && span->sink != NULL && span->attributes != NULL &&
+              PyDict_CheckExact(span->attributes);
+    if (own) {
+        int has = PyDict_Contains(span->attributes, S_conversation);
+        if (has < 0) {
+            Py_DECREF(current);
+            return NULL;
+        }
+        own = !has;
+    }
+    if (!own) {
+        Py_DECREF(current);
+        return python_form(self, H_TURN, args, nargs);
+    }
+    PyObject *env = args[0], *key[4] = {NULL, args[1], NULL, NULL}, *statik = NULL;
+    if ((key[0] = PyObject_GetAttr(env, S_app)) != NULL && (key[2] = PyObject_GetAttr(env, S_name)) != NULL &&
+        (key[3] = PyObject_GetAttr(env, S_namespace)) != NULL)
+        statik = make_static(self, F_TURN, key, 4);
+    Py_XDECREF(key[0]);
+    Py_XDECREF(key[2]);
+    Py_XDECREF(key[3]);
+    if (statik == NULL || add_static(span, statik) < 0 || PyDict_SetItem(span->attributes, S_conversation, args[2]) < 0) {
+        Py_XDECREF(statik);
+        Py_DECREF(current);
+        return NULL;
+    }
+    Py_DECREF(statik);
+    return current;
+}
+
+/* body[name] (borrowed) or NULL with no error set when it is missing. */
+static inline PyObject *item(PyObject *body, PyObject *name) { return PyDict_GetItemWithError(body, name); }
+
+/* turn_done(traced, body, pii, key, message, answer): the answer's attributes on the request's span; with guardrail
+ * actions, content to capture, a turn span of its own or any surprise, in Python. */
+static PyObject *Hooks_turn_done(HooksObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6 || !ready(self) || !is_span(args[0]) || !PyDict_CheckExact(args[1]) ||
+        (self->capture_content && args[2] != Py_None))
+        return python_form(self, H_TURN_DONE, args, nargs);
+    SpanObject *span = (SpanObject *)args[0];
+    PyObject *body = args[1];
+    PyObject *agent = item(body, S_agent), *tokens = item(body, S_tokens), *tools = item(body, S_tools_used),
+             *guardrails = item(body, S_guardrails), *session = item(body, S_session_id);
+    if (PyErr_Occurred()) return NULL;
+    if (span->kind != KIND_SERVER || agent == NULL || tokens == NULL || tools == NULL || guardrails == NULL ||
+        session == NULL || !PyDict_CheckExact(tokens) || (guardrails != Py_None && !PyList_CheckExact(guardrails)) ||
+        (guardrails != Py_None && PyList_GET_SIZE(guardrails)))
+        return python_form(self, H_TURN_DONE, args, nargs);
+    PyObject *tokens_in = item(tokens, S_input), *tokens_out = item(tokens, S_output);
+    if (PyErr_Occurred()) return NULL;
+    if (tokens_in == NULL || tokens_out == NULL) return python_form(self, H_TURN_DONE, args, nargs);
+    int any_tools = PyObject_IsTrue(tools);
+    if (any_tools < 0) return NULL;
+    if (span->sink == NULL) Py_RETURN_NONE;
+    PyObject *attributes = or_none(span->attributes);
+    if (!PyDict_CheckExact(attributes)) return python_form(self, H_TURN_DONE, args, nargs);
+    if (PyDict_SetItem(attributes, S_agent_name, agent) < 0 || PyDict_SetItem(attributes, S_input_tokens, tokens_in) < 0 ||
+        PyDict_SetItem(attributes, S_output_tokens, tokens_out) < 0)
+        return NULL;
+    if (any_tools) {
+        PyObject *names = PySequence_List(tools);
+        if (names == NULL) return NULL;
+        int rc = PyDict_SetItem(attributes, S_dockyard_tools_used, names);
+        Py_DECREF(names);
+        if (rc < 0) return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* Whether the trace is one the sampler left out (1), not (0), or the current span is not one of this module's (-2);
+ * -1 on error. */
+static int left_out(void) {
+    PyObject *current = current_span();
+    if (current == NULL) return -1;
+    int answer = current == Py_None ? 0 : !is_span(current) ? -2 : !((SpanObject *)current)->sampled;
+    Py_DECREF(current);
+    return answer;
+}
+
+/* agent(name, model, session): the invoke_agent span (enter it), the null context when not sampled. */
+static PyObject *Hooks_agent(HooksObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !ready(self)) return python_form(self, H_AGENT, args, nargs);
+    int out = left_out();
+    if (out == -2) return python_form(self, H_AGENT, args, nargs);
+    if (out < 0) return NULL;
+    if (out) return Py_NewRef(self->noop);
+    int session = PyObject_IsTrue(args[2]);
+    if (session < 0) return NULL;
+    PyObject *attributes = NULL;
+    if (session) {
+        if ((attributes = PyDict_New()) == NULL) return NULL;
+        if (PyDict_SetItem(attributes, S_conversation, args[2]) < 0) {
+            Py_DECREF(attributes);
+            return NULL;
+        }
+    }
+    PyObject *statik = make_static(self, F_AGENT, args, 2), *name = NULL, *span = NULL;
+    if (statik != NULL && (name = static_name(statik)) != NULL)
+        span = tracer_start(self->tracer, name, 1, attributes, NULL, NULL, 1, statik);
+    Py_XDECREF(attributes);
+    Py_XDECREF(statik);
+    Py_XDECREF(name);
+    return span;
+}
+
+/* chat(base_url, body, step=0): the model call's CLIENT span (enter it), the null context when not sampled; a call
+ * that offers tools in Python. */
+static PyObject *Hooks_chat(HooksObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs < 2 || nargs > 3 || !ready(self) || !PyDict_CheckExact(args[1]))
+        return python_form(self, H_CHAT, args, nargs);
+    int out = left_out();
+    if (out == -2) return python_form(self, H_CHAT, args, nargs);
+    if (out < 0) return NULL;
+    if (out) return Py_NewRef(self->noop);
+    PyObject *body = args[1];
+    PyObject *tools = item(body, S_tools);
+    if (tools == NULL && PyErr_Occurred()) return NULL;
+    if (tools != NULL) {
+        int any = PyObject_IsTrue(tools);
+        if (any < 0) return NULL;
+        if (any) return python_form(self, H_CHAT, args, nargs);
+    }
+    PyObject *key[8] = {args[0], item(body, S_model), item(body, S_max_tokens), item(body, S_temperature),
+                        item(body, S_top_p), item(body, S_stream), EMPTY_TUPLE, nargs == 3 ? args[2] : ZERO};
+    if (PyErr_Occurred()) return NULL;
+    for (int i = 1; i < 6; i++)
+        if (key[i] == NULL) key[i] = Py_None;
+    PyObject *statik = make_static(self, F_CHAT, key, 8), *name = NULL, *span = NULL;
+    if (statik != NULL && (name = static_name(statik)) != NULL)
+        span = tracer_start(self->tracer, name, KIND_CLIENT, NULL, NULL, NULL, 1, statik);
+    Py_XDECREF(statik);
+    Py_XDECREF(name);
+    return span;
+}
+
+/* chat_done(span, tokens_in, tokens_out, finish, calls): the answer's attributes. */
+static PyObject *Hooks_chat_done(HooksObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs == 5 && args[0] == Py_None) Py_RETURN_NONE;
+    if (nargs != 5 || !ready(self) || !is_span(args[0])) return python_form(self, H_CHAT_DONE, args, nargs);
+    SpanObject *span = (SpanObject *)args[0];
+    int finish = PyObject_IsTrue(args[3]), calls = finish < 0 ? -1 : PyObject_IsTrue(args[4]);
+    if (calls < 0) return NULL;
+    if (span->sink == NULL) Py_RETURN_NONE;
+    PyObject *attributes = or_none(span->attributes);
+    if (!PyDict_CheckExact(attributes)) return python_form(self, H_CHAT_DONE, args, nargs);
+    if (PyDict_SetItem(attributes, S_input_tokens, args[1]) < 0 || PyDict_SetItem(attributes, S_output_tokens, args[2]) < 0)
+        return NULL;
+    if (finish) {
+        PyObject *reasons = PyList_New(1);
+        if (reasons == NULL) return NULL;
+        PyList_SET_ITEM(reasons, 0, Py_NewRef(args[3]));
+        int rc = PyDict_SetItem(attributes, S_finish_reasons, reasons);
+        Py_DECREF(reasons);
+        if (rc < 0) return NULL;
+    }
+    if (calls && PyDict_SetItem(attributes, S_tool_calls, args[4]) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* inject(headers): the current span's traceparent (and tracestate) on an outgoing request. */
+static PyObject *Hooks_inject(HooksObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 1 || !ready(self)) return python_form(self, H_INJECT, args, nargs);
+    PyObject *current = current_span();
+    if (current == NULL) return NULL;
+    if (current == Py_None) {
+        Py_DECREF(current);
+        Py_RETURN_NONE;
+    }
+    if (!is_span(current)) {
+        Py_DECREF(current);
+        return python_form(self, H_INJECT, args, nargs);
+    }
+    SpanObject *span = (SpanObject *)current;
+    PyObject *parent = Span_traceparent(span, NULL);
+    int rc = parent == NULL ? -1 : PyObject_SetItem(args[0], S_traceparent_key, parent);
+    Py_XDECREF(parent);
+    if (rc == 0 && span->tracestate != NULL) {
+        int has = PyObject_IsTrue(span->tracestate);
+        rc = has < 0 ? -1 : has ? PyObject_SetItem(args[0], S_tracestate_key, span->tracestate) : 0;
+    }
+    Py_DECREF(current);
+    if (rc < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+#define HOOK(name, doc) {#name, (PyCFunction)(void (*)(void))Hooks_##name, METH_FASTCALL, doc}
+static PyMethodDef Hooks_methods[] = {
+    HOOK(request, "request(scope): dockyard_api.runtime.tracing.request's C form."),
+    HOOK(request_done, "request_done(span, route, status)"),
+    HOOK(turn, "turn(env, version, session)"),
+    HOOK(turn_done, "turn_done(traced, body, pii, key, message, answer)"),
+    HOOK(agent, "agent(name, model, session)"),
+    HOOK(chat, "chat(base_url, body, step=0)"),
+    HOOK(chat_done, "chat_done(span, tokens_in, tokens_out, finish, calls)"),
+    HOOK(inject, "inject(headers)"),
+    {NULL, NULL, 0, NULL},
+};
+#undef HOOK
+
+static PyMemberDef Hooks_members[] = {
+    {"off", T_BOOL, offsetof(HooksObject, off), 0, "Every call in Python from now on (tracing stopped or replaced)."},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject HooksType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "dockyard_core._spans.Hooks",
+    .tp_basicsize = sizeof(HooksObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "Hooks(tracer, python, statics, noop, capture_content): the C form of dockyard_api.runtime.tracing's "
+              "hooks of a turn.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Hooks_init,
+    .tp_dealloc = (destructor)Hooks_dealloc,
+    .tp_traverse = (traverseproc)Hooks_traverse,
+    .tp_clear = (inquiry)Hooks_clear,
+    .tp_methods = Hooks_methods,
+    .tp_members = Hooks_members,
+};
+
 static PyMethodDef methods[] = {
     {"span", span_field, METH_O,
      "span(span) -> bytes | None: the finished span as field 2 of ScopeSpans (None for a span with links)."},
@@ -1233,18 +1695,51 @@ PyMODINIT_FUNC PyInit__spans(void) {
     INTERN(EMPTY, "")
     INTERN(S_append, "append")
     INTERN(S_follows_parent, "follows_parent")
+    INTERN(S_headers, "headers")
+    INTERN(S_method, "method")
+    INTERN(S_path, "path")
+    INTERN(S_scheme, "scheme")
+    INTERN(S_query_string, "query_string")
+    INTERN(S_http, "http")
+    INTERN(S_app, "app")
+    INTERN(S_namespace, "namespace")
+    INTERN(S_conversation, "gen_ai.conversation.id")
+    INTERN(S_agent, "agent")
+    INTERN(S_tokens, "tokens")
+    INTERN(S_input, "input")
+    INTERN(S_output, "output")
+    INTERN(S_tools_used, "tools_used")
+    INTERN(S_guardrails, "guardrails")
+    INTERN(S_session_id, "session_id")
+    INTERN(S_agent_name, "gen_ai.agent.name")
+    INTERN(S_input_tokens, "gen_ai.usage.input_tokens")
+    INTERN(S_output_tokens, "gen_ai.usage.output_tokens")
+    INTERN(S_dockyard_tools_used, "dockyard.tools_used")
+    INTERN(S_tools, "tools")
+    INTERN(S_model, "model")
+    INTERN(S_max_tokens, "max_tokens")
+    INTERN(S_temperature, "temperature")
+    INTERN(S_top_p, "top_p")
+    INTERN(S_stream, "stream")
+    INTERN(S_finish_reasons, "gen_ai.response.finish_reasons")
+    INTERN(S_tool_calls, "dockyard.tool_calls")
+    INTERN(S_traceparent_key, "traceparent")
+    INTERN(S_tracestate_key, "tracestate")
 #undef INTERN
+    if ((EMPTY_TUPLE = PyTuple_New(0)) == NULL) return NULL;
     if ((ZERO = PyLong_FromLong(0)) == NULL || (SIXTY_FOUR = PyLong_FromLong(64)) == NULL) return NULL;
     if (pthread_atfork(NULL, NULL, rng_forked) != 0) {
         PyErr_SetString(PyExc_RuntimeError, "pthread_atfork failed");
         return NULL;
     }
-    if (PyType_Ready(&SpanType) < 0 || PyType_Ready(&TracerType) < 0 || PyType_Ready(&SinkType) < 0) return NULL;
+    if (PyType_Ready(&SpanType) < 0 || PyType_Ready(&TracerType) < 0 || PyType_Ready(&SinkType) < 0 ||
+        PyType_Ready(&HooksType) < 0)
+        return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
-    PyTypeObject *types[] = {&SpanType, &TracerType, &SinkType};
-    for (int i = 0; i < 3; i++)
-        if (PyModule_AddType(m, types[i]) < 0) { /* named by tp_name's last part: Span, Tracer, Sink */
+    PyTypeObject *types[] = {&SpanType, &TracerType, &SinkType, &HooksType};
+    for (int i = 0; i < 4; i++)
+        if (PyModule_AddType(m, types[i]) < 0) { /* named by tp_name's last part: Span, Tracer, Sink, Hooks */
             Py_DECREF(m);
             return NULL;
         }

@@ -51,22 +51,33 @@ if _PATH:
         with open(_PATH, "w") as out:
             json.dump({"wrapper_ns_per_call": _calibrated(), "spent": dict(spent)}, out)
 
-    for _name in ("request", "turn", "turn_done", "agent", "step", "chat", "chat_done", "inject", "tool",
-                  "tool_done", "tool_request"):  # fmt: skip
-        setattr(hooks, _name, _timed(getattr(hooks, _name), _name))
-    _request_done = hooks.request_done
+    def _wrap_hooks() -> None:
+        """Wraps the hooks bound now (``use`` binds the C hooks of a turn when tracing starts with the C tracer)."""
+        for name in ("request", "turn", "turn_done", "agent", "chat", "chat_done", "inject", "tool", "tool_done",
+                     "tool_request"):  # fmt: skip
+            setattr(hooks, name, _timed(getattr(hooks, name), name))
+        _request_done = hooks.request_done
 
-    def request_done(span: Any, route: str, status: int) -> None:
-        started = clock()
-        try:
-            _request_done(span, route, status)
-        finally:
-            key = f"{_kind(span)}:request_done"
-            spent[key] += clock() - started
-            spent[key + "#"] += 1
-            if (spent["traced:request_done#"] + spent["unsampled:request_done#"]) % 500 == 0:
-                _dump()
+        def request_done(span: Any, route: str, status: int) -> None:
+            started = clock()
+            try:
+                _request_done(span, route, status)
+            finally:
+                key = f"{_kind(span)}:request_done"
+                spent[key] += clock() - started
+                spent[key + "#"] += 1
+                if (spent["traced:request_done#"] + spent["unsampled:request_done#"]) % 500 == 0:
+                    _dump()
 
-    hooks.request_done = request_done  # type: ignore[assignment]
+        hooks.request_done = request_done  # type: ignore[assignment]
+
+    _use = hooks.use
+
+    def use(*args: Any, **kwargs: Any) -> None:
+        _use(*args, **kwargs)
+        _wrap_hooks()
+
+    hooks.use = use  # type: ignore[assignment]
+    _wrap_hooks()
     core.Span.__enter__ = _timed(core.Span.__enter__, "span_enter")  # type: ignore[method-assign]
     core.Span.__exit__ = _timed(core.Span.__exit__, "span_exit")  # type: ignore[method-assign]

@@ -22,6 +22,12 @@ by them (:func:`content`).
 
 Off costs nothing: :data:`TRACER` is None and every hook answers at its first line (a shared null context
 manager).
+
+With the C tracer (``dockyard_core._spans``, where it was built), :func:`use` binds the C form of the hooks of a
+turn (``_spans.Hooks``: request, request_done, turn, turn_done, agent, chat, chat_done, inject) in place of the
+Python functions below while tracing is on: the same spans and attributes on the common path, any other case handed
+to the Python function as it is (docs/benchmarks.md, "Tracing: the hooks in C"). Callers reach the hooks through
+the module (``tracing.chat(...)``), so that they get the form in use.
 """
 
 from __future__ import annotations
@@ -39,6 +45,11 @@ from dockyard_api import __version__
 from dockyard_api.metrics import REGISTRY
 from dockyard_core import tracing
 from dockyard_core.tracing import CLIENT, SERVER, Span, Static, Tracer
+
+try:  # the C form of the hooks of a turn, where the extension was built
+    from dockyard_core import _spans
+except ImportError:  # pragma: no cover - a machine without a C compiler: the Python hooks
+    _spans = None  # type: ignore[assignment]
 
 if TYPE_CHECKING:
     from dockyard_api.runtime.config import EnvironmentView
@@ -58,6 +69,8 @@ TRACER: Tracer | None = None
 """The facade's tracer while tracing is on; None when off (every hook tests it first)."""
 CAPTURE_CONTENT = False
 _RUNNING: tracing.Tracing | None = None
+_HOOKS: Any = None
+"""The C hooks in use (``_spans.Hooks``), or None."""
 NOOP: contextlib.nullcontext[None] = contextlib.nullcontext()
 _current = tracing.current
 
@@ -68,20 +81,37 @@ def _dropped(reason: str, count: int) -> None:
 
 def start(environ: Mapping[str, str] | None = None) -> tracing.Tracing | None:
     """Tracing for this facade when the OTEL_* variables ask for it (None: off)."""
-    global TRACER, CAPTURE_CONTENT, _RUNNING
+    global _RUNNING
     stop()
     running = tracing.start("dockyard-api", __version__, _dropped, environ)
     if running is None:
         return None
-    _RUNNING, TRACER, CAPTURE_CONTENT = running, running.tracer, running.settings.capture_content
+    _RUNNING = running
+    use(running.tracer, running.settings.capture_content)
     return running
 
 
 def stop() -> None:
-    global TRACER, _RUNNING
-    running, _RUNNING, TRACER = _RUNNING, None, None
+    global _RUNNING
+    running, _RUNNING = _RUNNING, None
+    use(None)
     if running is not None:
         running.stop()
+
+
+def use(tracer: Tracer | None, capture_content: bool = False) -> None:
+    """Trace with ``tracer`` (None: off) from now on: the hooks of a turn in C where ``tracer`` is the C one, else
+    the Python functions of this module. Hooks bound earlier (a middleware's) keep working: the C ones, once
+    replaced, hand every call to the Python function, which reads the tracer of the moment."""
+    global TRACER, CAPTURE_CONTENT, _HOOKS
+    if _HOOKS is not None:
+        _HOOKS.off = True
+    TRACER, CAPTURE_CONTENT, _HOOKS = tracer, capture_content, None
+    hooks: dict[str, Any] = _PYTHON_HOOKS
+    if tracer is not None and _spans is not None and isinstance(tracer, _spans.Tracer):
+        _HOOKS = _spans.Hooks(tracer, _PYTHON_HOOKS, _STATICS, NOOP, capture_content)
+        hooks = {name: getattr(_HOOKS, name) for name in _PYTHON_HOOKS}
+    globals().update(hooks)
 
 
 # --- the request's span ------------------------------------------------------------------------------
@@ -356,3 +386,25 @@ def _server(url: str) -> dict[str, Any]:
     except ValueError:
         return {}
     return {"server.address": parts.hostname or "", "server.port": port}
+
+
+_PYTHON_HOOKS: dict[str, Any] = {
+    "request": request,
+    "request_done": request_done,
+    "turn": turn,
+    "turn_done": turn_done,
+    "agent": agent,
+    "chat": chat,
+    "chat_done": chat_done,
+    "inject": inject,
+}
+"""The hooks of a turn in Python: what :func:`use` binds when off or with the Python tracer, and what the C hooks
+hand the cases they leave to."""
+_STATICS: dict[str, Any] = {
+    "request": _request_static,
+    "response": _response_static,
+    "turn": _turn_static,
+    "agent": _agent_static,
+    "chat": _chat_static,
+}
+"""The cached ``Static`` factories the C hooks call, with the arguments the Python hooks give them."""

@@ -17,6 +17,7 @@ from dockyard_api.runtime.model import ModelClient
 from dockyard_core import tracing as core
 from dockyard_core.mcp import McpServerRef
 from tests.support.scripted_model import Call, Reply, ScriptedModel, mcp_server, scripted_model
+from tests.support.tracing_hooks import trace_with
 from tests.unit.api.test_runtime_agent import World
 
 pytestmark = pytest.mark.usefixtures("span_type")  # each test with the C span and with the Python one
@@ -37,8 +38,9 @@ def model(server: ScriptedModel) -> ScriptedModel:
 
 @pytest.fixture
 def spans(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[core.Span]]:
+    """The spans that end, kept; the hooks in C with the C tracer (``span_type`` c), else in Python."""
     finished: list[core.Span] = []
-    monkeypatch.setattr(tracing, "TRACER", core.Tracer(core.sampler({}), finished.append))
+    trace_with(monkeypatch, core.Tracer(core.sampler({}), finished.append))
     return finished
 
 
@@ -140,7 +142,7 @@ def test_a_trace_the_sampler_leaves_out_records_nothing_and_goes_on_unsampled(
 ) -> None:
     finished: list[core.Span] = []
     ratio_0 = core.sampler({"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0"})
-    monkeypatch.setattr(tracing, "TRACER", core.Tracer(ratio_0, finished.append))
+    trace_with(monkeypatch, core.Tracer(ratio_0, finished.append))
     request = tracing.request({"type": "http", "method": "POST", "path": "/e/team/prod/v1/apps/bot/execute"})
     assert request is not None
     assert not request.sampled

@@ -90,11 +90,11 @@ def test_the_hooks_of_a_benchmark_turn_are_added_one_at_a_time(monkeypatch: pyte
     attributes each one adds, and with all of them the turn the facade traces (three spans, one trace)."""
     from bench.tracing import HOOKS, hooks_of_a_turn, scopes
 
-    from dockyard_api.runtime import tracing
     from dockyard_core import tracing as core
+    from tests.support.tracing_hooks import trace_with
 
     finished: list[core.Span] = []
-    monkeypatch.setattr(tracing, "TRACER", core.Tracer(core.sampler({}), finished.append))
+    trace_with(monkeypatch, core.Tracer(core.sampler({}), finished.append))
     names = []
     for hooks in range(1, len(HOOKS) + 1):
         finished.clear()
