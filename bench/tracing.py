@@ -468,16 +468,13 @@ def hooks_of_a_turn(number: int, scope: dict[str, Any], hooks: int = len(HOOKS))
 
     answer = {"agent": "bot", "tokens": {"input": 12, "output": 7}, "tools_used": [], "guardrails": [],
               "session_id": f"ses_{number:032x}"}  # fmt: skip
-    none = nullcontext()
     span = h.request(scope)
     turn = h.turn(_TurnEnv, "v1", f"ses_{number:032x}") if hooks > 1 else None  # type: ignore[arg-type]
-    with (
-        h.agent("bot", "bench-model", None) if hooks > 2 else none,
-        h.chat("http://127.0.0.1:9000/v1", _CHAT_BODY, 1) if hooks > 3 else none as chat,
-    ):
+    with h.agent("bot", "bench-model", None) if hooks > 2 else nullcontext():
+        chat = h.chat("http://127.0.0.1:9000/v1", _CHAT_BODY, 1) if hooks > 3 else None
         if hooks > 4:
             sent: dict[str, str] = {}
-            h.inject(sent)
+            h.inject(sent, chat)
         if hooks > 3:
             h.chat_done(chat, 12, 7, "stop", [])
     if turn is not None:

@@ -655,6 +655,33 @@ static void Tracer_dealloc(TracerObject *self) {
 #define START_ARGS 7
 static PyObject *START_NAMES[START_ARGS]; /* name, kind, attributes, links, parent, use_current, static */
 
+/* A new span, the child of (trace_id, parent_id, tracestate), sampled or not as decided: start_span's last step. All
+ * arguments borrowed; ``attributes``, ``links`` and ``statik`` None where not given. */
+static PyObject *start_child(TracerObject *self, PyObject *name, int kind, PyObject *attributes, PyObject *links,
+                             PyObject *trace_id, PyObject *parent_id, PyObject *tracestate, int sampled,
+                             PyObject *statik) {
+    PyObject *span_id = random_id(64), *result = NULL;
+    if (span_id == NULL) return NULL;
+    if (sampled) {
+        PyObject *own = attributes == Py_None ? PyDict_New() : Py_NewRef(attributes);
+        PyObject *statics = statik == Py_None ? Py_NewRef(Py_None) : PyList_New(1);
+        if (own != NULL && statics != NULL) {
+            if (statik != Py_None) PyList_SET_ITEM(statics, 0, Py_NewRef(statik));
+            result = new_span(trace_id, span_id, 1, tracestate, parent_id, name, kind, own, links, self->sink, 0,
+                              statics);
+        }
+        Py_XDECREF(own);
+        Py_XDECREF(statics);
+    } else {
+        PyObject *own = PyDict_New();
+        if (own != NULL)
+            result = new_span(trace_id, span_id, 0, tracestate, parent_id, name, kind, own, Py_None, Py_None, 0, Py_None);
+        Py_XDECREF(own);
+    }
+    Py_DECREF(span_id);
+    return result;
+}
+
 /* start_span's work, its arguments parsed: ``attributes``, ``links``, ``parent`` and ``statik`` may be NULL (not given);
  * all borrowed. */
 static PyObject *tracer_start(TracerObject *self, PyObject *name, int kind, PyObject *attributes, PyObject *links,
@@ -668,7 +695,7 @@ static PyObject *tracer_start(TracerObject *self, PyObject *name, int kind, PyOb
     if (links == NULL) links = Py_None;
     if (statik == NULL) statik = Py_None;
     PyObject *parent = Py_NewRef(given_parent != NULL ? given_parent : Py_None);
-    PyObject *trace_id = NULL, *parent_id = NULL, *tracestate = NULL, *span_id = NULL, *result = NULL;
+    PyObject *trace_id = NULL, *parent_id = NULL, *tracestate = NULL, *result = NULL;
     if (parent == Py_None && use_current) {
         Py_DECREF(parent);
         if (PyContextVar_Get(CURRENT, Py_None, &parent) < 0) {
@@ -701,29 +728,13 @@ static PyObject *tracer_start(TracerObject *self, PyObject *name, int kind, PyOb
         sampled = PyObject_IsTrue(decision);
         Py_DECREF(decision);
     }
-    if (sampled < 0 || (span_id = random_id(64)) == NULL) goto done;
-    if (sampled) {
-        PyObject *own = attributes == Py_None ? PyDict_New() : Py_NewRef(attributes);
-        PyObject *statics = statik == Py_None ? Py_NewRef(Py_None) : PyList_New(1);
-        if (own != NULL && statics != NULL) {
-            if (statik != Py_None) PyList_SET_ITEM(statics, 0, Py_NewRef(statik));
-            result = new_span(trace_id, span_id, 1, tracestate, parent_id, name, kind, own, links, self->sink, 0,
-                              statics);
-        }
-        Py_XDECREF(own);
-        Py_XDECREF(statics);
-    } else {
-        PyObject *own = PyDict_New();
-        if (own != NULL)
-            result = new_span(trace_id, span_id, 0, tracestate, parent_id, name, kind, own, Py_None, Py_None, 0, Py_None);
-        Py_XDECREF(own);
-    }
+    if (sampled >= 0)
+        result = start_child(self, name, kind, attributes, links, trace_id, parent_id, tracestate, sampled, statik);
 done:
     Py_XDECREF(parent);
     Py_XDECREF(trace_id);
     Py_XDECREF(parent_id);
     Py_XDECREF(tracestate);
-    Py_XDECREF(span_id);
     return result;
 }
 
@@ -823,6 +834,77 @@ static int hex_field(const Text *text, Py_ssize_t at, int count, uint64_t *out) 
     return 0;
 }
 
+/* A caller's traceparent as read: its trace id's halves, its span id, its flags. */
+typedef struct {
+    uint64_t hi, low, span, flags;
+} Parent;
+
+/* Reads a W3C traceparent (a str) as tracing.py_extract does: 1 when valid (``out`` filled), 0 when not, -1 on
+ * error. */
+static int read_traceparent(PyObject *traceparent, Parent *out) {
+    PyObject *text = NULL; /* py_extract's traceparent.strip().lower(), where the traceparent is not ASCII */
+    Text read;
+    if (PyUnicode_Check(traceparent) && PyUnicode_IS_ASCII(traceparent)) {
+        /* as it is (what a caller sends): strip's whitespace skipped here, its upper case read as lower by
+         * hex_digit; lowering changes nothing else that is checked below (the dashes, a newline) */
+        const Py_UCS1 *chars = PyUnicode_1BYTE_DATA(traceparent);
+        Py_ssize_t from = 0, to = PyUnicode_GET_LENGTH(traceparent);
+        while (from < to && Py_UNICODE_ISSPACE(chars[from])) from++;
+        while (to > from && Py_UNICODE_ISSPACE(chars[to - 1])) to--;
+        read = (Text){PyUnicode_1BYTE_KIND, chars, from, to - from};
+    } else {
+        PyObject *stripped = PyObject_CallMethod(traceparent, "strip", NULL);
+        if (stripped == NULL) return -1;
+        text = PyObject_CallMethod(stripped, "lower", NULL);
+        Py_DECREF(stripped);
+        if (text == NULL) return -1;
+        if (!PyUnicode_Check(text)) {
+            PyErr_SetString(PyExc_TypeError, "a traceparent is a str");
+            Py_DECREF(text);
+            return -1;
+        }
+        read = (Text){PyUnicode_KIND(text), PyUnicode_DATA(text), 0, PyUnicode_GET_LENGTH(text)};
+    }
+    int valid = 0;
+    Py_ssize_t n = read.n;
+    uint64_t version;
+    /* version-traceid-parentid-flags, then for a later version "-" and anything on one line */
+    if (n < 55 || text_at(&read, 2) != '-' || text_at(&read, 35) != '-' || text_at(&read, 52) != '-' ||
+        hex_field(&read, 0, 2, &version) < 0 || hex_field(&read, 3, 16, &out->hi) < 0 ||
+        hex_field(&read, 19, 16, &out->low) < 0 || hex_field(&read, 36, 16, &out->span) < 0 ||
+        hex_field(&read, 53, 2, &out->flags) < 0)
+        goto done;
+    if (n > 55) {
+        int bad = text_at(&read, 55) != '-';
+        for (Py_ssize_t i = 56; i < n && !bad; i++) bad = text_at(&read, i) == '\n';
+        if (bad || version == 0) goto done;
+    }
+    valid = !(version == 0xff || (out->hi == 0 && out->low == 0) || out->span == 0);
+done:
+    Py_XDECREF(text);
+    return valid;
+}
+
+/* The trace id of two halves. */
+static PyObject *trace_id_of(uint64_t hi, uint64_t low) {
+    unsigned char bytes[16];
+    for (int i = 0; i < 8; i++) {
+        bytes[i] = (unsigned char)(low >> (8 * i));
+        bytes[8 + i] = (unsigned char)(hi >> (8 * i));
+    }
+    return _PyLong_FromByteArray(bytes, 16, 1, 0); /* little-endian, unsigned */
+}
+
+/* A caller's tracestate as kept (its first 512 characters; "" when None). */
+static PyObject *remote_state(PyObject *tracestate) {
+    if (tracestate == NULL || tracestate == Py_None) return Py_NewRef(EMPTY);
+    if (!PyUnicode_Check(tracestate)) {
+        PyErr_SetString(PyExc_TypeError, "a tracestate is a str");
+        return NULL;
+    }
+    return PyUnicode_Substring(tracestate, 0, 512);
+}
+
 /* extract(traceparent, tracestate=None): tracing.py_extract's answer, a remote parent span or None. */
 static PyObject *extract(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs < 1 || nargs > 2) {
@@ -832,71 +914,15 @@ static PyObject *extract(PyObject *module, PyObject *const *args, Py_ssize_t nar
     if (need_bound() < 0) return NULL;
     int given = PyObject_IsTrue(args[0]);
     if (given <= 0) return given < 0 ? NULL : Py_NewRef(Py_None);
-    PyObject *text = NULL; /* py_extract's traceparent.strip().lower(), where the traceparent is not ASCII */
-    Text read;
-    if (PyUnicode_Check(args[0]) && PyUnicode_IS_ASCII(args[0])) {
-        /* as it is (what a caller sends): strip's whitespace skipped here, its upper case read as lower by
-         * hex_digit; lowering changes nothing else that is checked below (the dashes, a newline) */
-        const Py_UCS1 *chars = PyUnicode_1BYTE_DATA(args[0]);
-        Py_ssize_t from = 0, to = PyUnicode_GET_LENGTH(args[0]);
-        while (from < to && Py_UNICODE_ISSPACE(chars[from])) from++;
-        while (to > from && Py_UNICODE_ISSPACE(chars[to - 1])) to--;
-        read = (Text){PyUnicode_1BYTE_KIND, chars, from, to - from};
-    } else {
-        PyObject *stripped = PyObject_CallMethod(args[0], "strip", NULL);
-        if (stripped == NULL) return NULL;
-        text = PyObject_CallMethod(stripped, "lower", NULL);
-        Py_DECREF(stripped);
-        if (text == NULL) return NULL;
-        if (!PyUnicode_Check(text)) {
-            PyErr_SetString(PyExc_TypeError, "a traceparent is a str");
-            Py_DECREF(text);
-            return NULL;
-        }
-        read = (Text){PyUnicode_KIND(text), PyUnicode_DATA(text), 0, PyUnicode_GET_LENGTH(text)};
-    }
-    PyObject *result = NULL, *trace_id = NULL, *span_id = NULL, *state = NULL, *attributes = NULL;
-    Py_ssize_t n = read.n;
-    uint64_t version, hi, low, span, flags;
-    /* version-traceid-parentid-flags, then for a later version "-" and anything on one line */
-    if (n < 55 || text_at(&read, 2) != '-' || text_at(&read, 35) != '-' || text_at(&read, 52) != '-' ||
-        hex_field(&read, 0, 2, &version) < 0 || hex_field(&read, 3, 16, &hi) < 0 || hex_field(&read, 19, 16, &low) < 0 ||
-        hex_field(&read, 36, 16, &span) < 0 || hex_field(&read, 53, 2, &flags) < 0) {
-        result = Py_NewRef(Py_None);
-        goto done;
-    }
-    if (n > 55) {
-        int bad = text_at(&read, 55) != '-';
-        for (Py_ssize_t i = 56; i < n && !bad; i++) bad = text_at(&read, i) == '\n';
-        if (bad || version == 0) {
-            result = Py_NewRef(Py_None);
-            goto done;
-        }
-    }
-    if (version == 0xff || (hi == 0 && low == 0) || span == 0) {
-        result = Py_NewRef(Py_None);
-        goto done;
-    }
-    PyObject *high = PyLong_FromUnsignedLongLong(hi), *lower = PyLong_FromUnsignedLongLong(low);
-    PyObject *shifted = high == NULL ? NULL : PyNumber_Lshift(high, SIXTY_FOUR);
-    trace_id = (shifted == NULL || lower == NULL) ? NULL : PyNumber_Or(shifted, lower);
-    Py_XDECREF(high);
-    Py_XDECREF(lower);
-    Py_XDECREF(shifted);
-    if (trace_id == NULL || (span_id = PyLong_FromUnsignedLongLong(span)) == NULL) goto done;
-    if (nargs < 2 || args[1] == Py_None) {
-        state = Py_NewRef(EMPTY);
-    } else if (!PyUnicode_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "a tracestate is a str");
-        goto done;
-    } else if ((state = PyUnicode_Substring(args[1], 0, 512)) == NULL) {
-        goto done;
-    }
-    if ((attributes = PyDict_New()) == NULL) goto done;
-    result = new_span(trace_id, span_id, (int)(flags & 1), state, ZERO, EMPTY, 2 /* SERVER */, attributes, Py_None,
-                      Py_None, 1, Py_None);
-done:
-    Py_XDECREF(text);
+    Parent parent;
+    int valid = read_traceparent(args[0], &parent);
+    if (valid <= 0) return valid < 0 ? NULL : Py_NewRef(Py_None);
+    PyObject *result = NULL, *trace_id = trace_id_of(parent.hi, parent.low), *span_id = NULL, *state = NULL,
+             *attributes = NULL;
+    if (trace_id != NULL && (span_id = PyLong_FromUnsignedLongLong(parent.span)) != NULL &&
+        (state = remote_state(nargs < 2 ? NULL : args[1])) != NULL && (attributes = PyDict_New()) != NULL)
+        result = new_span(trace_id, span_id, (int)(parent.flags & 1), state, ZERO, EMPTY, 2 /* SERVER */, attributes,
+                          Py_None, Py_None, 1, Py_None);
     Py_XDECREF(trace_id);
     Py_XDECREF(span_id);
     Py_XDECREF(state);
@@ -1220,6 +1246,7 @@ typedef struct {
     TracerObject *tracer;
     PyObject *python[H_COUNT];
     PyObject *factories[F_COUNT];
+    PyObject *caches[F_COUNT]; /* per factory: its first argument -> a list of (the other arguments..., Static) */
     PyObject *noop;
     int capture_content;
     char off;
@@ -1256,6 +1283,9 @@ static int Hooks_init(HooksObject *self, PyObject *args, PyObject *kwds) {
             return -1;
         }
         Py_XSETREF(self->factories[i], Py_NewRef(factory));
+        PyObject *cache = PyDict_New();
+        if (cache == NULL) return -1;
+        Py_XSETREF(self->caches[i], cache);
     }
     Py_XSETREF(self->tracer, (TracerObject *)Py_NewRef(tracer));
     Py_XSETREF(self->noop, Py_NewRef(noop));
@@ -1268,6 +1298,7 @@ static int Hooks_traverse(HooksObject *self, visitproc visit, void *arg) {
     Py_VISIT(self->tracer);
     for (int i = 0; i < H_COUNT; i++) Py_VISIT(self->python[i]);
     for (int i = 0; i < F_COUNT; i++) Py_VISIT(self->factories[i]);
+    for (int i = 0; i < F_COUNT; i++) Py_VISIT(self->caches[i]);
     Py_VISIT(self->noop);
     return 0;
 }
@@ -1276,6 +1307,7 @@ static int Hooks_clear(HooksObject *self) {
     Py_CLEAR(self->tracer);
     for (int i = 0; i < H_COUNT; i++) Py_CLEAR(self->python[i]);
     for (int i = 0; i < F_COUNT; i++) Py_CLEAR(self->factories[i]);
+    for (int i = 0; i < F_COUNT; i++) Py_CLEAR(self->caches[i]);
     Py_CLEAR(self->noop);
     return 0;
 }
@@ -1307,8 +1339,56 @@ static PyObject *current_span(void) {
     return span;
 }
 
+#define CACHE_KEYS 4096 /* keys kept per factory: the cache is emptied when it holds more */
+#define CACHE_WAYS 16    /* entries kept per key (the oldest dropped) */
+/* The argument each factory's answers are kept by: the request's path, the response's route, the turn's
+ * environment, the agent's name, the model call's base URL. */
+static const int CACHE_KEY[F_COUNT] = {1, 1, 2, 0, 0};
+
+/* factory(*args): the factory's own (lru_cache) answer, kept here by one of its arguments with all of them compared
+ * as the lru_cache compares them (==): a dict lookup by a str whose hash is kept, where the factory's cache made,
+ * hashed and compared a tuple of them (a float's hash computed each time). */
 static PyObject *make_static(HooksObject *self, int which, PyObject *const *args, Py_ssize_t nargs) {
-    return PyObject_Vectorcall(self->factories[which], args, (size_t)nargs, NULL);
+    PyObject *cache = self->caches[which], *key = args[CACHE_KEY[which]];
+    PyObject *entries = cache == NULL ? NULL : PyDict_GetItemWithError(cache, key); /* borrowed */
+    if (entries == NULL && PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_TypeError)) return NULL; /* unhashable: the factory tells */
+        PyErr_Clear();
+        return PyObject_Vectorcall(self->factories[which], args, (size_t)nargs, NULL);
+    }
+    if (entries != NULL) {
+        for (Py_ssize_t e = PyList_GET_SIZE(entries) - 1; e >= 0; e--) {
+            PyObject *entry = PyList_GET_ITEM(entries, e);
+            int same = 1;
+            for (Py_ssize_t i = 0; i < nargs && same > 0; i++) {
+                PyObject *kept = PyTuple_GET_ITEM(entry, i);
+                same = kept == args[i] ? 1 : PyObject_RichCompareBool(kept, args[i], Py_EQ);
+            }
+            if (same < 0) return NULL;
+            if (same) return Py_NewRef(PyTuple_GET_ITEM(entry, nargs));
+        }
+    }
+    PyObject *statik = PyObject_Vectorcall(self->factories[which], args, (size_t)nargs, NULL);
+    if (statik == NULL || cache == NULL) return statik;
+    PyObject *entry = PyTuple_New(nargs + 1);
+    if (entry == NULL) goto failed;
+    for (Py_ssize_t i = 0; i < nargs; i++) PyTuple_SET_ITEM(entry, i, Py_NewRef(args[i]));
+    PyTuple_SET_ITEM(entry, nargs, Py_NewRef(statik));
+    if (entries == NULL) {
+        if (PyDict_GET_SIZE(cache) >= CACHE_KEYS) PyDict_Clear(cache);
+        entries = PyList_New(0);
+        int rc = entries == NULL ? -1 : PyDict_SetItem(cache, key, entries);
+        Py_XDECREF(entries); /* the dict holds it */
+        if (rc < 0) goto failed;
+    }
+    if (PyList_GET_SIZE(entries) >= CACHE_WAYS && PyList_SetSlice(entries, 0, 1, NULL) < 0) goto failed;
+    if (PyList_Append(entries, entry) < 0) goto failed;
+    Py_DECREF(entry);
+    return statik;
+failed:
+    Py_XDECREF(entry);
+    Py_DECREF(statik);
+    return NULL;
 }
 
 /* A Static's ``name`` (a new reference). */
@@ -1365,17 +1445,34 @@ static PyObject *Hooks_request(HooksObject *self, PyObject *const *args, Py_ssiz
     if (scheme == NULL && PyErr_Occurred()) return NULL;
     PyObject *key[3] = {method != NULL ? method : EMPTY, path != NULL ? path : EMPTY, scheme != NULL ? scheme : S_http};
     PyObject *parent = NULL, *texts[2] = {NULL, NULL}, *statik = NULL, *span = NULL;
-    if (traceparent != NULL) {
+    Parent read;
+    int sampled_caller = 0; /* a valid traceparent marked sampled, and a parent-based sampler: no parent span made */
+    if (traceparent != NULL && PyBytes_GET_SIZE(traceparent)) {
         texts[0] = PyUnicode_DecodeLatin1(PyBytes_AS_STRING(traceparent), PyBytes_GET_SIZE(traceparent), NULL);
         if (texts[0] == NULL) goto done;
         if (tracestate != NULL) {
             texts[1] = PyUnicode_DecodeLatin1(PyBytes_AS_STRING(tracestate), PyBytes_GET_SIZE(tracestate), NULL);
             if (texts[1] == NULL) goto done;
         }
-        if ((parent = extract(NULL, texts, texts[1] != NULL ? 2 : 1)) == NULL) goto done;
+        int valid = read_traceparent(texts[0], &read);
+        if (valid < 0) goto done;
+        sampled_caller = valid && (read.flags & 1) && self->tracer->follows_parent;
+        if (valid && !sampled_caller && (parent = extract(NULL, texts, texts[1] != NULL ? 2 : 1)) == NULL) goto done;
     }
     if ((statik = make_static(self, F_REQUEST, key, 3)) == NULL) goto done;
-    span = tracer_start(self->tracer, key[0], KIND_SERVER, NULL, NULL, parent != Py_None ? parent : NULL, 0, statik);
+    if (sampled_caller) { /* what tracer_start does with the remote parent extract would make */
+        PyObject *trace_id = trace_id_of(read.hi, read.low), *parent_id = NULL, *state = NULL;
+        if (need_bound() == 0 && trace_id != NULL && (parent_id = PyLong_FromUnsignedLongLong(read.span)) != NULL &&
+            (state = remote_state(texts[1])) != NULL)
+            span = start_child(self->tracer, key[0], KIND_SERVER, Py_None, Py_None, trace_id, parent_id, state, 1,
+                               statik);
+        Py_XDECREF(trace_id);
+        Py_XDECREF(parent_id);
+        Py_XDECREF(state);
+    } else {
+        span = tracer_start(self->tracer, key[0], KIND_SERVER, NULL, NULL, parent != NULL && parent != Py_None ? parent : NULL,
+                            0, statik);
+    }
     if (span != NULL) {
         PyObject *activated = Span_activate((SpanObject *)span, NULL);
         if (activated == NULL) Py_CLEAR(span);
@@ -1539,15 +1636,15 @@ static PyObject *Hooks_agent(HooksObject *self, PyObject *const *args, Py_ssize_
     return span;
 }
 
-/* chat(base_url, body, step=0): the model call's CLIENT span (enter it), the null context when not sampled; a call
- * that offers tools in Python. */
+/* chat(base_url, body, step=0): the model call's CLIENT span (not made current), None when not sampled; a call that
+ * offers tools in Python. */
 static PyObject *Hooks_chat(HooksObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs < 2 || nargs > 3 || !ready(self) || !PyDict_CheckExact(args[1]))
         return python_form(self, H_CHAT, args, nargs);
     int out = left_out();
     if (out == -2) return python_form(self, H_CHAT, args, nargs);
     if (out < 0) return NULL;
-    if (out) return Py_NewRef(self->noop);
+    if (out) Py_RETURN_NONE;
     PyObject *body = args[1];
     PyObject *tools = item(body, S_tools);
     if (tools == NULL && PyErr_Occurred()) return NULL;
@@ -1569,7 +1666,7 @@ static PyObject *Hooks_chat(HooksObject *self, PyObject *const *args, Py_ssize_t
     return span;
 }
 
-/* chat_done(span, tokens_in, tokens_out, finish, calls): the answer's attributes. */
+/* chat_done(span, tokens_in, tokens_out, finish, calls): the answer's attributes; the span ends. */
 static PyObject *Hooks_chat_done(HooksObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs == 5 && args[0] == Py_None) Py_RETURN_NONE;
     if (nargs != 5 || !ready(self) || !is_span(args[0])) return python_form(self, H_CHAT_DONE, args, nargs);
@@ -1590,13 +1687,14 @@ static PyObject *Hooks_chat_done(HooksObject *self, PyObject *const *args, Py_ss
         if (rc < 0) return NULL;
     }
     if (calls && PyDict_SetItem(attributes, S_tool_calls, args[4]) < 0) return NULL;
-    Py_RETURN_NONE;
+    return Span_end(span, NULL);
 }
 
-/* inject(headers): the current span's traceparent (and tracestate) on an outgoing request. */
+/* inject(headers, span=None): the traceparent (and tracestate) of ``span``, or else of the current span, on an
+ * outgoing request. */
 static PyObject *Hooks_inject(HooksObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 1 || !ready(self)) return python_form(self, H_INJECT, args, nargs);
-    PyObject *current = current_span();
+    if (nargs < 1 || nargs > 2 || !ready(self)) return python_form(self, H_INJECT, args, nargs);
+    PyObject *current = nargs == 2 && args[1] != Py_None ? Py_NewRef(args[1]) : current_span();
     if (current == NULL) return NULL;
     if (current == Py_None) {
         Py_DECREF(current);
@@ -1628,7 +1726,7 @@ static PyMethodDef Hooks_methods[] = {
     HOOK(agent, "agent(name, model, session)"),
     HOOK(chat, "chat(base_url, body, step=0)"),
     HOOK(chat_done, "chat_done(span, tokens_in, tokens_out, finish, calls)"),
-    HOOK(inject, "inject(headers)"),
+    HOOK(inject, "inject(headers, span=None)"),
     {NULL, NULL, 0, NULL},
 };
 #undef HOOK

@@ -17,7 +17,7 @@ import functools
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import orjson
@@ -27,6 +27,9 @@ from dockyard_api.runtime import tracing
 from dockyard_api.runtime.errors import ModelBadResponseError, ModelUnavailableError
 from dockyard_api.runtime.modelhttp import ConnectFailed, Disconnected, ModelHttp, plain
 from dockyard_core.errors import DockyardError
+
+if TYPE_CHECKING:
+    from dockyard_core.tracing import Span
 
 MAX_ANSWER_BYTES = 8 * 1024 * 1024
 """A chat completion larger than this is not one (a runaway or hostile endpoint)."""
@@ -131,25 +134,25 @@ class ModelClient:
         completion is streamed and each piece of text is handed to it as it comes. Traced as a ``chat`` span
         (:mod:`~dockyard_api.runtime.tracing`) when tracing is on; ``step``: the agent's step it is (1, 2, ...),
         0 for a call outside an agent's tool loop (routing, a guard model)."""
-        with tracing.chat(base_url, body, step) as span:
-            try:
-                completion = await self._complete(base_url, body, what=what, on_delta=on_delta)
-            except DockyardError as exc:
-                tracing.failed(span, exc.code)
-                raise
-            if span is not None:
-                calls = [c.name for c in completion.tool_calls]
-                tracing.chat_done(span, completion.tokens_in, completion.tokens_out, completion.finish_reason, calls)
-            return completion
+        span = tracing.chat(base_url, body, step)  # a child of the current span, not current itself
+        try:
+            completion = await self._complete(base_url, body, what=what, on_delta=on_delta, span=span)
+        except BaseException as exc:
+            tracing.chat_failed(span, exc.code if isinstance(exc, DockyardError) else None)
+            raise
+        if span is not None:
+            calls = [c.name for c in completion.tool_calls]
+            tracing.chat_done(span, completion.tokens_in, completion.tokens_out, completion.finish_reason, calls)
+        return completion
 
     async def _complete(
-        self, base_url: str, body: dict[str, Any], *, what: str, on_delta: OnDelta | None
+        self, base_url: str, body: dict[str, Any], *, what: str, on_delta: OnDelta | None, span: Span | None
     ) -> Completion:
         if on_delta is None:
-            return await self._once(base_url, body, what=what, on_delta=None)
+            return await self._once(base_url, body, what=what, on_delta=None, span=span)
         if not (body.get("tools") and base_url in self._no_tool_streaming):
             try:
-                return await self._once(base_url, body, what=what, on_delta=on_delta)
+                return await self._once(base_url, body, what=what, on_delta=on_delta, span=span)
             except _EmptyStreamError:
                 if not body.get("tools"):
                     raise
@@ -159,7 +162,7 @@ class ModelClient:
         # connection it closed before answering is tried again (nothing was answered on it).
         for attempt in range(3):
             try:
-                completion = await self._once(base_url, body, what=what, on_delta=None)
+                completion = await self._once(base_url, body, what=what, on_delta=None, span=span)
                 break
             except ModelBadResponseError as exc:
                 dropped = isinstance(exc.__cause__, _DROPPED)
@@ -169,13 +172,15 @@ class ModelClient:
             await on_delta(completion.content)
         return completion
 
-    async def _once(self, base_url: str, body: dict[str, Any], *, what: str, on_delta: OnDelta | None) -> Completion:
+    async def _once(
+        self, base_url: str, body: dict[str, Any], *, what: str, on_delta: OnDelta | None, span: Span | None
+    ) -> Completion:
         url = _completions_url(base_url)
         payload = body
         if on_delta is not None:
             payload = {**body, "stream": True, "stream_options": {"include_usage": True}}
         headers = {"Content-Type": "application/json"}
-        tracing.inject(headers)  # the engine's own spans (vLLM) join the turn's trace
+        tracing.inject(headers, span)  # the engine's own spans (vLLM) join the turn's trace, under the model call's
         if on_delta is None and plain(url):
             raw = await self._plain_once(url, orjson.dumps(payload), headers, base_url, what)
             return parse_completion(raw, what)

@@ -270,12 +270,14 @@ def _agent_static(name: str, model: str | None) -> Static:
     return Static(attributes, name=f"invoke_agent {name}")
 
 
-def chat(base_url: str, body: Mapping[str, Any], step: int = 0) -> contextlib.AbstractContextManager[Span | None]:
+def chat(base_url: str, body: Mapping[str, Any], step: int = 0) -> Span | None:
     """The CLIENT span of a model call (``step``: the agent's step it is, 1, 2, ..., as ``dockyard.agent.step``;
-    0 outside an agent's tool loop). As the GenAI conventions have it, the model calls and the tool calls of an
-    agent are children of its ``invoke_agent`` span: a step is not a span of its own."""
+    0 outside an agent's tool loop), None when off or not sampled; ended by :func:`chat_done` or
+    :func:`chat_failed`. As the GenAI conventions have it, the model calls and the tool calls of an agent are
+    children of its ``invoke_agent`` span: a step is not a span of its own. It is not made the current span (nothing
+    of Dockyard's runs under it): its traceparent goes to the engine through :func:`inject`'s ``span``."""
     if TRACER is None or unsampled():
-        return NOOP
+        return None
     get = body.get
     tools = get("tools")
     offered = tuple(str(t.get("function", {}).get("name")) for t in tools) if tools else ()
@@ -309,6 +311,7 @@ def _chat_static(
 
 
 def chat_done(span: Span | None, tokens_in: int, tokens_out: int, finish: str | None, calls: list[str]) -> None:
+    """The model call answered: its tokens, finish reason and the tools it called; the span ends."""
     if span is None:
         return
     attributes: dict[str, Any] = {"gen_ai.usage.input_tokens": tokens_in, "gen_ai.usage.output_tokens": tokens_out}
@@ -317,6 +320,16 @@ def chat_done(span: Span | None, tokens_in: int, tokens_out: int, finish: str | 
     if calls:
         attributes["dockyard.tool_calls"] = calls
     span.set_attributes(attributes)
+    span.end()
+
+
+def chat_failed(span: Span | None, code: str | None) -> None:
+    """The model call failed (``code``: the error's code, None for an unexpected error or a cancellation, which set
+    no error); the span ends."""
+    if span is not None:
+        if code is not None:
+            span.set_error(code)
+        span.end()
 
 
 def tool(name: str, call_id: str, step: int = 0) -> contextlib.AbstractContextManager[Span | None]:
@@ -370,10 +383,11 @@ def tool_request(
     return span
 
 
-def inject(headers: dict[str, str]) -> None:
-    """The current span's traceparent on an outgoing request (tracing on)."""
+def inject(headers: dict[str, str], span: Span | None = None) -> None:
+    """The traceparent of ``span`` (a model call's), or else of the current span, on an outgoing request (tracing
+    on)."""
     if TRACER is not None:
-        tracing.inject(headers)
+        tracing.inject(headers, span)
 
 
 @functools.lru_cache(maxsize=256)

@@ -130,7 +130,7 @@ def test_an_agent_turn_is_a_tree_of_spans_and_every_server_gets_the_traceparent(
 
 def test_off_no_span_and_no_traceparent(model: ScriptedModel) -> None:
     assert tracing.TRACER is None
-    assert tracing.chat("http://m", {}) is tracing.NOOP
+    assert tracing.chat("http://m", {}) is None
     assert tracing.tool("t", "c") is tracing.NOOP
     model.script(Reply(text="hello"))
     run(World(model.url), [AgentSpec("solo", "", "tiny")])
@@ -149,7 +149,7 @@ def test_a_trace_the_sampler_leaves_out_records_nothing_and_goes_on_unsampled(
     assert tracing.unsampled()
     assert tracing.turn(Env, "v1", "s-1") is None  # type: ignore[arg-type]
     assert tracing.agent("bot", "tiny", None) is tracing.NOOP
-    assert tracing.chat("http://m", {}) is tracing.NOOP
+    assert tracing.chat("http://m", {}) is None
     assert tracing.tool("t", "c") is tracing.NOOP
     weather = model.tool("weather", lambda args: {"celsius": 12})
     model.script(Reply(calls=[Call("weather", {"city": "Oslo"}, id="c1")]), Reply(text="12 degrees."))
