@@ -94,6 +94,7 @@ def span_type(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
         monkeypatch.setattr(tracing, "extract", tracing.py_extract)
         monkeypatch.setattr(otlp, "_c_span", None)  # the encoder and the exporter's queue in Python too
         monkeypatch.setattr(otlp, "_CSink", None)
+        monkeypatch.setattr(otlp, "_encode_batch", None)
     elif tracing.Span is tracing.PySpan:
         pytest.skip("the C extension was not built")
     return tracing.Span

@@ -1121,9 +1121,10 @@ static PyObject *span_field(PyObject *module, PyObject *span) {
 /* --- the exporter's queue ------------------------------------------------------------------------- */
 
 /* Sink(queue, max_queue, max_batch, wake, full, slow): what a span that ends is handed to, the C form of
- * dockyard_core.otlp.BatchExporter.__call__: a span is encoded and appended to ``queue`` (a deque), ``wake()``
- * called when it holds a batch; when it is full the span is dropped and ``full()`` called; a span the C encoder
- * leaves (links) or fails on is handed to ``slow(span)`` (the exporter's Python path, which logs and counts). */
+ * dockyard_core.otlp.BatchExporter.__call__: a span is appended to ``queue`` (a deque) as it is, for the export
+ * thread to encode, ``wake()`` called when it holds a batch; when it is full the span is dropped and ``full()``
+ * called; a span the C encoder leaves (links, or not one of this module's) is handed to ``slow(span)`` (the
+ * exporter's Python path, which encodes it now). */
 typedef struct {
     PyObject_HEAD
     PyObject *queue, *wake, *full, *slow;
@@ -1144,14 +1145,18 @@ static PyObject *sink_take(PyObject *self_, PyObject *span) {
     Py_ssize_t held = PyObject_Size(self->queue);
     if (held < 0) return NULL;
     if (held >= self->max_queue) return PyObject_CallNoArgs(self->full);
-    PyObject *encoded = span_field(NULL, span);
-    if (encoded == NULL || encoded == Py_None) {
-        if (encoded == NULL) PyErr_Clear(); /* the Python path tells why, and counts it */
-        Py_XDECREF(encoded);
-        return PyObject_CallOneArg(self->slow, span);
-    }
-    PyObject *done = PyObject_CallOneArg(self->append, encoded);
-    Py_DECREF(encoded);
+    if (!is_span(span) || ((SpanObject *)span)->links == NULL || ((SpanObject *)span)->links != Py_None)
+        return PyObject_CallOneArg(self->slow, span); /* encoded now, in Python (links) */
+    /* Held as it is, encoded by the export thread with the rest of its batch (BatchExporter.encoded): in the
+     * turn's thread, between the work of requests, encoding a span took five times what it takes in a batch
+     * (docs/benchmarks.md, "Tracing: spans encoded by the export thread"). An ended span changes no more, and
+     * refers to nothing that refers back to it: it and its list of Static blocks leave the garbage collector's
+     * lists, so that the hundreds held until their batch goes are not promoted from generation to generation. */
+    SpanObject *ended = (SpanObject *)span;
+    if (ended->statics != NULL && PyList_CheckExact(ended->statics) && PyObject_GC_IsTracked(ended->statics))
+        PyObject_GC_UnTrack(ended->statics);
+    if (PyObject_GC_IsTracked(span)) PyObject_GC_UnTrack(span);
+    PyObject *done = PyObject_CallOneArg(self->append, span);
     if (done == NULL) return NULL;
     Py_DECREF(done);
     if (held + 1 >= self->max_batch) return PyObject_CallNoArgs(self->wake);
@@ -1751,7 +1756,38 @@ static PyTypeObject HooksType = {
     .tp_members = Hooks_members,
 };
 
+/* encode_batch(batch): (the batch's spans encoded, bytes kept as they are; the items the C encoder leaves or fails
+ * on, for the Python encoder to encode or tell about): BatchExporter.encoded's loop, run in the export thread. */
+static PyObject *encode_batch(PyObject *module, PyObject *batch) {
+    if (!PyList_Check(batch)) {
+        PyErr_SetString(PyExc_TypeError, "encode_batch(list)");
+        return NULL;
+    }
+    Py_ssize_t count = PyList_GET_SIZE(batch);
+    PyObject *encoded = PyList_New(0), *rest = PyList_New(0), *result = NULL;
+    if (encoded == NULL || rest == NULL) goto done;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(batch) && i < count; i++) {
+        PyObject *item = PyList_GET_ITEM(batch, i);
+        if (PyBytes_CheckExact(item)) {
+            if (PyList_Append(encoded, item) < 0) goto done;
+            continue;
+        }
+        PyObject *one = span_field(NULL, item);
+        if (one == NULL) PyErr_Clear(); /* the Python encoder tells why */
+        int rc = one == NULL || one == Py_None ? PyList_Append(rest, item) : PyList_Append(encoded, one);
+        Py_XDECREF(one);
+        if (rc < 0) goto done;
+    }
+    result = PyTuple_Pack(2, encoded, rest);
+done:
+    Py_XDECREF(encoded);
+    Py_XDECREF(rest);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"encode_batch", encode_batch, METH_O,
+     "encode_batch(batch) -> (encoded, rest): the spans encoded (bytes kept), and the items left to Python."},
     {"span", span_field, METH_O,
      "span(span) -> bytes | None: the finished span as field 2 of ScopeSpans (None for a span with links)."},
     {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL,

@@ -43,11 +43,13 @@ log = logging.getLogger(__name__)
 
 _c_span: Callable[[Any], bytes | None] | None
 _CSink: Callable[..., Callable[[Any], None]] | None
+_encode_batch: Callable[[list[Any]], tuple[list[bytes], list[Any]]] | None
 try:  # the C forms of Encoder.span and BatchExporter.__call__, where they were built (pyproject.toml)
     from dockyard_core._spans import Sink as _CSink
+    from dockyard_core._spans import encode_batch as _encode_batch
     from dockyard_core._spans import span as _c_span
 except ImportError:  # pragma: no cover - a machine without a C compiler: the Python encoder only
-    _c_span = _CSink = None
+    _c_span = _CSink = _encode_batch = None
 C_ENCODER = _c_span is not None
 """Whether spans are encoded in C (``dockyard_core/_spans.c``: the same bytes as :meth:`Encoder.span`'s
 Python path, which tests compare, in about a tenth of the time)."""
@@ -308,8 +310,9 @@ class BatchExporter:
         self.encoder, self.sender, self.on_drop = encoder, sender, on_drop
         self.max_queue, self.max_batch, self.delay_s = max_queue, max(1, min(max_batch, max_queue)), delay_s
         self.export_timeout_s = export_timeout_s
-        self.queue: collections.deque[bytes] = collections.deque()
-        """Finished spans, encoded (:meth:`Encoder.span`)."""
+        self.queue: collections.deque[Any] = collections.deque()
+        """Finished spans: encoded (:meth:`Encoder.span`) by :meth:`__call__`, or as they are from the C sink, which
+        leaves them to the export thread (:meth:`encoded`)."""
         self.sink: Callable[[Any], None] = self
         """What the tracer hands an ended span to: this exporter (:meth:`__call__`), or where the C extension was
         built, its C form (``_spans.Sink``; a C span ending calls it without Python in between). Either way, the
@@ -327,9 +330,10 @@ class BatchExporter:
         """A span ended: encoded and queued, or dropped and counted when the queue is full (never waits).
 
         Encoded here, not in the export thread: the queue then holds bytes, which the garbage collector does
-        not track. Spans kept until their batch is sent (seconds, hundreds of them) would survive collections
-        and be promoted to the oldest generation, where, dying there, they make the full collections of the
-        whole process's heap come more often: that cost more than the encoding (docs/benchmarks.md)."""
+        not track. Python spans kept until their batch is sent (seconds, hundreds of them) would survive
+        collections and be promoted to the oldest generation, where, dying there, they make the full collections
+        of the whole process's heap come more often: that cost more than the encoding (docs/benchmarks.md). The C
+        sink holds its spans as they are instead, taken off the collector's lists (``_spans.c``)."""
         queue = self.queue
         if len(queue) >= self.max_queue:
             self._full()
@@ -343,6 +347,24 @@ class BatchExporter:
         queue.append(encoded)
         if len(queue) >= self.max_batch:
             self._wake_up()
+
+    def encoded(self, batch: list[Any]) -> list[bytes]:
+        """A batch taken from the queue, every span in it encoded (those the C sink held as they were): encoding
+        hundreds in a row here costs a fifth of what it cost each in the turn's thread between other work
+        (docs/benchmarks.md, "Tracing: spans encoded by the export thread"). A span that cannot be encoded is
+        dropped and counted (export_failed)."""
+        c = _encode_batch is not None and _c_span is not None and type(self.encoder) is Encoder
+        out, rest = _encode_batch(batch) if c else ([], batch)  # type: ignore[misc]
+        for item in rest:  # in Python: bytes, and what the C encoder leaves (or fails on, to be told why)
+            if type(item) is bytes:
+                out.append(item)
+                continue
+            try:
+                out.append(self.encoder.span(item))
+            except Exception:  # one span that cannot be encoded must not lose the batch
+                log.exception("span %r not exported", getattr(item, "name", "?"))
+                self.on_drop("export_failed", 1)
+        return out
 
     def _wake_up(self) -> None:
         """A batch is queued: the export thread sends it."""
@@ -372,7 +394,7 @@ class BatchExporter:
         while len(queue) >= self.max_batch or (everything and queue):
             batch = [queue.popleft() for _ in range(min(len(queue), self.max_batch))]
             try:
-                body = self.encoder.request(batch)
+                body = self.encoder.request(self.encoded(batch))
                 self.sender.send_with_retries(body, time.monotonic() + self.export_timeout_s, self._stopping.wait)
             except ExportError as exc:
                 log.warning("%d spans not exported to %s: %s", len(batch), self.sender.settings.endpoint, exc)

@@ -2,7 +2,9 @@
 facade's start through ``PYTHONPATH``; not part of Dockyard). Every hook of ``dockyard_api.runtime.tracing`` and a
 span's ``with`` is wrapped to add its thread CPU time (``time.thread_time_ns``) to a total per hook and per kind of
 turn (traced: the current span sampled; unsampled), written as JSON to ``$DOCKYARD_BENCH_HOOK_TIMING`` every 500
-turns, with the wrapper's own cost per call measured in a loop (an under-estimate in place)."""
+turns, with the wrapper's own cost per call measured in a loop (an under-estimate in place); and the export
+thread's CPU time (``export_thread``: the encoding of the spans the C sink held, and the sending), counted as the
+traced turns'."""
 
 from __future__ import annotations
 
@@ -79,5 +81,19 @@ if _PATH:
 
     hooks.use = use  # type: ignore[assignment]
     _wrap_hooks()
+
+    from dockyard_core import otlp
+
+    _export = otlp.BatchExporter._export
+
+    def _timed_export(self: Any, everything: bool) -> None:
+        """The export thread's work (encoding what the C sink held, sending), counted as the traced turns'."""
+        started = clock()
+        try:
+            _export(self, everything)
+        finally:
+            spent["traced:export_thread"] += clock() - started
+
+    otlp.BatchExporter._export = _timed_export  # type: ignore[method-assign]
     core.Span.__enter__ = _timed(core.Span.__enter__, "span_enter")  # type: ignore[method-assign]
     core.Span.__exit__ = _timed(core.Span.__exit__, "span_exit")  # type: ignore[method-assign]

@@ -193,34 +193,48 @@ def test_the_c_encoder_writes_the_same_bytes_as_the_python_one() -> None:
 
 
 def test_the_queue_takes_encodes_drops_and_wakes_as_the_python_one(span_type: type) -> None:
-    """The exporter's queue (its C form, ``_spans.Sink``, or ``BatchExporter.__call__``): a span is encoded and
-    queued; the export thread is woken at a full batch; a span with links is encoded in Python; one that cannot be
-    encoded is dropped and counted as export_failed; past the queue's size, queue_full."""
+    """The exporter's queue (its C form, ``_spans.Sink``, or ``BatchExporter.__call__``): a span is queued (the C form
+    holds it as it is, for the export thread to encode, taken off the garbage collector's lists; the Python one encodes
+    it now); the export thread is woken at a full batch; a span with links is encoded in Python; one that cannot be
+    encoded is dropped and counted as export_failed (by the C form when its batch is encoded); past the queue's
+    size, queue_full."""
+    import gc
+
     drops: list[tuple[str, int]] = []
     settings = tracing.TraceSettings("http://127.0.0.1:9/v1/traces", False)
     encoder = otlp.Encoder(tracing.resource("t", "1", {}), "dockyard", "1")
     exporter = otlp.BatchExporter(encoder, otlp.Sender(settings), lambda reason, n: drops.append((reason, n)),
-                                  max_queue=4, max_batch=3, delay_s=3600)  # fmt: skip
+                                  max_queue=5, max_batch=4, delay_s=3600)  # fmt: skip
     exporter.stop(5)  # its thread gone: the queue is only this test's (a wake is seen, nothing sent)
     assert not exporter._thread.is_alive()
+    held = span_type is not tracing.PySpan
     try:
-        assert (type(exporter.sink).__name__ == "Sink") == (span_type is not tracing.PySpan)
+        assert (type(exporter.sink).__name__ == "Sink") == held
         tracer = tracing.Tracer(tracing.sampler({}), exporter.sink)
-        tracer.start_span("one", attributes={"a": 1}).end()
+        one = tracer.start_span("one", attributes={"a": 1}, static=tracing.Static({"s": "t"}))
+        one.end()
         tracer.start_span("linked", links=[(5, 6, "", {"l": 1})]).end()
+        assert [type(item) is bytes for item in exporter.queue] == [not held, True]
+        assert gc.is_tracked(one) != held  # held: off the collector's lists
         assert not exporter._wake.is_set()
-        broken = tracer.start_span("broken", attributes={7: "not a str key"})
-        broken.end()
-        assert drops == [("export_failed", 1)]
-        assert len(exporter.queue) == 2
+        tracer.start_span("broken", attributes={7: "not a str key"}).end()
+        assert drops == ([] if held else [("export_failed", 1)])
+        assert len(exporter.queue) == (3 if held else 2)
         tracer.start_span("three").end()
-        assert exporter._wake.is_set()  # a batch of three
+        assert exporter._wake.is_set() == held  # a batch of four with the broken one held
         tracer.start_span("four").end()
+        assert exporter._wake.is_set()
         tracer.start_span("five").end()
-        assert drops == [("export_failed", 1), ("queue_full", 1)]
-        assert len(exporter.queue) == 4
-        names = [s.name for s in ExportTraceServiceRequest.FromString(encoder.request(list(exporter.queue)))
+        tracer.start_span("six").end()
+        assert drops[-1] == ("queue_full", 1)
+        assert len(exporter.queue) == 5
+        encoded = exporter.encoded(list(exporter.queue))
+        failed, full = ("export_failed", 1), ("queue_full", 1)
+        # held: the broken span took a place in the queue, and is counted when its batch is encoded
+        assert drops == ([full, full, failed] if held else [failed, full])
+        names = [s.name for s in ExportTraceServiceRequest.FromString(encoder.request(encoded))
                  .resource_spans[0].scope_spans[0].spans]  # fmt: skip
-        assert names == ["one", "linked", "three", "four"]
+        assert names == ["one", "linked", "three", "four", *([] if held else ["five"])]
+        assert encoded[0] == encoder.python_span(one)
     finally:
         exporter.queue.clear()
