@@ -468,9 +468,10 @@ def hooks_of_a_turn(number: int, scope: dict[str, Any], hooks: int = len(HOOKS))
 
     answer = {"agent": "bot", "tokens": {"input": 12, "output": 7}, "tools_used": [], "guardrails": [],
               "session_id": f"ses_{number:032x}"}  # fmt: skip
+    none = nullcontext()  # made in every turn, so that each hook's count is its own
     span = h.request(scope)
     turn = h.turn(_TurnEnv, "v1", f"ses_{number:032x}") if hooks > 1 else None  # type: ignore[arg-type]
-    with h.agent("bot", "bench-model", None) if hooks > 2 else nullcontext():
+    with h.agent("bot", "bench-model", None) if hooks > 2 else none:
         chat = h.chat("http://127.0.0.1:9000/v1", _CHAT_BODY, 1) if hooks > 3 else None
         if hooks > 4:
             sent: dict[str, str] = {}
