@@ -1148,10 +1148,11 @@ static PyObject *sink_take(PyObject *self_, PyObject *span) {
     if (!is_span(span) || ((SpanObject *)span)->links == NULL || ((SpanObject *)span)->links != Py_None)
         return PyObject_CallOneArg(self->slow, span); /* encoded now, in Python (links) */
     /* Held as it is, encoded by the export thread with the rest of its batch (BatchExporter.encoded): in the
-     * turn's thread, between the work of requests, encoding a span took five times what it takes in a batch
-     * (docs/benchmarks.md, "Tracing: spans encoded by the export thread"). An ended span changes no more, and
-     * refers to nothing that refers back to it: it and its list of Static blocks leave the garbage collector's
-     * lists, so that the hundreds held until their batch goes are not promoted from generation to generation. */
+     * turn's thread, between the rest of a turn's work, encoding a turn's spans took about 6 us, in a batch about 4
+     * (docs/benchmarks.md, "Tracing: the hooks of a turn in C, and spans encoded by the export thread"). An ended
+     * span changes no more, and refers to nothing that refers back to it: it and its list of Static blocks leave
+     * the garbage collector's lists, so that the hundreds held until their batch goes are not promoted from
+     * generation to generation. */
     SpanObject *ended = (SpanObject *)span;
     if (ended->statics != NULL && PyList_CheckExact(ended->statics) && PyObject_GC_IsTracked(ended->statics))
         PyObject_GC_UnTrack(ended->statics);
@@ -1239,7 +1240,7 @@ static PyTypeObject SinkType = {
  * ``Static`` attributes by hook (request, response, turn, agent, chat), called with the same arguments as there.
  * Once ``off`` is set (tracing stopped or another tracer put in use), every call goes to the Python form, which
  * reads the module's tracer of the moment. Why: the hooks' Python frames, dict building and lookups were most of
- * what a traced turn still cost (docs/benchmarks.md, "Tracing: the hooks in C"). */
+ * what a traced turn still cost (docs/benchmarks.md, "Tracing: the hooks of a turn in C"). */
 enum { H_REQUEST, H_REQUEST_DONE, H_TURN, H_TURN_DONE, H_AGENT, H_CHAT, H_CHAT_DONE, H_INJECT, H_COUNT };
 static const char *HOOK_NAMES[H_COUNT] = {"request", "request_done", "turn", "turn_done",
                                           "agent", "chat", "chat_done", "inject"};

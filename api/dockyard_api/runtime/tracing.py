@@ -25,9 +25,9 @@ manager).
 
 With the C tracer (``dockyard_core._spans``, where it was built), :func:`use` binds the C form of the hooks of a
 turn (``_spans.Hooks``: request, request_done, turn, turn_done, agent, chat, chat_done, inject) in place of the
-Python functions below while tracing is on: the same spans and attributes on the common path, any other case handed
-to the Python function as it is (docs/benchmarks.md, "Tracing: the hooks in C"). Callers reach the hooks through
-the module (``tracing.chat(...)``), so that they get the form in use.
+Python functions below while tracing is on: the same spans and attributes on the common path, any other case
+handed to the Python function as it is (docs/benchmarks.md, "Tracing: the hooks of a turn in C"). Callers reach the
+hooks through the module (``tracing.chat(...)``), so that they get the form in use.
 """
 
 from __future__ import annotations
@@ -236,12 +236,6 @@ def content(span: Span | None, pii: PiiPolicy | None, key: bytes, session: str, 
 
 def _messages(role: str, text: str) -> str:
     return orjson.dumps([{"role": role, "parts": [{"type": "text", "content": text}]}]).decode()
-
-
-def failed(span: Span | None, code: str) -> None:
-    """The call failed with ``code`` (the error's code: no message, which may quote what a model wrote)."""
-    if span is not None:
-        span.set_error(code)
 
 
 def unsampled() -> bool:
