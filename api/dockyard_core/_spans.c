@@ -1333,9 +1333,10 @@ static PyObject *python_form(HooksObject *self, int which, PyObject *const *args
     return PyObject_Vectorcall(self->python[which], args, (size_t)nargs, NULL);
 }
 
-/* Whether the C path may run: initialised, on, bound. */
+/* Whether the C path may run: initialised (its tracer too), on, bound. */
 static inline int ready(HooksObject *self) {
-    return !self->off && self->tracer != NULL && self->noop != NULL && CURRENT != NULL && SPAN_CLASS != NULL;
+    return !self->off && self->tracer != NULL && self->tracer->sample != NULL && self->tracer->sink != NULL &&
+           self->noop != NULL && CURRENT != NULL && SPAN_CLASS != NULL;
 }
 
 /* The current span (a new reference; None outside any), or NULL on error. */

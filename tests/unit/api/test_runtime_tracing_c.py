@@ -172,3 +172,15 @@ def test_the_c_hooks_keep_the_attributes_they_made_by_their_arguments() -> None:
     assert [span.all_attributes()["dockyard.agent.step"] for span in finished[: len(steps)]] == [*steps[:-1], 2]
     # steps 1-20 made; 1 again after 16 others: made again, then kept; 2 made again; 20 kept; 2.0 == 2: kept
     assert [args[7] for args in made] == [*range(1, 21), 1, 2]
+
+
+def test_c_hooks_of_a_tracer_not_initialised_leave_every_call_to_python() -> None:
+    """A tracer made without ``__init__`` (no sampler, no sink): the C hooks make no span of it and hand the call to
+    the Python function (off here: nothing)."""
+    from dockyard_core import _spans
+
+    hooks = _spans.Hooks(core.Tracer.__new__(core.Tracer), tracing._PYTHON_HOOKS, tracing._STATICS, tracing.NOOP, False)
+    assert tracing.TRACER is None
+    assert hooks.request(_scope((b"traceparent", CALLER.encode()))) is None
+    assert hooks.chat("http://m", {"model": "tiny"}, 1) is None
+    assert core.current() is None
