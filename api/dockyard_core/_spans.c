@@ -331,21 +331,23 @@ static PyObject *Span_set_attributes(SpanObject *self, PyObject *values) {
     Py_RETURN_NONE;
 }
 
-static PyObject *Span_add_static(SpanObject *self, PyObject *statik) {
-    if (self->sink == NULL) Py_RETURN_NONE;
+/* ``statik`` appended to the span's Static blocks (a list made for the first); -1 on error. */
+static int statics_append(SpanObject *self, PyObject *statik) {
     if (self->statics == NULL || self->statics == Py_None) {
         PyObject *list = PyList_New(1);
-        if (list == NULL) return NULL;
-        Py_INCREF(statik);
-        PyList_SET_ITEM(list, 0, statik);
+        if (list == NULL) return -1;
+        PyList_SET_ITEM(list, 0, Py_NewRef(statik));
         Py_XSETREF(self->statics, list);
-    } else if (PyList_Check(self->statics)) {
-        if (PyList_Append(self->statics, statik) < 0) return NULL;
-    } else {
-        PyObject *done = PyObject_CallMethod(self->statics, "append", "O", statik);
-        if (done == NULL) return NULL;
-        Py_DECREF(done);
+        return 0;
     }
+    if (PyList_Check(self->statics)) return PyList_Append(self->statics, statik);
+    PyObject *done = PyObject_CallMethod(self->statics, "append", "O", statik);
+    Py_XDECREF(done);
+    return done == NULL ? -1 : 0;
+}
+
+static PyObject *Span_add_static(SpanObject *self, PyObject *statik) {
+    if (self->sink != NULL && statics_append(self, statik) < 0) return NULL;
     Py_RETURN_NONE;
 }
 
@@ -905,6 +907,21 @@ static PyObject *remote_state(PyObject *tracestate) {
     return PyUnicode_Substring(tracestate, 0, 512);
 }
 
+/* The remote parent span a valid traceparent (as read) and its tracestate (a str, None or NULL) name. */
+static PyObject *remote_parent(const Parent *parent, PyObject *tracestate) {
+    PyObject *result = NULL, *trace_id = trace_id_of(parent->hi, parent->low), *span_id = NULL, *state = NULL,
+             *attributes = NULL;
+    if (trace_id != NULL && (span_id = PyLong_FromUnsignedLongLong(parent->span)) != NULL &&
+        (state = remote_state(tracestate)) != NULL && (attributes = PyDict_New()) != NULL)
+        result = new_span(trace_id, span_id, (int)(parent->flags & 1), state, ZERO, EMPTY, 2 /* SERVER */, attributes,
+                          Py_None, Py_None, 1, Py_None);
+    Py_XDECREF(trace_id);
+    Py_XDECREF(span_id);
+    Py_XDECREF(state);
+    Py_XDECREF(attributes);
+    return result;
+}
+
 /* extract(traceparent, tracestate=None): tracing.py_extract's answer, a remote parent span or None. */
 static PyObject *extract(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs < 1 || nargs > 2) {
@@ -917,17 +934,7 @@ static PyObject *extract(PyObject *module, PyObject *const *args, Py_ssize_t nar
     Parent parent;
     int valid = read_traceparent(args[0], &parent);
     if (valid <= 0) return valid < 0 ? NULL : Py_NewRef(Py_None);
-    PyObject *result = NULL, *trace_id = trace_id_of(parent.hi, parent.low), *span_id = NULL, *state = NULL,
-             *attributes = NULL;
-    if (trace_id != NULL && (span_id = PyLong_FromUnsignedLongLong(parent.span)) != NULL &&
-        (state = remote_state(nargs < 2 ? NULL : args[1])) != NULL && (attributes = PyDict_New()) != NULL)
-        result = new_span(trace_id, span_id, (int)(parent.flags & 1), state, ZERO, EMPTY, 2 /* SERVER */, attributes,
-                          Py_None, Py_None, 1, Py_None);
-    Py_XDECREF(trace_id);
-    Py_XDECREF(span_id);
-    Py_XDECREF(state);
-    Py_XDECREF(attributes);
-    return result;
+    return remote_parent(&parent, nargs < 2 ? NULL : args[1]);
 }
 
 /* --- encoding ------------------------------------------------------------------------------------- */
@@ -1145,7 +1152,7 @@ static PyObject *sink_take(PyObject *self_, PyObject *span) {
     Py_ssize_t held = PyObject_Size(self->queue);
     if (held < 0) return NULL;
     if (held >= self->max_queue) return PyObject_CallNoArgs(self->full);
-    if (!is_span(span) || ((SpanObject *)span)->links == NULL || ((SpanObject *)span)->links != Py_None)
+    if (!is_span(span) || ((SpanObject *)span)->links != Py_None)
         return PyObject_CallOneArg(self->slow, span); /* encoded now, in Python (links) */
     /* Held as it is, encoded by the export thread with the rest of its batch (BatchExporter.encoded): in the
      * turn's thread, between the rest of a turn's work, encoding a turn's spans took about 6 us, in a batch about 4
@@ -1264,7 +1271,7 @@ typedef struct {
 static PyObject *S_headers, *S_method, *S_path, *S_scheme, *S_query_string, *S_http, *S_app, *S_namespace,
     *S_conversation, *S_agent, *S_tokens, *S_input, *S_output, *S_tools_used, *S_guardrails, *S_session_id,
     *S_agent_name, *S_input_tokens, *S_output_tokens, *S_dockyard_tools_used, *S_tools, *S_model, *S_max_tokens,
-    *S_temperature, *S_top_p, *S_stream, *S_finish_reasons, *S_tool_calls, *S_traceparent_key, *S_tracestate_key,
+    *S_temperature, *S_top_p, *S_stream, *S_finish_reasons, *S_tool_calls, *S_traceparent_key,
     *EMPTY_TUPLE;
 
 static int Hooks_init(HooksObject *self, PyObject *args, PyObject *kwds) {
@@ -1401,21 +1408,6 @@ failed:
 /* A Static's ``name`` (a new reference). */
 static PyObject *static_name(PyObject *statik) { return PyObject_GetAttr(statik, S_name); }
 
-/* span.add_static(static) of a span that records. */
-static int add_static(SpanObject *span, PyObject *statik) {
-    if (span->statics == NULL || span->statics == Py_None) {
-        PyObject *list = PyList_New(1);
-        if (list == NULL) return -1;
-        PyList_SET_ITEM(list, 0, Py_NewRef(statik));
-        Py_XSETREF(span->statics, list);
-        return 0;
-    }
-    if (PyList_CheckExact(span->statics)) return PyList_Append(span->statics, statik);
-    PyObject *done = PyObject_CallMethod(span->statics, "append", "O", statik);
-    Py_XDECREF(done);
-    return done == NULL ? -1 : 0;
-}
-
 /* request(scope): the request's SERVER span, current from here. */
 static PyObject *Hooks_request(HooksObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 1 || !ready(self) || !PyDict_CheckExact(args[0])) return python_form(self, H_REQUEST, args, nargs);
@@ -1464,12 +1456,12 @@ static PyObject *Hooks_request(HooksObject *self, PyObject *const *args, Py_ssiz
         int valid = read_traceparent(texts[0], &read);
         if (valid < 0) goto done;
         sampled_caller = valid && (read.flags & 1) && self->tracer->follows_parent;
-        if (valid && !sampled_caller && (parent = extract(NULL, texts, texts[1] != NULL ? 2 : 1)) == NULL) goto done;
+        if (valid && !sampled_caller && (parent = remote_parent(&read, texts[1])) == NULL) goto done;
     }
     if ((statik = make_static(self, F_REQUEST, key, 3)) == NULL) goto done;
     if (sampled_caller) { /* what tracer_start does with the remote parent extract would make */
         PyObject *trace_id = trace_id_of(read.hi, read.low), *parent_id = NULL, *state = NULL;
-        if (need_bound() == 0 && trace_id != NULL && (parent_id = PyLong_FromUnsignedLongLong(read.span)) != NULL &&
+        if (trace_id != NULL && (parent_id = PyLong_FromUnsignedLongLong(read.span)) != NULL &&
             (state = remote_state(texts[1])) != NULL)
             span = start_child(self->tracer, key[0], KIND_SERVER, Py_None, Py_None, trace_id, parent_id, state, 1,
                                statik);
@@ -1477,8 +1469,7 @@ static PyObject *Hooks_request(HooksObject *self, PyObject *const *args, Py_ssiz
         Py_XDECREF(parent_id);
         Py_XDECREF(state);
     } else {
-        span = tracer_start(self->tracer, key[0], KIND_SERVER, NULL, NULL, parent != NULL && parent != Py_None ? parent : NULL,
-                            0, statik);
+        span = tracer_start(self->tracer, key[0], KIND_SERVER, NULL, NULL, parent, 0, statik); /* NULL: a root */
     }
     if (span != NULL) {
         PyObject *activated = Span_activate((SpanObject *)span, NULL);
@@ -1503,7 +1494,7 @@ static PyObject *Hooks_request_done(HooksObject *self, PyObject *const *args, Py
         PyObject *statik = make_static(self, F_RESPONSE, key, 3);
         if (statik == NULL) return NULL;
         PyObject *name = static_name(statik);
-        int failed = name == NULL || add_static(span, statik) < 0;
+        int failed = name == NULL || statics_append(span, statik) < 0;
         Py_DECREF(statik);
         if (failed) {
             Py_XDECREF(name);
@@ -1559,7 +1550,7 @@ static PyObject *Hooks_turn(HooksObject *self, PyObject *const *args, Py_ssize_t
     Py_XDECREF(key[0]);
     Py_XDECREF(key[2]);
     Py_XDECREF(key[3]);
-    if (statik == NULL || add_static(span, statik) < 0 || PyDict_SetItem(span->attributes, S_conversation, args[2]) < 0) {
+    if (statik == NULL || statics_append(span, statik) < 0 || PyDict_SetItem(span->attributes, S_conversation, args[2]) < 0) {
         Py_XDECREF(statik);
         Py_DECREF(current);
         return NULL;
@@ -1717,7 +1708,7 @@ static PyObject *Hooks_inject(HooksObject *self, PyObject *const *args, Py_ssize
     Py_XDECREF(parent);
     if (rc == 0 && span->tracestate != NULL) {
         int has = PyObject_IsTrue(span->tracestate);
-        rc = has < 0 ? -1 : has ? PyObject_SetItem(args[0], S_tracestate_key, span->tracestate) : 0;
+        rc = has < 0 ? -1 : has ? PyObject_SetItem(args[0], S_tracestate, span->tracestate) : 0;
     }
     Py_DECREF(current);
     if (rc < 0) return NULL;
@@ -1860,7 +1851,6 @@ PyMODINIT_FUNC PyInit__spans(void) {
     INTERN(S_finish_reasons, "gen_ai.response.finish_reasons")
     INTERN(S_tool_calls, "dockyard.tool_calls")
     INTERN(S_traceparent_key, "traceparent")
-    INTERN(S_tracestate_key, "tracestate")
 #undef INTERN
     if ((EMPTY_TUPLE = PyTuple_New(0)) == NULL) return NULL;
     if ((ZERO = PyLong_FromLong(0)) == NULL || (SIXTY_FOUR = PyLong_FromLong(64)) == NULL) return NULL;
