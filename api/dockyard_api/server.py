@@ -53,7 +53,7 @@ import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple, TypeVar, cast
 
 import httptools  # type: ignore[import-untyped]
 import uvicorn
@@ -69,6 +69,7 @@ except ImportError:  # pragma: no cover - a machine without a C compiler: every 
     _pump = None  # type: ignore[assignment]
 PUMP = _pump is not None
 """Whether :class:`RawBody` can hand the reads of plain file data to C (``dockyard_core._pump``)."""
+T = TypeVar("T")
 
 
 class HttpProtocol(HttpToolsProtocol):
@@ -252,13 +253,19 @@ class RawBody:
         )
 
     async def read(
-        self, consume: Callable[[memoryview], None], plain_file: Callable[[], RawFile | None] | None = None
-    ) -> None:
+        self,
+        consume: Callable[[memoryview], None],
+        plain_file: Callable[[], RawFile | None] | None = None,
+        then: Callable[[], T] | None = None,
+    ) -> T | None:
         """Read the rest of the body (:meth:`ready` must have answered True, with no ``await`` since), each read
         handed to ``consume`` in the reading thread. Raises ``ClientDisconnect`` when the client went away.
         ``plain_file``: asked (in the reading thread) before each read where the next reads go while they are
         plain file data; where the C extension was built, those reads are appended there without the GIL
-        (``dockyard_core._pump``), and only the others reach ``consume``."""
+        (``dockyard_core._pump``), and only the others reach ``consume``. ``then``: called in the reading thread
+        once the whole body was read and ``consume`` raised nothing (a chunk's flush and publication, without
+        a hop back to the event loop and out to another thread); what it returns is returned, what it raises
+        raised."""
         protocol, cycle = self._protocol, self._cycle
         protocol.flow.pause_reading()  # the event loop reads this socket no more until the response
         left, protocol.body_left = protocol.body_left, 0
@@ -266,10 +273,10 @@ class RawBody:
         sock.settimeout(RAW_IDLE_SECONDS)
         _RAW_ACTIVE[0] += 1
         reading = asyncio.get_running_loop().run_in_executor(
-            _RAW_THREADS, _read_raw, sock, left, consume, plain_file if PUMP else None
+            _RAW_THREADS, _read_raw, sock, left, consume, plain_file if PUMP else None, then
         )
         try:
-            failure = await asyncio.shield(reading)
+            failure, result = await asyncio.shield(reading)
         except asyncio.CancelledError:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)  # wakes the thread: the connection is done
@@ -288,6 +295,7 @@ class RawBody:
         cycle.message_event.set()
         if failure is not None:
             raise failure
+        return result
 
 
 _RAW_ACTIVE = [0]
@@ -301,11 +309,13 @@ def _read_raw(
     left: int,
     consume: Callable[[memoryview], None],
     plain_file: Callable[[], RawFile | None] | None = None,
-) -> BaseException | None:
+    then: Callable[[], T] | None = None,
+) -> tuple[BaseException | None, T | None]:
     """Read ``left`` bytes, each read handed to ``consume`` (or, while ``plain_file`` names a file, appended to
-    it in C: :meth:`RawBody.read`); what ``consume`` raised, if it did: the rest of the body is then read and
-    dropped (as uvicorn drops the body of a request answered early), so the connection stays usable and the
-    client, still sending, gets the answer instead of a reset."""
+    it in C: :meth:`RawBody.read`), then call ``then``; what ``consume`` or ``then`` raised, if one did, and what
+    ``then`` returned. After an error of ``consume`` the rest of the body is read and dropped (as uvicorn drops
+    the body of a request answered early), so the connection stays usable and the client, still sending, gets
+    the answer instead of a reset; ``then`` is not called."""
     buffer: memoryview | None = getattr(_RAW_BUFFERS, "buffer", None)  # one per reader thread, reused
     if buffer is None:
         buffer = _RAW_BUFFERS.buffer = memoryview(bytearray(READ_BYTES))
@@ -346,7 +356,12 @@ def _read_raw(
                 consume(buffer[:n])
             except Exception as exc:  # raised by read() once the body is read
                 failure = exc
-    return failure
+    if failure is not None or then is None:
+        return failure, None
+    try:
+        return None, then()
+    except Exception as exc:  # raised by read()
+        return exc, None
 
 
 READ_BYTES = 1024 * 1024

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import SimpleNamespace
@@ -20,8 +21,9 @@ from starlette.requests import ClientDisconnect, Request
 from uvicorn.server import ServerState
 
 from dockyard_api import server
-from dockyard_api.public.imports.chunks import ChunkUpload
-from dockyard_core.storeerrors import ChunkTooLarge
+from dockyard_api.public.imports.chunks import ChunkUpload, Publish
+from dockyard_core.storeerrors import ChunkConflict, ChunkTooLarge
+from dockyard_core.storefiles import ReceivedChunk
 from tests.unit.api.test_chunkupload import Harness, encoded
 
 uvloop = pytest.importorskip("uvloop")
@@ -63,9 +65,10 @@ def post(body: bytes, content_type: str, extra: bytes = b"") -> bytes:
 class Served:
     """What the app saw, per request: (number, stored bytes, read raw) or the error's name."""
 
-    def __init__(self, tmp_path: Path, limit: int = 64 * MiB) -> None:
+    def __init__(self, tmp_path: Path, limit: int = 64 * MiB, publish: Publish | None = None) -> None:
         self.harness = Harness(tmp_path)
         self.limit = limit
+        self.publish = publish
         self.results: list[Any] = []
 
     async def app(self, scope: Any, receive: Any, send: Any) -> None:
@@ -76,10 +79,10 @@ class Served:
         upload = ChunkUpload(lambda: self.harness.store.writer(self.harness.meta, self.limit), self.harness.check)
         status = 200
         try:
-            number, chunk = await upload.read(request.headers.get("content-type"), request.stream(), raw)
+            number, chunk = await upload.read(request.headers.get("content-type"), request.stream(), raw, self.publish)
             self.results.append((number, chunk.path.read_bytes(), upload.raw))
             chunk.path.unlink()
-        except (ClientDisconnect, ChunkTooLarge) as exc:
+        except (ClientDisconnect, ChunkTooLarge, ChunkConflict) as exc:
             self.results.append(type(exc).__name__)
             status = 413
         answer = orjson.dumps({"n": len(self.results)})
@@ -245,3 +248,37 @@ def test_without_a_free_raw_reader_the_body_comes_through_the_event_loop(
 
     serve(served, client)
     assert served.results == [(1, data, False)]
+
+
+def test_the_chunk_is_flushed_and_published_by_the_reading_thread(tmp_path: Path, pumped: dict[str, int]) -> None:
+    """After a raw read, the reading thread itself completes the parse, flushes the chunk and calls ``publish``
+    (no hop back to the event loop and out to another thread); a chunk read through the event loop is flushed and
+    published in one call of a write thread. An error of ``publish`` is the request's, and the chunk's temporary
+    file is gone."""
+    seen: list[tuple[int, int, str, bool]] = []
+
+    def publish(number: int, chunk: ReceivedChunk) -> bool:
+        seen.append((number, chunk.size, threading.current_thread().name.split("_")[0], chunk.path.exists()))
+        if number == 3:
+            chunk.path.unlink()  # as the store's publish does when it refuses a chunk
+            raise ChunkConflict("different bytes", {"chunkNumber": number})
+        return True
+
+    served = Served(tmp_path, publish=publish)
+    big, small = os.urandom(3 * MiB), b"small"
+    ctype, body1 = encoded([("chunkNumber", "1"), ("file", ("a", big))])
+    _, body2 = encoded([("chunkNumber", "2"), ("file", ("b", small))])
+    _, body3 = encoded([("chunkNumber", "3"), ("file", ("c", big))])
+
+    async def client(port: int) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        assert await exchange(reader, writer, post(body1, ctype)) == (200, b'{"n":1}')
+        assert await exchange(reader, writer, post(body2, ctype)) == (200, b'{"n":2}')
+        assert (await exchange(reader, writer, post(body3, ctype)))[0] == 413
+        writer.close()
+
+    serve(served, client)
+    assert served.results == [(1, big, True), (2, small, False), "ChunkConflict"]
+    assert seen == [(1, len(big), "raw-body", True), (2, len(small), "chunk-writes", True),
+                    (3, len(big), "raw-body", True)]  # fmt: skip
+    assert served.harness.temp_files() == []

@@ -21,7 +21,7 @@ import contextlib
 import ctypes
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import TYPE_CHECKING, Protocol, TypeVar, cast
 
 import anyio
 from python_multipart.exceptions import FormParserError
@@ -50,6 +50,7 @@ cancel scope and checkpoints on every call; profiled in docs/benchmarks.md)."""
 MAX_FIELD_BYTES = 64
 MAX_HEADER_BYTES = 8 * 1024
 MAX_PARTS = 16
+T = TypeVar("T")
 
 
 class RawReader(Protocol):
@@ -58,8 +59,11 @@ class RawReader(Protocol):
     def ready(self) -> bool: ...
 
     async def read(
-        self, consume: Callable[[memoryview], None], plain_file: Callable[[], RawFile | None] | None = None
-    ) -> None: ...
+        self,
+        consume: Callable[[memoryview], None],
+        plain_file: Callable[[], RawFile | None] | None = None,
+        then: Callable[[], T] | None = None,
+    ) -> T | None: ...
 
 
 def _libc_memmem() -> Callable[[bytes, int, bytes, int], int | None] | None:
@@ -97,11 +101,9 @@ def _plain(data: bytes | memoryview, delimiter: bytes) -> bool:
     return tail < 0 or not delimiter.startswith(end[tail:])
 
 
-def _write_and_finish(writer: ChunkWriter, pieces: list[memoryview]) -> ReceivedChunk:
-    """The last batch and the chunk's flush (fsync) in one call of a write thread."""
-    if pieces:
-        writer.write_all(pieces)
-    return writer.finish()
+Publish = Callable[[int, ReceivedChunk], bool]
+"""What :meth:`ChunkUpload.read` does with the received chunk right after its flush, in the same thread call (the
+model store's publication: whether the chunk is new)."""
 
 
 class UnsupportedMediaType(InvalidUpload):
@@ -132,6 +134,8 @@ class ChunkUpload:
         self._received = 0
         self.raw = False
         """Whether the rest of the body was read raw (:meth:`read`'s ``raw``)."""
+        self.published: bool | None = None
+        """What :meth:`read`'s ``publish`` answered (None: it was not given)."""
 
     # -- python-multipart callbacks (synchronous, called from parser.write) --
 
@@ -205,13 +209,20 @@ class ChunkUpload:
     # -- driving --
 
     async def read(
-        self, content_type: str | None, stream: AsyncIterator[bytes], raw: RawReader | None = None
+        self,
+        content_type: str | None,
+        stream: AsyncIterator[bytes],
+        raw: RawReader | None = None,
+        publish: Publish | None = None,
     ) -> tuple[int, ReceivedChunk]:
         """Parse the whole request; return the chunk number and the received chunk (its temporary file).
         On any error the temporary file is deleted and the error raised. ``raw``: the request's
         :class:`~dockyard_api.server.RawBody` (when the server offers one): once the file part's data has
         begun and nothing is in flight, the rest of the body is read and written by one thread
-        (:meth:`_take_raw`), not through the event loop."""
+        (:meth:`_take_raw`), not through the event loop. ``publish``: called with the chunk number and the
+        received chunk in the thread that flushed it, right after the flush (no hop back to the event loop and
+        out again; with a raw read, the reading thread itself: :meth:`_finish`); what it answered is
+        :attr:`published`."""
         kind, params = parse_options_header(content_type or "")
         if kind != b"multipart/form-data" or not params.get(b"boundary"):
             raise UnsupportedMediaType(
@@ -236,28 +247,53 @@ class ChunkUpload:
                     await self._written()  # the batch in flight goes first: the raw reads write in order
                     if raw.ready():  # again: the stream may have received a piece meanwhile
                         self.raw = True
-                        await raw.read(lambda view: self._take_raw(parser, view), lambda: self._raw_file(parser))
-                        break
+                        read_raw = await raw.read(
+                            lambda view: self._take_raw(parser, view),
+                            lambda: self._raw_file(parser),
+                            lambda: self._finish(parser, publish),  # the end of the chunk in the reading thread
+                        )
+                        assert read_raw is not None
+                        return read_raw
                 if self._pending_bytes >= FLUSH_BYTES:
                     await self._flush(wait=self._pending_bytes >= MAX_GATHERED_BYTES)
-            parser.finalize()
-            if self.writer is None or not self.file_done:
-                raise InvalidUpload("the form field file is missing or incomplete", {"field": "file"})
-            if self.number is None:
-                raise InvalidUpload("the form field chunkNumber is missing", {"field": "chunkNumber"})
+            self._complete(parser)
             await self._written()
-            pieces, self._pending, self._pending_bytes = self._pending, [], 0
-            finishing = WRITES.submit(_write_and_finish, self.writer, pieces)  # one hop: last batch and fsync
+            finishing = WRITES.submit(self._finish, None, publish)  # one hop: last batch, fsync, publication
             self._writing = cast("Future[object]", finishing)
-            received = await asyncio.wrap_future(finishing)
+            finished: tuple[int, ReceivedChunk] = await asyncio.wrap_future(finishing)
             self._writing = None
-            return self.number, received
+            return finished
         except FormParserError as exc:
             await self._discard()
             raise InvalidUpload(f"the multipart body is malformed: {exc}") from exc
         except BaseException:
             await self._discard()
             raise
+
+    def _complete(self, parser: MultipartParser) -> None:
+        """The end of the body: the parse complete (the closing delimiter seen) and both fields there."""
+        parser.finalize()
+        if self.writer is None or not self.file_done:
+            raise InvalidUpload("the form field file is missing or incomplete", {"field": "file"})
+        if self.number is None:
+            raise InvalidUpload("the form field chunkNumber is missing", {"field": "chunkNumber"})
+
+    def _finish(self, parser: MultipartParser | None, publish: Publish | None) -> tuple[int, ReceivedChunk]:
+        """In a thread, once the whole body was read: the parse completed (where ``parser`` is given: a raw read,
+        whose last reads this thread parsed), the last pieces written, the chunk flushed (fsync), then
+        ``publish``. The received chunk's number and file."""
+        if parser is not None:
+            self._complete(parser)
+        writer, number = self.writer, self.number
+        assert writer is not None
+        assert number is not None
+        pieces, self._pending, self._pending_bytes = self._pending, [], 0
+        if pieces:
+            writer.write_all(pieces)
+        received = writer.finish()
+        if publish is not None:
+            self.published = publish(number, received)
+        return number, received
 
     def _in_file_data(self, parser: MultipartParser) -> bool:
         """Whether the parser is inside the file part's data with no partial delimiter carried: a piece

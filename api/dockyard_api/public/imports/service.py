@@ -59,7 +59,7 @@ from dockyard_core.storeerrors import (
     SizeMismatch,
     parse_chunk_number,
 )
-from dockyard_core.storefiles import ChunkWriter
+from dockyard_core.storefiles import ChunkWriter, ReceivedChunk
 from dockyard_core.upload import Upload, UploadLimits
 
 log = logging.getLogger("dockyard.imports")
@@ -167,7 +167,8 @@ class ImportService:
     ) -> tuple[ChunkReceived, int, bool]:
         """Stream one multipart chunk into the session's store (without holding it in memory) and publish
         it: (the answer, the chunk's size, whether it was new; a retry of a stored chunk is not). Only the
-        file work runs in threads; ``raw``: the rest of the body read by one of them (:class:`ChunkUpload`)."""
+        file work runs in threads; ``raw``: the rest of the body read by one of them (:class:`ChunkUpload`);
+        the publication follows the chunk's flush in the same thread."""
         meta = await self.sessions.open(namespace, environment, session_id)
         limit, fsync = self.settings.max_chunk_bytes, self.settings.fsync_chunks
 
@@ -177,10 +178,13 @@ class ImportService:
         def check_number(raw: str) -> int:
             return parse_chunk_number(raw, meta.upload.total_chunks)
 
-        number, chunk = await ChunkUpload(open_writer, check_number).read(content_type, stream, raw)
-        size = chunk.size
-        new = await files(self.store.publish, meta, number, chunk)
-        return ChunkReceived(chunk_number=number, session_id=session_id), size, new
+        def publish(number: int, chunk: ReceivedChunk) -> bool:
+            return self.store.publish(meta, number, chunk)
+
+        upload = ChunkUpload(open_writer, check_number)
+        number, chunk = await upload.read(content_type, stream, raw, publish)  # published in the flushing thread
+        assert upload.published is not None
+        return ChunkReceived(chunk_number=number, session_id=session_id), chunk.size, upload.published
 
     async def describe(self, namespace: str, environment: str, session_id: str) -> SessionState:
         """What a client needs to resume: the chunks received (number and size) and those missing."""
