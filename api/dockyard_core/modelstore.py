@@ -203,6 +203,44 @@ class ChunkSizes:
             self._by_session.pop(session_id, None)
 
 
+FileIdentity = tuple[int, int, int, int, int]
+
+
+def file_identity(st: os.stat_result) -> FileIdentity:
+    """Which file, and which version of it: device, inode, size, modification and change times (a file replaced by
+    another, even one that reused the inode number, differs in its times or its size)."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+class LoadedSessions:
+    """The session metadata a store read last, each with the identity of its file (:meth:`ModelStore.loaded`); at
+    most ``limit``, the least recently used forgotten first. Shared by the threads that load and the
+    event loop that asks."""
+
+    def __init__(self, limit: int = 1024) -> None:
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._by_session: OrderedDict[str, tuple[FileIdentity, SessionMeta]] = OrderedDict()
+
+    def get(self, session_id: str) -> tuple[FileIdentity, SessionMeta] | None:
+        with self._lock:
+            known = self._by_session.get(session_id)
+            if known is not None:
+                self._by_session.move_to_end(session_id)
+            return known
+
+    def remember(self, session_id: str, identity: FileIdentity, meta: SessionMeta) -> None:
+        with self._lock:
+            self._by_session[session_id] = (identity, meta)
+            self._by_session.move_to_end(session_id)
+            while len(self._by_session) > self.limit:
+                self._by_session.popitem(last=False)
+
+    def forget(self, session_id: str) -> None:
+        with self._lock:
+            self._by_session.pop(session_id, None)
+
+
 class ModelStore:
     """The model store under ``root`` (see the module docstring for the layout)."""
 
@@ -211,6 +249,7 @@ class ModelStore:
         self.sessions = self.root / "sessions"
         self.models = self.root / "models"
         self.chunk_sizes = ChunkSizes()
+        self.loaded_sessions = LoadedSessions()
 
     def ensure(self) -> None:
         self.sessions.mkdir(parents=True, exist_ok=True)
@@ -230,12 +269,35 @@ class ModelStore:
         write_atomically(directory / "session.json", meta.to_json())
 
     def load(self, session_id: str) -> SessionMeta | None:
-        """The session's metadata; None when there is no such session (never created, or removed)."""
+        """The session's metadata; None when there is no such session (never created, or removed). What was read
+        is remembered with the identity of the file it came from, for :meth:`loaded`."""
+        path = self.session_dir(session_id) / "session.json"
         try:
-            text = (self.session_dir(session_id) / "session.json").read_text(encoding="utf-8")
+            with path.open("rb") as f:
+                identity = file_identity(os.fstat(f.fileno()))
+                text = f.read().decode("utf-8")
         except (FileNotFoundError, NotADirectoryError):
+            self.loaded_sessions.forget(session_id)
             return None
-        return SessionMeta.from_json(text)
+        meta = SessionMeta.from_json(text)
+        self.loaded_sessions.remember(session_id, identity, meta)
+        return meta
+
+    def loaded(self, session_id: str) -> SessionMeta | None:
+        """The session's metadata as this store last read it (:meth:`load`), if ``session.json`` is still the file
+        read then: one ``stat`` instead of a read and a parse, cheap enough for the event loop (a chunk upload's
+        every request asks for its session). None when this store has not read it, or the file changed or is gone:
+        then :meth:`load` it (in a thread). The file is only ever replaced whole (:func:`write_atomically`: a new
+        inode) or removed with its session, so an unchanged identity means unchanged content."""
+        known = self.loaded_sessions.get(session_id)
+        if known is None:
+            return None
+        identity, meta = known
+        try:
+            current = os.stat(self.session_dir(session_id) / "session.json")
+        except OSError:
+            return None
+        return meta if file_identity(current) == identity else None
 
     def save(self, meta: SessionMeta) -> None:
         write_atomically(self.session_dir(meta.session_id) / "session.json", meta.to_json())

@@ -178,6 +178,10 @@ class S3ModelStore(ModelStore):
         data = self._get(self.key("sessions", check_session_id(session_id), "session.json"))
         return None if data is None else SessionMeta.from_json(data.decode("utf-8"))
 
+    def loaded(self, session_id: str) -> SessionMeta | None:
+        """Never known without reading the object (another replica may have replaced it)."""
+        return None
+
     def save(self, meta: SessionMeta) -> None:
         self._put_bytes(
             self.key("sessions", check_session_id(meta.session_id), "session.json"), meta.to_json().encode()

@@ -370,3 +370,36 @@ def test_expiry() -> None:
     assert not m.expired()
     assert m.expired(m.expires_at)
     assert m.expired(m.expires_at + timedelta(seconds=1))
+
+
+# --- a session's metadata as last read (ModelStore.loaded) ---------------------------------------------
+
+
+def test_a_session_read_before_is_known_until_its_file_changes_or_goes(store: ModelStore, tmp_path: Path) -> None:
+    """``loaded`` answers from what ``load`` read while ``session.json`` is the same file; a completion rewriting it
+    (by this store or by another replica's), or the session's removal, makes it unknown again, and nothing is
+    known before a first read."""
+    m = meta()
+    store.create(m)
+    assert store.loaded(m.session_id) is None  # not read yet
+    assert store.load(m.session_id) == m
+    assert store.loaded(m.session_id) == m
+    other = ModelStore(store.root)  # another replica on the same volume completes the session
+    completed = other.mark_completed(m, "job-1")
+    assert store.loaded(m.session_id) is None
+    assert store.load(m.session_id) == completed
+    assert store.loaded(m.session_id) == completed
+    other.remove(m.session_id)
+    assert store.loaded(m.session_id) is None
+    assert store.load(m.session_id) is None
+    assert store.loaded("not a session id") is None  # unknown ids are not checked here: load() answers them (404)
+
+
+def test_the_sessions_read_are_remembered_up_to_a_limit(store: ModelStore) -> None:
+    store.loaded_sessions.limit = 3
+    sessions = [meta(session_id=f"{i:032x}") for i in range(5)]
+    for m in sessions:
+        store.create(m)
+        store.load(m.session_id)
+    assert store.loaded(sessions[1].session_id) is None  # the least recently used went first
+    assert [store.loaded(m.session_id) for m in sessions[2:]] == sessions[2:]

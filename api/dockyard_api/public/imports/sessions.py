@@ -40,8 +40,12 @@ class Sessions:
         self.models = models
 
     async def meta(self, namespace: str, environment: str, session_id: str) -> SessionMeta | None:
-        """The session's files (None once they are gone); 404 for a session of another environment."""
-        meta = await files(self.store.load, session_id)  # validates the id's format first (404)
+        """The session's files (None once they are gone); 404 for a session of another environment. A session
+        this store read before and whose file did not change since is not read again (:meth:`ModelStore.loaded`:
+        one ``stat`` here instead of a hop to a thread; a chunk upload's every request asks)."""
+        meta = self.store.loaded(session_id)
+        if meta is None:
+            meta = await files(self.store.load, session_id)  # validates the id's format first (404)
         if meta is not None and (meta.namespace, meta.environment) != (namespace, environment):
             raise SessionNotFound(f"no import session {session_id!r}", {"sessionId": session_id})
         return meta
