@@ -21,6 +21,7 @@ from playwright.sync_api import Browser, ConsoleMessage, Page, expect
 
 from dockyard_api.runtime.endpoints import LOCAL_ENDPOINT_ANNOTATION, MODEL_DEPLOYMENT_LABEL
 from dockyard_core import apikeys
+from dockyard_localcluster.stages import SIMULATE_LABEL
 from tests.support.browser import Site, chromium, serve_site
 from tests.support.cluster import E2ECluster
 from tests.support.dockyard import create, get, get_or_empty, hub_model, model_deployment, patch
@@ -95,9 +96,11 @@ def deploy_bot(api: client.ApiClient, namespace: str, model: ScriptedModel, serv
     """App ``bot`` (agent ``helper`` with HTTP tool ``weather``) on ModelDeployment ``tiny``, which the
     scripted model serves (this plays the local engine runner, Contract 1); its draft environment gets
     ``env_spec`` (access, widget) and is returned once the operator has published its URLs and embed code.
-    ``serve`` False: the model is not served yet (the environment stays deploying until :func:`serve_model`)."""
+    ``serve`` False: the model's pods never turn Ready (kwok's ``never-ready`` simulation, a label of the
+    ModelDeployment that its pods carry), so the environment stays deploying until :func:`serve_model` with
+    ``release``."""
     hub_model(api, namespace, "tiny")
-    model_deployment(api, namespace, "tiny")
+    model_deployment(api, namespace, "tiny", labels=None if serve else {SIMULATE_LABEL: "never-ready"})
     weather = model.tool("weather", lambda args: {"city": args.get("city"), "celsius": 12})
     spec = {"name": "weather", "version": "1.0.0", "endpoint": weather, "parameters": WEATHER_SCHEMA}
     create(api, namespace, "tools", "Tool", "weather-1.0.0", spec)
@@ -125,8 +128,13 @@ def deploy_bot(api: client.ApiClient, namespace: str, model: ScriptedModel, serv
     return Bot(namespace, "bot-draft", status)
 
 
-def serve_model(api: client.ApiClient, namespace: str, url: str) -> None:
+def serve_model(api: client.ApiClient, namespace: str, url: str, release: bool = False) -> None:
+    """The scripted model at ``url`` serves ModelDeployment ``tiny``'s Ready pods; ``release``: first its
+    ``never-ready`` label is removed (:func:`deploy_bot` with ``serve`` False), so the rollout of pods without it
+    ends."""
     core = client.CoreV1Api(api)
+    if release:
+        patch(api, namespace, "modeldeployments", "tiny", {"metadata": {"labels": {SIMULATE_LABEL: None}}})
 
     def ready_pods() -> list[Any]:
         pods = core.list_namespaced_pod(namespace, label_selector=f"{MODEL_DEPLOYMENT_LABEL}=tiny").items

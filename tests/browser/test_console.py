@@ -438,14 +438,14 @@ def test_a_deployment_that_ends_while_a_form_is_edited_leaves_the_page_as_it_is(
     """The environment page shows itself again when its deployment ends, unless a field on it was changed: what
     was typed stays (a reload would drop it, and on the answer to a form that was sent, send that form again) and
     the progress line says to reload."""
-    deploy_bot(api, namespace, model, serve=False)  # deploying until the model is served
+    deploy_bot(api, namespace, model, serve=False)  # deploying until the model's pods are let turn Ready
     context = _context(browser, facade)
     page = context.new_page()
     _sign_in(page, facade, team.tokens["alice"], namespace)
     page.goto(f"{facade.url}/console/ns/{namespace}/environments/bot-draft?tab=settings")
     expect(page.locator("[data-poll]")).to_contain_text("Deploying version")
     page.get_by_label("Variables (KEY=VALUE, one per line)").fill("company=Acme Inc.")
-    serve_model(api, namespace, model.url)
+    serve_model(api, namespace, model.url, release=True)
     expect(page.locator("[data-poll]")).to_contain_text("Reload the page to see it", timeout=DEPLOY_TIMEOUT)
     expect(page.get_by_label("Variables (KEY=VALUE, one per line)")).to_have_value("company=Acme Inc.")
     # untouched, the page shows itself again at its own address when the deployment has ended
