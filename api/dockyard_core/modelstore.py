@@ -322,6 +322,7 @@ class ModelStore:
                 freed += chunk.stat().st_size
         shutil.rmtree(directory, ignore_errors=True)
         self.chunk_sizes.forget(session_id)
+        self.loaded_sessions.forget(session_id)
         return freed
 
     # -- chunks --

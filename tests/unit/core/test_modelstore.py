@@ -392,6 +392,10 @@ def test_a_session_read_before_is_known_until_its_file_changes_or_goes(store: Mo
     other.remove(m.session_id)
     assert store.loaded(m.session_id) is None
     assert store.load(m.session_id) is None
+    store.create(m)
+    store.load(m.session_id)
+    store.remove(m.session_id)  # this store's own removal forgets it at once, as it forgets the chunks' sizes
+    assert store.loaded_sessions.get(m.session_id) is None
     assert store.loaded("not a session id") is None  # unknown ids are not checked here: load() answers them (404)
 
 
